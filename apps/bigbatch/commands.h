@@ -1,0 +1,14 @@
+#pragma once
+// The bigbatch command line: `plan` and `train`, their flags (from config/option_table.h), and
+// the single place where errors become one line on stderr and an exit code:
+//   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
+//   data or weight files, run directory).
+namespace bigbatch::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternalError = 1;
+inline constexpr int kExitBadInput = 2;
+
+int run(int argc, char** argv);
+
+}  // namespace bigbatch::cli

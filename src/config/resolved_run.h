@@ -1,0 +1,26 @@
+#pragma once
+// A configuration resolved against a dataset size and a world size: the batch plan, the epoch
+// arithmetic, the learning-rate schedule in updates and the run's length. `bigbatch plan`
+// prints exactly this, and `bigbatch train` runs exactly this, so the two never disagree.
+//
+//   ResolvedRun run = resolve_run(config, /*dataset_size=*/60000, /*world_size=*/1);
+//   double lr = run.schedule.lr_at(step);
+#include <cstdint>
+
+#include "batching/batch_plan.h"
+#include "config/train_config.h"
+#include "schedule/lr_schedule.h"
+
+namespace bigbatch {
+
+struct ResolvedRun {
+  BatchPlan plan;
+  EpochPlan epoch;
+  LrSchedule schedule;
+  int64_t epochs = 0;         // epochs the run starts (the last may be partial)
+  int64_t total_updates = 0;  // min(epochs x updates_per_epoch, max_updates)
+};
+
+ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size);
+
+}  // namespace bigbatch

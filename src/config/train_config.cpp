@@ -1,0 +1,75 @@
+#include "config/train_config.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace bigbatch {
+
+const char* to_string(OptimizerKind kind) { return kind == OptimizerKind::Sgd ? "sgd" : "adamw"; }
+
+OptimizerKind parse_optimizer_kind(const std::string& text) {
+  if (text == "sgd") return OptimizerKind::Sgd;
+  if (text == "adamw") return OptimizerKind::AdamW;
+  throw Error(ErrorKind::Config, "optimizer '" + text + "' is not known", "use --optimizer sgd or adamw");
+}
+
+namespace {
+void check(bool ok, const std::string& problem, const std::string& hint) {
+  if (!ok) throw Error(ErrorKind::Config, problem, hint);
+}
+}  // namespace
+
+void TrainConfig::validate() const {
+  static const std::vector<std::string> models = {"mlp", "cnn", "cnn-bn", "cnn-gn"};
+  if (std::find(models.begin(), models.end(), model) == models.end()) {
+    const auto guess = closest_match(model, models);
+    throw Error(ErrorKind::Config, "model '" + model + "' is not known",
+                (guess ? "did you mean '" + *guess + "'? " : std::string()) +
+                    "use --model mlp, cnn, cnn-bn or cnn-gn");
+  }
+  check(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
+  for (int64_t width : hidden) {
+    check(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
+          "give positive layer widths such as --hidden 512,256");
+  }
+  check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,
+        "dataset '" + dataset + "' is not known", "use --dataset fashion-mnist or --dataset idx:DIR");
+  check(train_subset >= 0, "--train-subset must be zero (all) or positive", "e.g. --train-subset 1000");
+  check(val_size >= 0, "--val-size must be zero or positive", "e.g. --val-size 5000");
+  check(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got " + format_double(momentum),
+        "use e.g. --momentum 0.9");
+  check(!nesterov || momentum > 0 || optimizer != OptimizerKind::Sgd,
+        "--nesterov needs a positive --momentum", "pass --momentum 0.9, or drop --nesterov");
+  check(weight_decay >= 0, "--weight-decay must be zero or positive", "use e.g. --weight-decay 5e-4");
+  check(clip_norm >= 0, "--clip-norm must be zero (off) or positive", "use e.g. --clip-norm 1.0");
+  check(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
+        "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
+  check(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");
+  check(epochs > 0, "--epochs must be positive, got " + std::to_string(epochs),
+        "use --epochs 1 or more, or bound the run with --max-updates");
+  check(!max_updates || *max_updates >= 0, "--max-updates must be zero or positive",
+        "use --max-updates 0 to write the initial weights only");
+  check(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
+  check(progress == "auto" || progress == "bar" || progress == "lines" || progress == "off",
+        "--progress '" + progress + "' is not known", "use auto, bar, lines or off");
+  check(schedule != ScheduleKind::Step || !step_milestones.empty(),
+        "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
+}
+
+BatchRequest TrainConfig::batch_request(int64_t world_size) const {
+  BatchRequest request;
+  request.global_batch_size = global_batch;
+  request.micro_batch_size = micro_batch;
+  request.accumulation_steps = accum_steps;
+  request.world_size = world_size;
+  return request;
+}
+
+std::string TrainConfig::dataset_directory() const {
+  if (dataset == "fashion-mnist") return kFashionMnistDirectory;
+  return dataset.substr(4);
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,77 @@
+#pragma once
+// Everything a training run needs, as one typed struct read once at start (libtorch's
+// *Options structs). The CLI and the TOML file fill it through config/option_table.h; the
+// resolved struct is written to the run directory as config.toml, so a run can be repeated
+// with `bigbatch train --config runs/x/config.toml`.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batching/batch_plan.h"
+#include "schedule/interval.h"
+#include "schedule/lr_schedule.h"
+
+namespace bigbatch {
+
+enum class OptimizerKind { Sgd, AdamW };
+const char* to_string(OptimizerKind kind);
+OptimizerKind parse_optimizer_kind(const std::string& text);
+
+inline constexpr const char* kFashionMnistDirectory = "/usr/share/datasets/fashion-mnist";
+
+struct TrainConfig {
+  // Model and data.
+  std::string model = "cnn";
+  std::vector<int64_t> hidden = {512, 256};  // mlp hidden layer widths
+  std::string dataset = "fashion-mnist";     // or idx:DIR
+  int64_t train_subset = 0;                  // 0: the whole training set
+  int64_t val_size = 0;                      // held out from the end of the training set
+
+  // The batch plan (any two of the three; see batching/batch_plan.h).
+  std::optional<int64_t> global_batch;
+  std::optional<int64_t> micro_batch;
+  std::optional<int64_t> accum_steps;
+  LastWindow last_window = LastWindow::Keep;
+
+  // Optimizer and learning rate.
+  OptimizerKind optimizer = OptimizerKind::Sgd;
+  double lr = 0.05;
+  std::optional<int64_t> lr_ref_batch;  // unset: the global batch (no scaling)
+  LrScaling lr_scaling = LrScaling::None;
+  double momentum = 0.9;
+  bool nesterov = true;
+  double weight_decay = 5e-4;
+  double clip_norm = 0.0;  // 0: no clipping
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  Interval warmup = Interval::updates(0);
+  double warmup_start_factor = 0.0;
+  ScheduleKind schedule = ScheduleKind::Cosine;
+  double min_lr_factor = 0.0;
+  std::vector<Interval> step_milestones;
+  double step_gamma = 0.1;
+
+  // Length: whichever ends first.
+  int64_t epochs = 8;
+  std::optional<int64_t> max_updates;
+
+  // Run.
+  uint64_t seed = 42;
+  bool shuffle = true;
+  int64_t threads = 0;  // 0: auto
+  std::string out;      // empty: runs/<timestamp>
+  std::string init_weights;
+  std::string save_weights;
+  std::string progress = "auto";  // auto | bar | lines | off
+
+  // Throws bigbatch::Error (Config) on values that cannot work, naming the fix.
+  void validate() const;
+
+  BatchRequest batch_request(int64_t world_size) const;
+  // The dataset directory named by `dataset`.
+  std::string dataset_directory() const;
+};
+
+}  // namespace bigbatch

@@ -1,0 +1,56 @@
+#pragma once
+// Errors in two tiers (see docs/design.md):
+//  - bigbatch::Error: the user can fix it (a flag, a config key, a data file, a checkpoint).
+//    The message is one line: what failed, the value seen, what was expected, and a hint.
+//    The CLI prints it as "bigbatch: error: <message>" and exits with exit_code(kind).
+//  - BB_INTERNAL_ASSERT: a broken invariant inside bigbatch; never caused by input.
+//
+//   if (micro <= 0)
+//     throw Error(ErrorKind::Plan, "micro batch must be positive, got " + std::to_string(micro),
+//                 "pass --micro-batch 32 or another positive size");
+#include <stdexcept>
+#include <string>
+
+namespace bigbatch {
+
+enum class ErrorKind {
+  Usage,   // command-line flags
+  Config,  // TOML configuration or option values
+  Plan,    // batch sizes that do not fit together
+  Data,    // dataset files
+  Format,  // weight files (safetensors) and checkpoints
+  Io,      // the file system: unwritable run directory, disk full
+};
+
+const char* to_string(ErrorKind kind);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& problem, const std::string& hint = {});
+  ErrorKind kind() const { return kind_; }
+  const std::string& problem() const { return problem_; }
+  const std::string& hint() const { return hint_; }
+
+ private:
+  ErrorKind kind_;
+  std::string problem_;
+  std::string hint_;
+};
+
+// A violated internal invariant: a bug in bigbatch, not in the input.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+[[noreturn]] void internal_assert_fail(const char* condition, const char* file, int line,
+                                       const std::string& message);
+
+}  // namespace bigbatch
+
+#define BB_INTERNAL_ASSERT(condition, message)                                       \
+  do {                                                                               \
+    if (!(condition)) {                                                              \
+      ::bigbatch::internal_assert_fail(#condition, __FILE__, __LINE__, (message));   \
+    }                                                                                \
+  } while (false)

@@ -1,0 +1,31 @@
+#pragma once
+// Small text helpers shared by the option parsers and error messages: strict number parsing
+// (the whole string must be a number), human-readable counts and durations, and the
+// "did you mean" suggestion for misspelt names.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bigbatch {
+
+// Parses the whole string as a number; std::nullopt on anything else ("12 gigs", "", "1e").
+std::optional<int64_t> parse_int(const std::string& text);
+std::optional<double> parse_double(const std::string& text);
+
+std::string trim(const std::string& text);
+std::vector<std::string> split(const std::string& text, char separator);
+std::string join(const std::vector<std::string>& parts, const std::string& separator);
+
+// 12345 -> "12.3k"; 2500000 -> "2.5M".
+std::string human_count(double value);
+// 75.2 -> "1m15s"; 3700 -> "1h01m".
+std::string human_duration(double seconds);
+// Shortest round-trip decimal form of a double: 0.1 -> "0.1", 1e-05 -> "1e-05".
+std::string format_double(double value);
+
+// The candidate closest to `word` by edit distance, if it is close enough to be a likely typo.
+std::optional<std::string> closest_match(const std::string& word,
+                                         const std::vector<std::string>& candidates);
+
+}  // namespace bigbatch

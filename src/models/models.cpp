@@ -1,0 +1,82 @@
+#include "models/models.h"
+
+#include "core/error.h"
+
+namespace bigbatch {
+
+namespace {
+
+torch::nn::Sequential make_mlp(const ModelSpec& spec) {
+  torch::nn::Sequential model;
+  model->push_back(torch::nn::Flatten());
+  int64_t width = spec.channels * spec.height * spec.width;
+  for (int64_t hidden : spec.hidden) {
+    model->push_back(torch::nn::Linear(width, hidden));
+    model->push_back(torch::nn::ReLU());
+    width = hidden;
+  }
+  model->push_back(torch::nn::Linear(width, spec.classes));
+  return model;
+}
+
+enum class ConvNorm { None, Batch, Group };
+
+// conv3x3(32) [norm] relu maxpool2 - conv3x3(64) [norm] relu maxpool2 - fc128 relu - fc(classes).
+// Unpadded convolutions, as in ../shared/PERF_NOTES.md's measured peers.
+torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
+  torch::nn::Sequential model;
+  int64_t height = spec.height;
+  int64_t width = spec.width;
+  int64_t channels = spec.channels;
+  for (int64_t out_channels : {32, 64}) {
+    // A conv followed by BatchNorm needs no bias (BN's shift replaces it).
+    model->push_back(torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(channels, out_channels, 3).bias(norm != ConvNorm::Batch)));
+    if (norm == ConvNorm::Batch) model->push_back(torch::nn::BatchNorm2d(out_channels));
+    if (norm == ConvNorm::Group) model->push_back(torch::nn::GroupNorm(8, out_channels));
+    model->push_back(torch::nn::ReLU());
+    model->push_back(torch::nn::MaxPool2d(2));
+    height = (height - 2) / 2;
+    width = (width - 2) / 2;
+    channels = out_channels;
+    if (height <= 0 || width <= 0) {
+      throw Error(ErrorKind::Config,
+                  "images of " + std::to_string(spec.height) + "x" + std::to_string(spec.width) +
+                      " are too small for the cnn models",
+                  "use --model mlp for images smaller than 10x10");
+    }
+  }
+  model->push_back(torch::nn::Flatten());
+  model->push_back(torch::nn::Linear(channels * height * width, 128));
+  model->push_back(torch::nn::ReLU());
+  model->push_back(torch::nn::Linear(128, spec.classes));
+  return model;
+}
+
+}  // namespace
+
+torch::nn::Sequential make_model(const ModelSpec& spec) {
+  if (spec.name == "mlp") return make_mlp(spec);
+  if (spec.name == "cnn") return make_cnn(spec, ConvNorm::None);
+  if (spec.name == "cnn-bn") return make_cnn(spec, ConvNorm::Batch);
+  if (spec.name == "cnn-gn") return make_cnn(spec, ConvNorm::Group);
+  throw Error(ErrorKind::Config, "model '" + spec.name + "' is not known", "use --model mlp, cnn, cnn-bn or cnn-gn");
+}
+
+bool uses_batch_statistics(torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (module->as<torch::nn::BatchNorm1d>() || module->as<torch::nn::BatchNorm2d>() ||
+        module->as<torch::nn::BatchNorm3d>()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t parameter_count(torch::nn::Module& model) {
+  int64_t count = 0;
+  for (const auto& p : model.parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,90 @@
+#include "report/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace bigbatch {
+
+namespace {
+[[noreturn]] void io_error(const std::string& what, const std::string& path, int error_number) {
+  throw Error(ErrorKind::Io, what + " '" + path + "': " + std::strerror(error_number),
+              "check the path, its permissions and the free disk space");
+}
+
+void write_all(int fd, const std::string& content, const std::string& path) {
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int saved = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      io_error("cannot write", path, saved);
+    }
+    written += static_cast<size_t>(n);
+  }
+}
+}  // namespace
+
+std::string parent_directory(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+void atomic_write_file(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error("cannot create", temporary, errno);
+  write_all(fd, content, temporary);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int saved = errno;
+    ::unlink(temporary.c_str());
+    io_error("cannot flush", temporary, saved);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temporary.c_str());
+    io_error("cannot rename onto", path, saved);
+  }
+  // Make the rename itself durable.
+  const int dir = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+void ensure_directory(const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error || !std::filesystem::is_directory(path)) {
+    throw Error(ErrorKind::Io,
+                "cannot create directory '" + path + "'" + (error ? ": " + error.message() : ""),
+                "check the path and its permissions, or choose another --out");
+  }
+}
+
+bool path_exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) io_error("cannot read", path, errno ? errno : ENOENT);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,89 @@
+#include "report/plan_report.h"
+
+#include <cstdio>
+
+#include "core/text.h"
+
+namespace bigbatch {
+
+namespace {
+std::string derived_note(const BatchPlan& plan, const char* field) {
+  return plan.derived == field ? "   (derived)" : "";
+}
+
+std::string line(const char* label, const std::string& value, const std::string& note = {}) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, "  %-28s %s%s\n", label, value.c_str(), note.c_str());
+  return buffer;
+}
+}  // namespace
+
+std::string format_plan_text(const ResolvedRun& run) {
+  const BatchPlan& p = run.plan;
+  const EpochPlan& e = run.epoch;
+  std::string out = "batch plan\n";
+  out += line("global batch (effective)", std::to_string(p.global_batch_size), derived_note(p, "global_batch_size"));
+  out += line("micro batch", std::to_string(p.micro_batch_size), derived_note(p, "micro_batch_size"));
+  out += line("accumulation steps", std::to_string(p.accumulation_steps), derived_note(p, "accumulation_steps"));
+  out += line("world size (ranks)", std::to_string(p.world_size));
+  out += "per epoch of " + std::to_string(e.dataset_size) + " samples\n";
+  out += line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
+  out += line("updates", std::to_string(e.updates_per_epoch));
+  out += line("samples per update", std::to_string(p.global_batch_size));
+  if (e.last_window_size > 0) {
+    out += line("last window", std::to_string(e.last_window_size) + " samples (kept, weighted by its true size)");
+  } else if (e.dropped_samples > 0) {
+    out += line("last window", std::to_string(e.dropped_samples) + " samples dropped");
+  }
+  // The seed's comparison: the same effective batch as one direct pass, and no accumulation.
+  const int64_t direct_passes = e.updates_per_epoch;
+  const int64_t per_rank_micro_updates = (e.samples_per_epoch + p.micro_batch_size * p.world_size - 1) /
+                                         (p.micro_batch_size * p.world_size);
+  out += "compared with\n";
+  out += line("one direct batch",
+              std::to_string(direct_passes) + " passes per epoch (needs memory for " +
+                  std::to_string(p.global_batch_size / p.world_size) + " samples per rank)");
+  out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
+                                     std::to_string(p.micro_batch_size * p.world_size) + " samples per epoch");
+  out += "learning rate\n";
+  out += line("rule", run.schedule.describe_scaling());
+  out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
+  out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
+                              std::to_string(run.total_updates) + " updates (" + std::to_string(run.epochs) +
+                              " epochs)");
+  for (const auto& w : e.warnings) out += "warning: " + w + "\n";
+  if (const auto advice = run.schedule.advice()) out += "warning: " + *advice + "\n";
+  return out;
+}
+
+nlohmann::json plan_json(const ResolvedRun& run) {
+  const BatchPlan& p = run.plan;
+  const EpochPlan& e = run.epoch;
+  nlohmann::json j;
+  j["global_batch_size"] = p.global_batch_size;
+  j["micro_batch_size"] = p.micro_batch_size;
+  j["accumulation_steps"] = p.accumulation_steps;
+  j["world_size"] = p.world_size;
+  j["derived"] = p.derived;
+  j["dataset_size"] = e.dataset_size;
+  j["micro_steps_per_epoch"] = e.micro_steps_per_epoch;
+  j["updates_per_epoch"] = e.updates_per_epoch;
+  j["samples_per_update"] = p.global_batch_size;
+  j["last_window"] = to_string(e.last_window);
+  j["last_window_size"] = e.last_window_size;
+  j["dropped_samples"] = e.dropped_samples;
+  j["direct_batch_passes_per_epoch"] = e.updates_per_epoch;
+  j["lr"] = run.schedule.peak_lr();
+  j["base_lr"] = run.schedule.config().base_lr;
+  j["lr_ref_batch"] = run.schedule.config().reference_batch;
+  j["lr_scaling"] = to_string(run.schedule.config().scaling);
+  j["warmup_updates"] = run.schedule.config().warmup_updates;
+  j["schedule"] = to_string(run.schedule.config().kind);
+  j["total_updates"] = run.total_updates;
+  j["epochs"] = run.epochs;
+  j["warnings"] = e.warnings;
+  if (const auto advice = run.schedule.advice()) j["warnings"].push_back(*advice);
+  return j;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,47 @@
+#pragma once
+// Progress of a long run: a bar redrawn in place on a terminal, plain lines at a steady
+// cadence otherwise (logs, CI), or nothing. It only formats and throttles; the trainer owns
+// the numbers.
+//
+//   Progress progress(ProgressMode::Auto, stderr);
+//   progress.update({.epoch = 1, .epochs = 10, .step_in_epoch = 40, ...});
+//   progress.finish_epoch("epoch 1: test accuracy 88.1%");
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace bigbatch {
+
+enum class ProgressMode { Auto, Bar, Lines, Off };
+ProgressMode parse_progress_mode(const std::string& text);
+
+struct ProgressState {
+  int64_t epoch = 0;  // 1-based for display
+  int64_t epochs = 0;
+  int64_t step_in_epoch = 0;  // updates done in this epoch
+  int64_t updates_per_epoch = 0;
+  int64_t step = 0;  // updates done in the run
+  int64_t total_updates = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+  double elapsed_s = 0;
+};
+
+class Progress {
+ public:
+  Progress(ProgressMode mode, std::FILE* stream);
+  void update(const ProgressState& state);
+  // Prints a line that stays (the bar, if any, is cleared first).
+  void message(const std::string& line);
+
+ private:
+  std::string status_text(const ProgressState& state) const;
+
+  ProgressMode mode_;
+  std::FILE* stream_;
+  bool bar_visible_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+}  // namespace bigbatch

@@ -1,0 +1,89 @@
+#include "runtime/runtime_env.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace bigbatch {
+
+namespace {
+constexpr const char* kReadyMarker = "BIGBATCH_RUNTIME_READY";
+
+const char* openblas_core_name() {
+  using CoreNameFn = char* (*)();
+  // Looked up at run time: bigbatch does not link OpenBLAS itself, libtorch's BLAS may be
+  // another library, and then there is nothing to fix.
+  void* symbol = ::dlsym(RTLD_DEFAULT, "openblas_get_corename");
+  if (!symbol) return nullptr;
+  CoreNameFn fn;
+  std::memcpy(&fn, &symbol, sizeof fn);
+  return fn();
+}
+
+// OpenBLAS's generic fallbacks: the cores it picks when it does not know the CPU.
+bool is_generic_core(const char* name) {
+  for (const char* generic : {"Prescott", "Core2", "Nehalem", "Penryn", "Dunnington", "Katmai",
+                              "Coppermine", "Northwood", "Banias", "Atom"}) {
+    if (std::strcmp(name, generic) == 0) return true;
+  }
+  return false;
+}
+
+const char* better_core_for_this_cpu() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+  if (__builtin_cpu_supports("avx2")) return "Haswell";
+#endif
+  return nullptr;
+}
+}  // namespace
+
+void prepare_runtime_environment(char** argv) {
+  if (std::getenv(kReadyMarker)) return;
+  bool changed = false;
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    changed = true;
+  }
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    const char* core = openblas_core_name();
+    const char* better = better_core_for_this_cpu();
+    if (core && better && is_generic_core(core)) {
+      ::setenv("OPENBLAS_CORETYPE", better, 1);
+      changed = true;
+    }
+  }
+  ::setenv(kReadyMarker, "1", 1);
+  if (changed) {
+    ::execv("/proc/self/exe", argv);
+    // Not fatal: the run is only slower. Fall through with the environment as it was.
+  }
+}
+
+std::string runtime_environment_summary() {
+  const char* core = openblas_core_name();
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  std::string summary = std::string("BLAS ") + (core ? std::string("OpenBLAS core ") + core : "not OpenBLAS");
+  summary += ", OMP_WAIT_POLICY=" + std::string(wait ? wait : "(unset)");
+  return summary;
+}
+
+int64_t available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+void tune_malloc() {
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+}  // namespace bigbatch

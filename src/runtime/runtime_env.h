@@ -1,0 +1,30 @@
+#pragma once
+// The process environment that the numeric libraries read once, when they are loaded —
+// before main() runs, so setting it later has no effect:
+//  - OpenBLAS 0.3.21 (Debian 12) does not recognise recent Intel server CPUs and falls back
+//    to its generic "Prescott" kernels: 23 GFLOP/s instead of ~120 on this machine's GEMM.
+//  - GNU OpenMP spins idle threads by default; on a 2-vCPU machine 2 spinning threads are
+//    slower than 1 (../shared/PERF_NOTES.md). OMP_WAIT_POLICY=PASSIVE fixes it.
+// prepare_runtime_environment() checks both and, when something the user did not set needs
+// changing, re-executes the binary once with the corrected environment. A user's own
+// OPENBLAS_CORETYPE / OMP_WAIT_POLICY always wins. It also tunes glibc malloc, which can be
+// done in-process.
+#include <cstdint>
+#include <string>
+
+namespace bigbatch {
+
+// Call first thing in main(). May not return (execv) when the environment needs fixing.
+void prepare_runtime_environment(char** argv);
+
+// One line describing what was chosen, for the run log: "OpenBLAS core SkylakeX, ...".
+std::string runtime_environment_summary();
+
+// CPUs this process may run on (its affinity mask), the default thread count.
+int64_t available_cpus();
+
+// Keeps large activation buffers out of mmap/munmap churn (PERF_NOTES: 3.3k -> 5.3k
+// samples/s for a CNN at micro 64). Process-wide, idempotent.
+void tune_malloc();
+
+}  // namespace bigbatch

@@ -1,0 +1,86 @@
+#include "schedule/interval.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace bigbatch {
+
+namespace {
+[[noreturn]] void bad_interval(const std::string& text, const std::string& why) {
+  throw Error(ErrorKind::Config, "interval '" + text + "' " + why,
+              "write a number with a unit: 500u (updates), 3e (epochs) or 120000s (samples)");
+}
+}  // namespace
+
+Interval Interval::parse(const std::string& raw) {
+  const std::string text = trim(raw);
+  if (text.empty()) bad_interval(raw, "is empty");
+  if (text == "0") return Interval(0, Unit::Updates);
+  Unit unit;
+  switch (text.back()) {
+    case 'u':
+      unit = Unit::Updates;
+      break;
+    case 'e':
+      unit = Unit::Epochs;
+      break;
+    case 's':
+      unit = Unit::Samples;
+      break;
+    default:
+      bad_interval(raw, "has no unit");
+  }
+  std::string number = text.substr(0, text.size() - 1);
+  double multiplier = 1;
+  if (!number.empty()) {
+    switch (number.back()) {
+      case 'k':
+        multiplier = 1e3;
+        break;
+      case 'M':
+        multiplier = 1e6;
+        break;
+      case 'G':
+        multiplier = 1e9;
+        break;
+      default:
+        break;
+    }
+    if (multiplier != 1) number.pop_back();
+  }
+  const auto value = parse_double(number);
+  if (!value) bad_interval(raw, "is not a number followed by a unit");
+  if (*value < 0) bad_interval(raw, "is negative");
+  const double scaled = *value * multiplier;
+  if (unit != Unit::Epochs && scaled != std::floor(scaled)) {
+    bad_interval(raw, "is not a whole number of updates or samples");
+  }
+  return Interval(scaled, unit);
+}
+
+int64_t Interval::to_updates(const BatchPlan& plan, const EpochPlan& epoch) const {
+  switch (unit_) {
+    case Unit::Updates:
+      return static_cast<int64_t>(value_);
+    case Unit::Epochs:
+      // The small slack keeps 0.1e x 10 updates at exactly 1, not 2, after rounding error.
+      return static_cast<int64_t>(std::ceil(value_ * double(epoch.updates_per_epoch) - 1e-9));
+    case Unit::Samples: {
+      const auto samples = static_cast<int64_t>(value_);
+      const int64_t whole_epochs = samples / epoch.samples_per_epoch;
+      const int64_t rest = samples % epoch.samples_per_epoch;
+      const int64_t rest_updates = (rest + plan.global_batch_size - 1) / plan.global_batch_size;
+      return whole_epochs * epoch.updates_per_epoch + rest_updates;
+    }
+  }
+  return 0;
+}
+
+std::string Interval::to_string() const {
+  const char suffix = unit_ == Unit::Updates ? 'u' : unit_ == Unit::Epochs ? 'e' : 's';
+  return format_double(value_) + suffix;
+}
+
+}  // namespace bigbatch

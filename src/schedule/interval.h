@@ -1,0 +1,41 @@
+#pragma once
+// A quantity of training with a unit, parsed once (Marian's SchedulingParameter):
+//   "500u" updates, "3e" epochs, "120000s" samples; SI prefixes k, M, G ("1.2Ms", "50ku").
+// Intervals convert to updates through the epoch plan, so a warmup of "2e" means the same
+// amount of data whatever the batch size.
+//
+//   Interval warmup = Interval::parse("2e");
+//   int64_t updates = warmup.to_updates(plan, epoch);   // 2 x updates_per_epoch
+#include <cstdint>
+#include <string>
+
+#include "batching/batch_plan.h"
+
+namespace bigbatch {
+
+class Interval {
+ public:
+  enum class Unit { Updates, Epochs, Samples };
+
+  Interval() = default;
+  Interval(double value, Unit unit) : value_(value), unit_(unit) {}
+
+  // Throws bigbatch::Error (Config) naming the text and the accepted forms.
+  static Interval parse(const std::string& text);
+  static Interval updates(int64_t count) { return Interval(double(count), Unit::Updates); }
+
+  double value() const { return value_; }
+  Unit unit() const { return unit_; }
+  bool is_zero() const { return value_ == 0; }
+
+  // The number of updates needed to cover this much training (rounded up).
+  int64_t to_updates(const BatchPlan& plan, const EpochPlan& epoch) const;
+  // The text form, parseable by parse(): "500u", "2e", "120000s".
+  std::string to_string() const;
+
+ private:
+  double value_ = 0;
+  Unit unit_ = Unit::Updates;
+};
+
+}  // namespace bigbatch

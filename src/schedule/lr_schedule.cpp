@@ -1,0 +1,142 @@
+#include "schedule/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace bigbatch {
+
+const char* to_string(LrScaling scaling) {
+  switch (scaling) {
+    case LrScaling::None:
+      return "none";
+    case LrScaling::Linear:
+      return "linear";
+    case LrScaling::Sqrt:
+      return "sqrt";
+  }
+  return "?";
+}
+
+const char* to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::Constant:
+      return "constant";
+    case ScheduleKind::Cosine:
+      return "cosine";
+    case ScheduleKind::Linear:
+      return "linear";
+    case ScheduleKind::Step:
+      return "step";
+  }
+  return "?";
+}
+
+LrScaling parse_lr_scaling(const std::string& text) {
+  if (text == "none") return LrScaling::None;
+  if (text == "linear") return LrScaling::Linear;
+  if (text == "sqrt") return LrScaling::Sqrt;
+  throw Error(ErrorKind::Config, "learning-rate scaling rule '" + text + "' is not known",
+              "use --lr-scaling none, linear or sqrt");
+}
+
+ScheduleKind parse_schedule_kind(const std::string& text) {
+  if (text == "constant") return ScheduleKind::Constant;
+  if (text == "cosine") return ScheduleKind::Cosine;
+  if (text == "linear") return ScheduleKind::Linear;
+  if (text == "step") return ScheduleKind::Step;
+  throw Error(ErrorKind::Config, "schedule '" + text + "' is not known",
+              "use --schedule constant, cosine, linear or step");
+}
+
+double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling) {
+  const double ratio = double(global_batch) / double(reference_batch);
+  switch (scaling) {
+    case LrScaling::None:
+      return base_lr;
+    case LrScaling::Linear:
+      return base_lr * ratio;
+    case LrScaling::Sqrt:
+      return base_lr * std::sqrt(ratio);
+  }
+  return base_lr;
+}
+
+LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
+  if (config_.reference_batch == 0) config_.reference_batch = config_.global_batch;
+  if (!(config_.base_lr >= 0)) {
+    throw Error(ErrorKind::Config, "--lr must be zero or positive, got " + format_double(config_.base_lr),
+                "pass a learning rate such as --lr 0.1");
+  }
+  if (config_.reference_batch < 0) {
+    throw Error(ErrorKind::Config,
+                "--lr-ref-batch must be positive, got " + std::to_string(config_.reference_batch),
+                "pass the batch size the base --lr was tuned at, e.g. --lr-ref-batch 256");
+  }
+  if (config_.warmup_start_factor < 0 || config_.warmup_start_factor > 1) {
+    throw Error(ErrorKind::Config,
+                "--warmup-start-factor must be in [0, 1], got " +
+                    format_double(config_.warmup_start_factor),
+                "use 0 to start the warmup from zero, or e.g. 0.1");
+  }
+  if (config_.min_lr_factor < 0 || config_.min_lr_factor > 1) {
+    throw Error(ErrorKind::Config,
+                "--min-lr-factor must be in [0, 1], got " + format_double(config_.min_lr_factor),
+                "use e.g. --min-lr-factor 0.01");
+  }
+  if (config_.gamma <= 0) {
+    throw Error(ErrorKind::Config, "--step-gamma must be positive, got " + format_double(config_.gamma),
+                "use e.g. --step-gamma 0.1");
+  }
+  std::sort(config_.milestones.begin(), config_.milestones.end());
+  peak_lr_ = scale_lr(config_.base_lr, config_.reference_batch, config_.global_batch,
+                      config_.scaling);
+}
+
+double LrSchedule::lr_at(int64_t step) const {
+  const int64_t warmup = config_.warmup_updates;
+  if (step < warmup) {
+    const double f = config_.warmup_start_factor;
+    return peak_lr_ * (f + (1.0 - f) * double(step + 1) / double(warmup));
+  }
+  const double floor_lr = peak_lr_ * config_.min_lr_factor;
+  const int64_t decay_span = std::max<int64_t>(1, config_.total_updates - warmup);
+  const double progress = std::clamp(double(step - warmup) / double(decay_span), 0.0, 1.0);
+  switch (config_.kind) {
+    case ScheduleKind::Constant:
+      return peak_lr_;
+    case ScheduleKind::Cosine:
+      return floor_lr + (peak_lr_ - floor_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+    case ScheduleKind::Linear:
+      return peak_lr_ + (floor_lr - peak_lr_) * progress;
+    case ScheduleKind::Step: {
+      const auto passed = std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step) -
+                          config_.milestones.begin();
+      return peak_lr_ * std::pow(config_.gamma, double(passed));
+    }
+  }
+  return peak_lr_;
+}
+
+std::string LrSchedule::describe_scaling() const {
+  return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
+         " -> " + format_double(peak_lr_) + " @ " + std::to_string(config_.global_batch) + " (" +
+         to_string(config_.scaling) + ")";
+}
+
+std::optional<std::string> LrSchedule::advice() const {
+  if (config_.scaling == LrScaling::Linear && config_.global_batch > 1024 &&
+      config_.warmup_updates == 0) {
+    return "global batch " + std::to_string(config_.global_batch) +
+           " with the linear scaling rule and no warmup: the scaled rate " +
+           format_double(peak_lr_) +
+           " applies from the first update, while the weights are random and the gradients large "
+           "and fast-changing; past ~1024 this diverges or costs accuracy (Goyal et al. 2017). "
+           "Add a gradual warmup, e.g. --warmup 5e, or use --lr-scaling sqrt";
+  }
+  return std::nullopt;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,67 @@
+#pragma once
+// The learning rate as a pure function of the update index (llm.c's schedulers, nanoGPT's
+// get_lr): batch-size scaling, warmup and decay compose, and resuming needs only `step`.
+//
+//   peak      = base_lr x scale(global_batch / reference_batch)   (none | linear | sqrt)
+//   step < W  : lr = peak x (f + (1 - f) x (step + 1) / W)        (f = warmup_start_factor)
+//   step >= W : lr = peak x decay(p),  p = (step - W) / (T - W)   (constant|cosine|linear|step)
+//
+// Step 0 of a warmup of W updates therefore trains at peak x (f + (1 - f) / W), never at 0,
+// and the last warmup update (W - 1) trains at the peak.
+//
+//   LrScheduleConfig c;  c.base_lr = 0.05;  c.reference_batch = 64;
+//   c.scaling = LrScaling::Linear;  c.global_batch = 1024;  c.warmup_updates = 100;
+//   LrSchedule schedule(c);
+//   double lr = schedule.lr_at(step);
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bigbatch {
+
+enum class LrScaling { None, Linear, Sqrt };
+enum class ScheduleKind { Constant, Cosine, Linear, Step };
+
+const char* to_string(LrScaling scaling);
+const char* to_string(ScheduleKind kind);
+LrScaling parse_lr_scaling(const std::string& text);
+ScheduleKind parse_schedule_kind(const std::string& text);
+
+// The batch-size scaling rule alone: base_lr at reference_batch -> rate at global_batch.
+double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling);
+
+struct LrScheduleConfig {
+  double base_lr = 0.1;
+  int64_t reference_batch = 0;  // 0: the global batch, i.e. no scaling
+  int64_t global_batch = 1;
+  LrScaling scaling = LrScaling::None;
+  int64_t warmup_updates = 0;
+  double warmup_start_factor = 0.0;
+  ScheduleKind kind = ScheduleKind::Constant;
+  int64_t total_updates = 1;               // length of the run, for cosine and linear decay
+  double min_lr_factor = 0.0;              // cosine and linear end at peak x min_lr_factor
+  std::vector<int64_t> milestones;         // step decay: update indices where lr *= gamma
+  double gamma = 0.1;
+};
+
+class LrSchedule {
+ public:
+  explicit LrSchedule(const LrScheduleConfig& config);
+
+  double lr_at(int64_t step) const;
+  double peak_lr() const { return peak_lr_; }
+  const LrScheduleConfig& config() const { return config_; }
+
+  // "lr 0.05 @ 64 -> 0.8 @ 1024 (linear)"
+  std::string describe_scaling() const;
+  // Set when the configuration is legal but known to train badly (linear rule past 1024
+  // without warmup); the text explains why.
+  std::optional<std::string> advice() const;
+
+ private:
+  LrScheduleConfig config_;
+  double peak_lr_;
+};
+
+}  // namespace bigbatch

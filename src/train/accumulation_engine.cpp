@@ -1,0 +1,89 @@
+#include "train/accumulation_engine.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+#include "train/optimizer.h"
+
+namespace bigbatch {
+
+AccumulationEngine::AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
+                                       GradientReducer& reducer, EngineOptions options)
+    : model_(std::move(model)), optimizer_(optimizer), reducer_(reducer), options_(options) {
+  for (const auto& p : model_->parameters()) {
+    if (p.requires_grad()) parameters_.push_back(p);
+  }
+  loss_sum_ = torch::zeros({}, torch::kFloat64);
+  correct_ = torch::zeros({}, torch::kInt64);
+}
+
+void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  auto logits = model_->forward(inputs);
+  auto loss = torch::nn::functional::cross_entropy(
+      logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  loss.backward();
+  // Kept as tensors so that nothing synchronises with the device inside the window.
+  loss_sum_ += loss.detach().to(torch::kFloat64);
+  correct_ += logits.detach().argmax(1).eq(targets).sum();
+  items_ += targets.size(0);
+  ++micro_steps_;
+}
+
+UpdateStats AccumulationEngine::finish_gradients() {
+  std::vector<torch::Tensor> gradients;
+  gradients.reserve(parameters_.size());
+  for (auto& p : parameters_) {
+    // A parameter that took no part in the forward pass has no gradient; a zero one keeps the
+    // collective calls identical on every rank.
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    gradients.push_back(p.grad());
+  }
+  const int64_t local_items = items_;
+  const int64_t global_items = reducer_.reduce(gradients, local_items);
+  BB_INTERNAL_ASSERT(global_items > 0, "an update window with no items");
+
+  UpdateStats stats;
+  stats.items = global_items;
+  stats.micro_steps = micro_steps_;
+  stats.correct = correct_.item<int64_t>();
+  stats.loss = loss_sum_.item<double>() / double(local_items > 0 ? local_items : 1);
+
+  // Normalise once, by what was really seen.
+  std::vector<torch::Tensor> norms;
+  norms.reserve(gradients.size());
+  for (auto& g : gradients) {
+    g.div_(double(global_items));
+    norms.push_back(g.norm().to(torch::kFloat64));
+  }
+  stats.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  if (options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm) {
+    // PyTorch's clip_grad_norm_ coefficient, so clipped runs match it.
+    const double coefficient = options_.clip_norm / (stats.grad_norm + 1e-6);
+    for (auto& g : gradients) g.mul_(coefficient);
+  }
+  return stats;
+}
+
+void AccumulationEngine::apply(double lr) {
+  set_learning_rate(optimizer_, lr);
+  optimizer_.step();
+  for (auto& p : parameters_) p.mutable_grad().zero_();
+  loss_sum_.zero_();
+  correct_.zero_();
+  items_ = 0;
+  micro_steps_ = 0;
+}
+
+UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
+                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
+  int64_t position = window.rank_begin;
+  for (const int64_t size : window.micro_batch_sizes) {
+    const Batch batch = assembler.gather(order, position, size);
+    engine.micro_step(batch.inputs, batch.targets);
+    position += size;
+  }
+  return engine.update(lr);
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,78 @@
+#pragma once
+// The accumulation engine: one optimizer update assembled from micro-steps, with the exact
+// mathematics of one big batch (docs/design.md, invariants 2, 3 and 5).
+//
+//  - Each micro-step reduces its loss with *sum* and records its item count; backward adds
+//    into .grad. Nothing is averaged per micro-batch.
+//  - finish_gradients() hands the summed gradients and the count to the GradientReducer
+//    (the only place ranks communicate, once per update), then divides once by the global
+//    count: the mean over what was really seen, also for short windows and uneven micro-batches.
+//  - Clipping, weight decay and the optimizer step then act once, on that mean gradient.
+//
+//   AccumulationEngine engine(model, *optimizer, reducer, {.clip_norm = 1.0});
+//   for (const Batch& micro : window) engine.micro_step(micro.inputs, micro.targets);
+//   UpdateStats stats = engine.update(lr);
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "batching/batch_plan.h"
+#include "data/dataset.h"
+#include "train/gradient_reducer.h"
+
+namespace bigbatch {
+
+struct EngineOptions {
+  double clip_norm = 0.0;  // 0: no clipping
+};
+
+struct UpdateStats {
+  double loss = 0;       // mean loss over the update's items (all ranks)
+  int64_t items = 0;     // items in the update (all ranks)
+  int64_t correct = 0;   // correctly classified items on this rank
+  double grad_norm = 0;  // L2 norm of the mean gradient, before clipping
+  int64_t micro_steps = 0;
+};
+
+class AccumulationEngine {
+ public:
+  AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
+                     GradientReducer& reducer, EngineOptions options);
+
+  // Forward and backward of one micro-batch; gradients add up in .grad.
+  void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets);
+
+  // Ends the window: reduce across ranks, divide by the global item count, measure the norm,
+  // clip. Afterwards every .grad holds the mean gradient of the whole effective batch.
+  UpdateStats finish_gradients();
+
+  // Applies the update at rate `lr` and clears the gradients for the next window.
+  void apply(double lr);
+
+  UpdateStats update(double lr) {
+    UpdateStats stats = finish_gradients();
+    apply(lr);
+    return stats;
+  }
+
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+
+ private:
+  torch::nn::Sequential model_;
+  torch::optim::Optimizer& optimizer_;
+  GradientReducer& reducer_;
+  EngineOptions options_;
+  std::vector<torch::Tensor> parameters_;
+  torch::Tensor loss_sum_;
+  torch::Tensor correct_;
+  int64_t items_ = 0;
+  int64_t micro_steps_ = 0;
+};
+
+// Runs the micro-steps of one update window (this rank's share of `window`, positions into
+// `order`) through `engine` and applies the update at `lr`.
+UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
+                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr);
+
+}  // namespace bigbatch

@@ -1,0 +1,33 @@
+#include "train/evaluate.h"
+
+#include <algorithm>
+
+namespace bigbatch {
+
+EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size) {
+  EvalResult result;
+  if (data.size() == 0) return result;
+  const bool was_training = model->is_training();
+  model->eval();
+  {
+    c10::InferenceMode inference;
+    auto loss_sum = torch::zeros({}, torch::kFloat64);
+    auto correct = torch::zeros({}, torch::kInt64);
+    for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
+      const int64_t end = std::min(data.size(), begin + batch_size);
+      const auto batch = data.slice(begin, end);
+      const auto logits = model->forward(batch.inputs);
+      loss_sum += torch::nn::functional::cross_entropy(
+                      logits, batch.targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .to(torch::kFloat64);
+      correct += logits.argmax(1).eq(batch.targets).sum();
+    }
+    result.items = data.size();
+    result.loss = loss_sum.item<double>() / double(result.items);
+    result.accuracy = double(correct.item<int64_t>()) / double(result.items);
+  }
+  model->train(was_training);
+  return result;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,35 @@
+#pragma once
+// Optimizers with PyTorch's semantics (libtorch's own SGD and AdamW), built from typed
+// settings, plus the one operation the engine needs beyond step(): setting the rate for the
+// next update. They act once per update, on the accumulated mean gradient.
+//
+//   auto optimizer = make_optimizer(settings, model->parameters());
+//   set_learning_rate(*optimizer, schedule.lr_at(step));
+//   optimizer->step();
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "config/train_config.h"
+
+namespace bigbatch {
+
+struct OptimizerSettings {
+  OptimizerKind kind = OptimizerKind::Sgd;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+
+  static OptimizerSettings from(const TrainConfig& config);
+};
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSettings& settings,
+                                                        const std::vector<torch::Tensor>& parameters);
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace bigbatch

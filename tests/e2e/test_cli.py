@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""End-to-end tests of the bigbatch binary: real CLI, real Fashion-MNIST (small subsets), real
+files. Usage: test_cli.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = None
+FASHION = "/usr/share/datasets/fashion-mnist"
+SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "512", "--global-batch", "128",
+         "--micro-batch", "32", "--epochs", "2", "--threads", "1", "--progress", "off"]
+
+
+def run(*args, check=False, env=None):
+    result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"bigbatch {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+class CliTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_e2e_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def assert_one_line_error(self, result, *fragments):
+        self.assertEqual(result.returncode, 2, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("bigbatch: error:")]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
+        for fragment in fragments:
+            self.assertIn(fragment, errors[0])
+
+
+class PlanTest(CliTestCase):
+    def test_seed_example(self):
+        out = run("plan", "--dataset-size", "1000", "--micro-batch", "10", "--accum-steps", "5", check=True).stdout
+        self.assertRegex(out, r"global batch \(effective\)\s+50\s+\(derived\)")
+        self.assertRegex(out, r"micro-steps \(fwd/bwd passes\)\s+100")
+        self.assertRegex(out, r"updates\s+20\n")
+        self.assertRegex(out, r"one direct batch\s+20 passes per epoch")
+
+    def test_json(self):
+        out = run("plan", "--dataset-size", "1000", "--micro-batch", "10", "--accum-steps", "5", "--json",
+                  check=True).stdout
+        plan = json.loads(out)
+        for key in ["global_batch_size", "micro_batch_size", "accumulation_steps", "world_size",
+                    "micro_steps_per_epoch", "updates_per_epoch", "lr", "warmup_updates"]:
+            self.assertIn(key, plan)
+        self.assertEqual((plan["global_batch_size"], plan["micro_steps_per_epoch"], plan["updates_per_epoch"]),
+                         (50, 100, 20))
+
+    def test_lr_rule_and_warmup_in_updates(self):
+        plan = json.loads(run("plan", "--global-batch", "1024", "--micro-batch", "64", "--lr", "0.05",
+                              "--lr-ref-batch", "64", "--lr-scaling", "linear", "--warmup", "2e", "--json",
+                              check=True).stdout)
+        self.assertAlmostEqual(plan["lr"], 0.8)
+        self.assertEqual(plan["accumulation_steps"], 16)
+        self.assertEqual(plan["updates_per_epoch"], 59)  # 58 x 1024 + 608
+        self.assertEqual(plan["warmup_updates"], 118)
+
+    def test_warns_past_1024_without_warmup(self):
+        result = run("plan", "--global-batch", "2048", "--lr-scaling", "linear", "--lr-ref-batch", "256", check=True)
+        self.assertIn("warning: global batch 2048 with the linear scaling rule and no warmup", result.stdout)
+
+    def test_world_size_keeps_the_global_batch(self):
+        plan = json.loads(run("plan", "--global-batch", "1024", "--micro-batch", "32", "--world-size", "4",
+                              "--json", check=True).stdout)
+        self.assertEqual((plan["accumulation_steps"], plan["world_size"]), (8, 4))
+
+    def test_bad_plans_are_one_line_errors(self):
+        self.assert_one_line_error(run("plan", "--global-batch", "256", "--micro-batch", "32", "--accum-steps", "4"),
+                                   "256 != micro 32 x accumulation 4")
+        self.assert_one_line_error(run("plan", "--global-batch", "1000", "--micro-batch", "64"),
+                                   "--global-batch 960 or --global-batch 1024")
+        self.assert_one_line_error(run("plan", "--micro-batch", "0"), "--micro-batch must be a positive integer")
+        self.assert_one_line_error(run("plan", "--micro-batch", "-3"), "--micro-batch must be a positive integer")
+        self.assert_one_line_error(run("plan", "--dataset-size", "10", "--micro-batch", "64"),
+                                   "larger than the dataset")
+        self.assert_one_line_error(run("plan", "--warmup", "12"), "has no unit")
+        self.assert_one_line_error(run("plan", "--micro-batch", "many"))
+
+
+class TrainTest(CliTestCase):
+    def test_small_run_writes_every_file(self):
+        out = self.path("run")
+        result = run("train", *SMALL, "--val-size", "64", "--out", out, check=True)
+        self.assertIn("test accuracy", result.stdout)
+        for name in ["config.toml", "plan.txt", "metrics.jsonl", "weights.safetensors"]:
+            self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        updates = [r for r in records if "loss" in r]
+        epochs = [r for r in records if "test_accuracy" in r]
+        # 448 training samples at 128: 3 full updates and one of 64, for 2 epochs.
+        self.assertEqual(len(updates), 8)
+        self.assertEqual([u["step"] for u in updates], list(range(1, 9)))
+        self.assertEqual(updates[3]["items"], 64)
+        self.assertEqual(updates[-1]["samples_seen"], 2 * 448)
+        for key in ["step", "epoch", "samples_seen", "loss", "lr", "grad_norm", "samples_per_s"]:
+            self.assertIn(key, updates[0])
+        self.assertEqual(len(epochs), 2)
+        for key in ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "val_loss",
+                    "val_accuracy"]:
+            self.assertIn(key, epochs[-1])
+        self.assertGreater(epochs[-1]["test_accuracy"], 0.5)
+        self.assertIn("accumulation steps           4", open(os.path.join(out, "plan.txt")).read())
+
+    def test_config_file_reproduces_the_run_bit_for_bit(self):
+        first = self.path("first")
+        run("train", *SMALL, "--out", first, check=True)
+        second = self.path("second")
+        run("train", "--config", os.path.join(first, "config.toml"), "--out", second, check=True)
+        with open(os.path.join(first, "weights.safetensors"), "rb") as a, \
+                open(os.path.join(second, "weights.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_flags_override_the_config_file(self):
+        config = self.path("c.toml")
+        with open(config, "w") as f:
+            f.write('model = "mlp"\nhidden = [32]\ntrain-subset = 256\nglobal-batch = 64\nepochs = 1\n'
+                    'threads = 1\nprogress = "off"\n')
+        out = self.path("run")
+        run("train", "--config", config, "--micro-batch", "16", "--out", out, check=True)
+        self.assertIn("micro-batch = 16", open(os.path.join(out, "config.toml")).read())
+        self.assertIn("accumulation steps           4", open(os.path.join(out, "plan.txt")).read())
+
+    def test_max_updates_zero_writes_initial_weights(self):
+        out = self.path("init")
+        saved = self.path("copy.safetensors")
+        run("train", *SMALL, "--max-updates", "0", "--out", out, "--save-weights", saved, check=True)
+        with open(os.path.join(out, "weights.safetensors"), "rb") as a, open(saved, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        blob = open(saved, "rb").read()
+        (n,) = struct.unpack("<Q", blob[:8])
+        header = json.loads(blob[8:8 + n])
+        self.assertEqual(header["1.weight"]["shape"], [64, 784])
+        self.assertEqual(header["__metadata__"]["model"], "mlp")
+        # Training from those weights equals training from the same seed.
+        a, b = self.path("a"), self.path("b")
+        run("train", *SMALL, "--out", a, check=True)
+        run("train", *SMALL, "--init-weights", saved, "--seed", "42", "--out", b, check=True)
+        self.assertEqual(open(os.path.join(a, "weights.safetensors"), "rb").read(),
+                         open(os.path.join(b, "weights.safetensors"), "rb").read())
+
+    def test_progress_lines_when_not_a_terminal(self):
+        result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)
+        self.assertIn("epoch 2/2 update 4/4", result.stderr)
+        self.assertNotIn("\r", result.stderr)
+        self.assertIn("lr 0.05 @ 128 -> 0.05 @ 128 (none)", result.stderr)
+
+    def test_batchnorm_under_accumulation_is_announced(self):
+        result = run("train", "--model", "cnn-bn", "--train-subset", "128", "--global-batch", "64",
+                     "--micro-batch", "16", "--max-updates", "1", "--threads", "1", "--progress", "off",
+                     "--out", self.path("bn"), check=True)
+        self.assertIn("ghost batch norm", result.stderr)
+
+
+class BadInputTest(CliTestCase):
+    def test_unknown_flag_suggests_the_right_one(self):
+        self.assert_one_line_error(run("train", "--micro-bach", "8"), "did you mean --micro-batch?")
+
+    def test_bad_values(self):
+        self.assert_one_line_error(run("train", "--lr", "fast"), "--lr expects a number, got 'fast'")
+        self.assert_one_line_error(run("train", "--model", "resnet"), "model 'resnet' is not known")
+        self.assert_one_line_error(run("train", "--optimizer", "lamb"), "optimizer 'lamb' is not known")
+        self.assert_one_line_error(run("train", "--epochs", "0"), "--epochs must be positive")
+        self.assert_one_line_error(run("train", "--schedule", "step"), "--schedule step needs --step-milestones")
+
+    def test_missing_and_corrupt_datasets(self):
+        self.assert_one_line_error(run("train", "--dataset", "idx:" + self.path("none"), "--out", self.path("r")),
+                                   "not found")
+        broken = self.path("broken")
+        os.makedirs(broken)
+        for name in os.listdir(FASHION):
+            shutil.copy(os.path.join(FASHION, name), broken)
+        with open(os.path.join(broken, "t10k-labels-idx1-ubyte.gz"), "r+b") as f:
+            f.truncate(100)
+        self.assert_one_line_error(run("train", *SMALL, "--dataset", "idx:" + broken, "--out", self.path("r")),
+                                   "t10k-labels-idx1-ubyte.gz")
+        self.assertFalse(os.path.exists(self.path("r", "metrics.jsonl")))
+
+    def test_bad_weight_files(self):
+        junk = self.path("junk.safetensors")
+        with open(junk, "wb") as f:
+            f.write(b"\xff" * 64)
+        self.assert_one_line_error(run("train", *SMALL, "--init-weights", junk, "--out", self.path("r")),
+                                   "safetensors file")
+        cnn = self.path("cnn")
+        run("train", "--model", "cnn", "--max-updates", "0", "--train-subset", "64", "--progress", "off",
+            "--out", cnn, check=True)
+        self.assert_one_line_error(run("train", *SMALL, "--init-weights", os.path.join(cnn, "weights.safetensors"),
+                                       "--out", self.path("r2")), "shape")
+
+    def test_existing_run_directory_is_never_overwritten(self):
+        out = self.path("run")
+        run("train", *SMALL, "--max-updates", "1", "--out", out, check=True)
+        before = open(os.path.join(out, "weights.safetensors"), "rb").read()
+        self.assert_one_line_error(run("train", *SMALL, "--out", out), "already holds a run")
+        self.assertEqual(before, open(os.path.join(out, "weights.safetensors"), "rb").read())
+
+    def test_bad_config_files(self):
+        config = self.path("c.toml")
+        with open(config, "w") as f:
+            f.write("micro-bach = 8\n")
+        self.assert_one_line_error(run("train", "--config", config), "did you mean 'micro-batch'?")
+        with open(config, "w") as f:
+            f.write("lr = \n")
+        self.assert_one_line_error(run("train", "--config", config), "line 1")
+        self.assert_one_line_error(run("train", "--config", self.path("missing.toml")), "does not exist")
+
+    def test_unwritable_run_directory(self):
+        blocker = self.path("file")
+        open(blocker, "w").close()
+        self.assert_one_line_error(run("train", *SMALL, "--out", os.path.join(blocker, "run")), "cannot create")
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""PyTorch in Python as the oracle for bigbatch's training (tests/README: "equivalence").
+
+The script has bigbatch write its initial weights, then trains the same model twice: once with
+the bigbatch binary (micro-batches accumulated into an effective batch, including a short final
+window), and once here with the plain PyTorch loop a user would write for the same mathematics:
+the same samples per update (bigbatch's sampler is reproduced below), the loss of each
+micro-batch divided by the window's true size, torch.optim's SGD / AdamW, and the same learning
+rate schedule. The final weights and the per-update losses must agree to fp32 tolerance.
+
+Usage: bigbatch_oracle.py BIGBATCH_BINARY WORK_DIR [--optimizer sgd|adamw]
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+MASK = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+class SplitMix64:
+    """bigbatch's data/sampler.h generator, bit for bit."""
+
+    def __init__(self, seed):
+        self.state = seed & MASK
+
+    def next(self):
+        self.state = (self.state + GOLDEN) & MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    def below(self, bound):
+        limit = (MASK // bound) * bound
+        draw = self.next()
+        while draw >= limit:
+            draw = self.next()
+        return draw % bound
+
+
+def epoch_order(seed, epoch, n):
+    order = list(range(n))
+    rng = SplitMix64(seed ^ ((GOLDEN * (epoch + 1)) & MASK))
+    for i in range(n - 1, 0, -1):
+        j = rng.below(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    header.pop("__metadata__", None)
+    dtypes = {"F32": torch.float32, "I64": torch.int64}
+    out = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        raw = bytearray(blob[8 + n + begin : 8 + n + end])
+        out[name] = torch.frombuffer(raw, dtype=dtypes[info["dtype"]]).reshape(info["shape"]).clone()
+    return out
+
+
+def mlp(hidden):
+    layers, width = [torch.nn.Flatten()], 784
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    layers.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*layers)
+
+
+def lr_at(step, peak, warmup, total):
+    """bigbatch's schedule/lr_schedule.h: linear warmup from 0, then cosine to 0."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(max((step - warmup) / max(1, total - warmup), 0.0), 1.0)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("workdir")
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    subset, global_batch, micro, epochs, seed, hidden = 600, 128, 32, 2, 42, [64, 32]
+    lr = 0.05 if args.optimizer == "sgd" else 2e-3
+    warmup = 3
+    os.makedirs(args.workdir, exist_ok=True)
+    common = [args.binary, "train", "--model", "mlp", "--hidden", ",".join(map(str, hidden)),
+              "--train-subset", str(subset), "--global-batch", str(global_batch), "--micro-batch", str(micro),
+              "--optimizer", args.optimizer, "--lr", str(lr), "--momentum", "0.9", "--nesterov",
+              "--weight-decay", "5e-4", "--warmup", f"{warmup}u", "--schedule", "cosine",
+              "--epochs", str(epochs), "--seed", str(seed), "--threads", "1", "--progress", "off"]
+    init_dir = os.path.join(args.workdir, f"init-{args.optimizer}")
+    run_dir = os.path.join(args.workdir, f"run-{args.optimizer}")
+    subprocess.run(common + ["--max-updates", "0", "--out", init_dir], check=True, stdout=subprocess.DEVNULL)
+    init_path = os.path.join(init_dir, "weights.safetensors")
+    subprocess.run(common + ["--init-weights", init_path, "--out", run_dir], check=True, stdout=subprocess.DEVNULL)
+
+    images = read_idx(os.path.join(FASHION_MNIST, "train-images-idx3-ubyte.gz"))[:subset]
+    labels = read_idx(os.path.join(FASHION_MNIST, "train-labels-idx1-ubyte.gz"))[:subset]
+    inputs = torch.from_numpy(images.copy()).float().unsqueeze(1).div_(255.0).sub_(0.2860).div_(0.3530)
+    targets = torch.from_numpy(labels.astype(np.int64))
+
+    model = mlp(hidden)
+    model.load_state_dict(read_safetensors(init_path))
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=5e-4)
+
+    updates_per_epoch = math.ceil(subset / global_batch)  # 4 full updates and one of 88 samples
+    total = epochs * updates_per_epoch
+    step, losses = 0, []
+    for epoch in range(epochs):
+        order = epoch_order(seed, epoch, subset)
+        for u in range(updates_per_epoch):
+            window = order[u * global_batch : min(subset, (u + 1) * global_batch)]
+            loss_sum = 0.0
+            for begin in range(0, len(window), micro):
+                index = torch.tensor(window[begin : begin + micro])
+                loss = torch.nn.functional.cross_entropy(model(inputs[index]), targets[index], reduction="sum")
+                (loss / len(window)).backward()  # the mean over the whole window, not per micro-batch
+                loss_sum += loss.item()
+            losses.append(loss_sum / len(window))
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, lr, warmup, total)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+
+    ours = read_safetensors(os.path.join(run_dir, "weights.safetensors"))
+    worst = 0.0
+    for name, reference in model.state_dict().items():
+        diff = (ours[name] - reference).abs().max().item() / max(reference.abs().max().item(), 1e-12)
+        worst = max(worst, diff)
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    our_losses = [r["loss"] for r in records if "loss" in r]
+    our_lrs = [r["lr"] for r in records if "lr" in r]
+    loss_diff = max(abs(a - b) for a, b in zip(our_losses, losses))
+    lr_diff = max(abs(a - lr_at(i, lr, warmup, total)) for i, a in enumerate(our_lrs))
+    print(f"{args.optimizer}: {len(losses)} updates; max relative weight difference {worst:.3g}; "
+          f"max loss difference {loss_diff:.3g}; max lr difference {lr_diff:.3g}")
+    ok = len(our_losses) == len(losses) == total and worst < 1e-5 and loss_diff < 1e-5 and lr_diff < 1e-12
+    print("oracle agrees" if ok else "oracle DISAGREES")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

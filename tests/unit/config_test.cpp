@@ -1,0 +1,156 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/option_table.h"
+#include "config/resolved_run.h"
+#include "core/error.h"
+#include "core/text.h"
+
+namespace bigbatch {
+namespace {
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  std::string path_ = (std::filesystem::temp_directory_path() /
+                       ("bigbatch_config_test_" +
+                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".toml"))
+                          .string();
+  void write(const std::string& text) { std::ofstream(path_) << text; }
+  std::string error_of() {
+    TrainConfig config;
+    try {
+      load_toml_config(config, path_);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Config);
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a config error";
+    return {};
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+};
+
+TEST_F(ConfigFileTest, KeysMirrorTheFlags) {
+  write("model = \"mlp\"\nglobal-batch = 1024\nmicro-batch = 64\nlr = 0.05\nlr-scaling = \"linear\"\n"
+        "warmup = \"2e\"\nhidden = [128, 64]\nnesterov = false\n");
+  TrainConfig config;
+  load_toml_config(config, path_);
+  EXPECT_EQ(config.model, "mlp");
+  EXPECT_EQ(config.global_batch, 1024);
+  EXPECT_EQ(config.micro_batch, 64);
+  EXPECT_DOUBLE_EQ(config.lr, 0.05);
+  EXPECT_EQ(config.lr_scaling, LrScaling::Linear);
+  EXPECT_EQ(config.warmup.to_string(), "2e");
+  EXPECT_EQ(config.hidden, (std::vector<int64_t>{128, 64}));
+  EXPECT_FALSE(config.nesterov);
+}
+
+TEST_F(ConfigFileTest, UnknownKeySuggestsTheClosest) {
+  write("lerning-rate = 0.1\n");
+  EXPECT_NE(error_of().find("unknown key 'lerning-rate'"), std::string::npos);
+  write("micro-bach = 8\n");
+  EXPECT_NE(error_of().find("did you mean 'micro-batch'?"), std::string::npos);
+}
+
+TEST_F(ConfigFileTest, SyntaxErrorsGiveLineAndColumn) {
+  write("model = \"mlp\"\nlr = = 3\n");
+  EXPECT_NE(error_of().find("line 2"), std::string::npos);
+}
+
+TEST_F(ConfigFileTest, BadValuesNameTheKey) {
+  write("global-batch = \"many\"\n");
+  EXPECT_NE(error_of().find("--global-batch expects an integer, got 'many'"), std::string::npos);
+  write("schedule = \"exponential\"\n");
+  EXPECT_NE(error_of().find("schedule 'exponential' is not known"), std::string::npos);
+  write("lr = [[1]]\n");
+  EXPECT_NE(error_of().find("unsupported type"), std::string::npos);
+}
+
+TEST_F(ConfigFileTest, MissingFileIsAClearError) {
+  EXPECT_NE(error_of().find("does not exist"), std::string::npos);
+}
+
+TEST_F(ConfigFileTest, RenderedConfigLoadsBackToTheSameRun) {
+  TrainConfig original;
+  original.model = "cnn-gn";
+  original.global_batch = 512;
+  original.micro_batch = 16;
+  original.lr_ref_batch = 128;
+  original.lr_scaling = LrScaling::Sqrt;
+  original.warmup = Interval::parse("300u");
+  original.schedule = ScheduleKind::Step;
+  original.step_milestones = {Interval::parse("3e"), Interval::parse("6e")};
+  original.shuffle = false;
+  original.max_updates = 7;
+  original.seed = 9;
+  write(render_toml_config(original));
+  TrainConfig loaded;
+  load_toml_config(loaded, path_);
+  EXPECT_EQ(render_toml_config(loaded), render_toml_config(original));
+  EXPECT_EQ(loaded.model, "cnn-gn");
+  EXPECT_FALSE(loaded.shuffle);
+  EXPECT_EQ(loaded.step_milestones.size(), 2u);
+  EXPECT_EQ(loaded.max_updates, 7);
+}
+
+TEST(TrainConfig, ValidationNamesTheFix) {
+  TrainConfig config;
+  config.model = "cnnn";
+  try {
+    config.validate();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'cnn'"), std::string::npos) << e.what();
+  }
+  config = TrainConfig{};
+  config.momentum = 1.5;
+  EXPECT_THROW(config.validate(), Error);
+  config = TrainConfig{};
+  config.schedule = ScheduleKind::Step;
+  EXPECT_THROW(config.validate(), Error);
+  EXPECT_NO_THROW(TrainConfig{}.validate());
+}
+
+TEST(ResolvedRun, DefaultJobOnFashionMnist) {
+  TrainConfig config;
+  config.warmup = Interval::parse("1e");
+  const ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.plan.global_batch_size, 256);
+  EXPECT_EQ(run.plan.accumulation_steps, 8);
+  EXPECT_EQ(run.epoch.updates_per_epoch, 235);
+  EXPECT_EQ(run.schedule.config().warmup_updates, 235);
+  EXPECT_EQ(run.total_updates, config.epochs * 235);
+}
+
+TEST(ResolvedRun, MaxUpdatesBoundsTheRun) {
+  TrainConfig config;
+  config.max_updates = 300;
+  const ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.total_updates, 300);
+  EXPECT_EQ(run.epochs, 2);
+}
+
+TEST(Text, StrictNumbers) {
+  EXPECT_EQ(parse_int("42"), 42);
+  EXPECT_EQ(parse_int("+7"), 7);
+  EXPECT_FALSE(parse_int("12 gigs"));
+  EXPECT_FALSE(parse_int("1.5"));
+  EXPECT_FALSE(parse_int(""));
+  EXPECT_DOUBLE_EQ(*parse_double("1e-3"), 1e-3);
+  EXPECT_FALSE(parse_double("nan"));
+  EXPECT_FALSE(parse_double("0.1x"));
+}
+
+TEST(Text, HumanReadable) {
+  EXPECT_EQ(human_duration(75.2), "1m15s");
+  EXPECT_EQ(human_duration(3700), "1h01m");
+  EXPECT_EQ(human_count(12345), "12.3k");
+  EXPECT_EQ(format_double(0.1), "0.1");
+  EXPECT_EQ(closest_match("--lrr", {"--lr", "--model"}), std::optional<std::string>("--lr"));
+  EXPECT_FALSE(closest_match("--zzzzzzzz", {"--lr"}).has_value());
+}
+
+}  // namespace
+}  // namespace bigbatch

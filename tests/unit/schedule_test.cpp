@@ -1,0 +1,173 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "schedule/interval.h"
+#include "schedule/lr_schedule.h"
+
+namespace bigbatch {
+namespace {
+
+LrScheduleConfig base(double lr, ScheduleKind kind, int64_t warmup, int64_t total) {
+  LrScheduleConfig c;
+  c.base_lr = lr;
+  c.global_batch = 256;
+  c.kind = kind;
+  c.warmup_updates = warmup;
+  c.total_updates = total;
+  return c;
+}
+
+TEST(LrScaling, LinearAndSqrtRules) {
+  EXPECT_DOUBLE_EQ(scale_lr(0.05, 64, 1024, LrScaling::Linear), 0.8);
+  EXPECT_DOUBLE_EQ(scale_lr(0.05, 64, 1024, LrScaling::Sqrt), 0.2);
+  EXPECT_DOUBLE_EQ(scale_lr(0.05, 64, 1024, LrScaling::None), 0.05);
+  // The seed's example: 0.1 at 64 -> 0.2 at 128.
+  EXPECT_DOUBLE_EQ(scale_lr(0.1, 64, 128, LrScaling::Linear), 0.2);
+  // Goyal et al.: 0.1 x kn / 256 -> 3.2 at 8k.
+  EXPECT_DOUBLE_EQ(scale_lr(0.1, 256, 8192, LrScaling::Linear), 3.2);
+}
+
+TEST(LrSchedule, DescribesTheResolvedRule) {
+  LrScheduleConfig c = base(0.05, ScheduleKind::Constant, 0, 100);
+  c.reference_batch = 64;
+  c.global_batch = 1024;
+  c.scaling = LrScaling::Linear;
+  EXPECT_EQ(LrSchedule(c).describe_scaling(), "lr 0.05 @ 64 -> 0.8 @ 1024 (linear)");
+}
+
+TEST(LrSchedule, ReferenceBatchDefaultsToTheGlobalBatch) {
+  LrScheduleConfig c = base(0.05, ScheduleKind::Constant, 0, 10);
+  c.scaling = LrScaling::Linear;
+  EXPECT_DOUBLE_EQ(LrSchedule(c).peak_lr(), 0.05);
+}
+
+TEST(LrSchedule, WarmupGoldenValues) {
+  LrScheduleConfig c = base(0.4, ScheduleKind::Constant, 4, 100);
+  const LrSchedule s(c);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);  // never zero, even with start factor 0
+  EXPECT_DOUBLE_EQ(s.lr_at(1), 0.2);
+  EXPECT_DOUBLE_EQ(s.lr_at(2), 0.30000000000000004);
+  EXPECT_DOUBLE_EQ(s.lr_at(3), 0.4);  // last warmup update trains at the peak
+  EXPECT_DOUBLE_EQ(s.lr_at(4), 0.4);
+}
+
+TEST(LrSchedule, WarmupStartFactor) {
+  LrScheduleConfig c = base(1.0, ScheduleKind::Constant, 10, 100);
+  c.warmup_start_factor = 0.1;
+  const LrSchedule s(c);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.19);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);
+}
+
+TEST(LrSchedule, CosineGoldenValues) {
+  const LrSchedule s(base(1.0, ScheduleKind::Cosine, 0, 100));
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
+  EXPECT_NEAR(s.lr_at(25), 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_NEAR(s.lr_at(50), 0.5, 1e-15);
+  EXPECT_NEAR(s.lr_at(100), 0.0, 1e-15);
+  EXPECT_NEAR(s.lr_at(500), 0.0, 1e-15);  // past the end: stays at the floor
+}
+
+TEST(LrSchedule, CosineStartsAfterWarmupAndEndsAtTheFloor) {
+  LrScheduleConfig c = base(1.0, ScheduleKind::Cosine, 10, 110);
+  c.min_lr_factor = 0.1;
+  const LrSchedule s(c);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);
+  EXPECT_NEAR(s.lr_at(60), 0.55, 1e-15);
+  EXPECT_NEAR(s.lr_at(110), 0.1, 1e-15);
+}
+
+TEST(LrSchedule, LinearDecayGoldenValues) {
+  LrScheduleConfig c = base(1.0, ScheduleKind::Linear, 0, 100);
+  c.min_lr_factor = 0.1;
+  const LrSchedule s(c);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
+  EXPECT_NEAR(s.lr_at(50), 0.55, 1e-15);
+  EXPECT_NEAR(s.lr_at(100), 0.1, 1e-15);
+}
+
+TEST(LrSchedule, StepDecayAtMilestones) {
+  LrScheduleConfig c = base(1.0, ScheduleKind::Step, 0, 100);
+  c.milestones = {60, 30};
+  c.gamma = 0.1;
+  const LrSchedule s(c);
+  EXPECT_DOUBLE_EQ(s.lr_at(29), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(30), 0.1);
+  EXPECT_NEAR(s.lr_at(60), 0.01, 1e-17);
+}
+
+TEST(LrSchedule, AdvisesWarmupPastTenTwentyFourWithTheLinearRule) {
+  LrScheduleConfig c = base(0.1, ScheduleKind::Constant, 0, 100);
+  c.scaling = LrScaling::Linear;
+  c.reference_batch = 256;
+  c.global_batch = 2048;
+  ASSERT_TRUE(LrSchedule(c).advice().has_value());
+  EXPECT_NE(LrSchedule(c).advice()->find("warmup"), std::string::npos);
+  c.warmup_updates = 50;
+  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  c.warmup_updates = 0;
+  c.global_batch = 1024;
+  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+}
+
+TEST(LrSchedule, RejectsImpossibleSettings) {
+  LrScheduleConfig c = base(-0.1, ScheduleKind::Constant, 0, 10);
+  EXPECT_THROW(LrSchedule{c}, Error);
+  c = base(0.1, ScheduleKind::Constant, 0, 10);
+  c.warmup_start_factor = 1.5;
+  EXPECT_THROW(LrSchedule{c}, Error);
+}
+
+TEST(LrSchedule, NamesParse) {
+  EXPECT_EQ(parse_schedule_kind("cosine"), ScheduleKind::Cosine);
+  EXPECT_EQ(parse_lr_scaling("sqrt"), LrScaling::Sqrt);
+  EXPECT_THROW(parse_schedule_kind("exponential"), Error);
+  EXPECT_THROW(parse_lr_scaling("quadratic"), Error);
+}
+
+class IntervalTest : public ::testing::Test {
+ protected:
+  // Fashion-MNIST at 256: 234 full updates and one of 96 samples.
+  BatchPlan plan_ = [] {
+    BatchRequest r;
+    r.global_batch_size = 256;
+    r.micro_batch_size = 32;
+    return BatchPlan::resolve(r);
+  }();
+  EpochPlan epoch_ = plan_epoch(plan_, 60000, LastWindow::Keep);
+};
+
+TEST_F(IntervalTest, ConvertsEveryUnitThroughThePlan) {
+  ASSERT_EQ(epoch_.updates_per_epoch, 235);
+  EXPECT_EQ(Interval::parse("500u").to_updates(plan_, epoch_), 500);
+  EXPECT_EQ(Interval::parse("3e").to_updates(plan_, epoch_), 705);
+  EXPECT_EQ(Interval::parse("0.5e").to_updates(plan_, epoch_), 118);  // rounded up
+  EXPECT_EQ(Interval::parse("120000s").to_updates(plan_, epoch_), 470);
+  EXPECT_EQ(Interval::parse("256s").to_updates(plan_, epoch_), 1);
+  EXPECT_EQ(Interval::parse("257s").to_updates(plan_, epoch_), 2);
+  EXPECT_EQ(Interval::parse("0").to_updates(plan_, epoch_), 0);
+}
+
+TEST_F(IntervalTest, SiPrefixes) {
+  EXPECT_DOUBLE_EQ(Interval::parse("1.2Ms").value(), 1.2e6);
+  EXPECT_DOUBLE_EQ(Interval::parse("50ku").value(), 50000);
+  EXPECT_EQ(Interval::parse("1.2Ms").unit(), Interval::Unit::Samples);
+}
+
+TEST_F(IntervalTest, RoundTripsThroughText) {
+  for (const char* text : {"500u", "2e", "0.5e", "120000s"}) {
+    EXPECT_EQ(Interval::parse(text).to_string(), text);
+  }
+}
+
+TEST_F(IntervalTest, RejectsBadText) {
+  for (const char* text : {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u"}) {
+    EXPECT_THROW(Interval::parse(text), Error) << text;
+  }
+}
+
+}  // namespace
+}  // namespace bigbatch
