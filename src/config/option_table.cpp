@@ -170,6 +170,7 @@ std::vector<OptionSpec> build_table() {
                  both, nullptr, nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       c.step_milestones.clear();
+      if (trim(text).empty()) return;  // an empty list
       for (const auto& part : split(text, ',')) c.step_milestones.push_back(Interval::parse(part));
     };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {

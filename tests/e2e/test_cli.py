@@ -16,6 +16,11 @@ SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "512", "--global-
          "--micro-batch", "32", "--epochs", "2", "--threads", "1", "--progress", "off"]
 
 
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
 def run(*args, check=False, env=None):
     result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300, env=env)
     if check and result.returncode != 0:
@@ -99,7 +104,7 @@ class TrainTest(CliTestCase):
         self.assertIn("test accuracy", result.stdout)
         for name in ["config.toml", "plan.txt", "metrics.jsonl", "weights.safetensors"]:
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
-        records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
         updates = [r for r in records if "loss" in r]
         epochs = [r for r in records if "test_accuracy" in r]
         # 448 training samples at 128: 3 full updates and one of 64, for 2 epochs.
@@ -114,16 +119,15 @@ class TrainTest(CliTestCase):
                     "val_accuracy"]:
             self.assertIn(key, epochs[-1])
         self.assertGreater(epochs[-1]["test_accuracy"], 0.5)
-        self.assertIn("accumulation steps           4", open(os.path.join(out, "plan.txt")).read())
+        self.assertIn("accumulation steps           4", read(os.path.join(out, "plan.txt")))
 
     def test_config_file_reproduces_the_run_bit_for_bit(self):
         first = self.path("first")
         run("train", *SMALL, "--out", first, check=True)
         second = self.path("second")
         run("train", "--config", os.path.join(first, "config.toml"), "--out", second, check=True)
-        with open(os.path.join(first, "weights.safetensors"), "rb") as a, \
-                open(os.path.join(second, "weights.safetensors"), "rb") as b:
-            self.assertEqual(a.read(), b.read())
+        self.assertEqual(read(os.path.join(first, "weights.safetensors"), "rb"),
+                         read(os.path.join(second, "weights.safetensors"), "rb"))
 
     def test_flags_override_the_config_file(self):
         config = self.path("c.toml")
@@ -132,16 +136,15 @@ class TrainTest(CliTestCase):
                     'threads = 1\nprogress = "off"\n')
         out = self.path("run")
         run("train", "--config", config, "--micro-batch", "16", "--out", out, check=True)
-        self.assertIn("micro-batch = 16", open(os.path.join(out, "config.toml")).read())
-        self.assertIn("accumulation steps           4", open(os.path.join(out, "plan.txt")).read())
+        self.assertIn("micro-batch = 16", read(os.path.join(out, "config.toml")))
+        self.assertIn("accumulation steps           4", read(os.path.join(out, "plan.txt")))
 
     def test_max_updates_zero_writes_initial_weights(self):
         out = self.path("init")
         saved = self.path("copy.safetensors")
         run("train", *SMALL, "--max-updates", "0", "--out", out, "--save-weights", saved, check=True)
-        with open(os.path.join(out, "weights.safetensors"), "rb") as a, open(saved, "rb") as b:
-            self.assertEqual(a.read(), b.read())
-        blob = open(saved, "rb").read()
+        self.assertEqual(read(os.path.join(out, "weights.safetensors"), "rb"), read(saved, "rb"))
+        blob = read(saved, "rb")
         (n,) = struct.unpack("<Q", blob[:8])
         header = json.loads(blob[8:8 + n])
         self.assertEqual(header["1.weight"]["shape"], [64, 784])
@@ -150,8 +153,8 @@ class TrainTest(CliTestCase):
         a, b = self.path("a"), self.path("b")
         run("train", *SMALL, "--out", a, check=True)
         run("train", *SMALL, "--init-weights", saved, "--seed", "42", "--out", b, check=True)
-        self.assertEqual(open(os.path.join(a, "weights.safetensors"), "rb").read(),
-                         open(os.path.join(b, "weights.safetensors"), "rb").read())
+        self.assertEqual(read(os.path.join(a, "weights.safetensors"), "rb"),
+                         read(os.path.join(b, "weights.safetensors"), "rb"))
 
     def test_progress_lines_when_not_a_terminal(self):
         result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)
@@ -200,14 +203,14 @@ class BadInputTest(CliTestCase):
         run("train", "--model", "cnn", "--max-updates", "0", "--train-subset", "64", "--progress", "off",
             "--out", cnn, check=True)
         self.assert_one_line_error(run("train", *SMALL, "--init-weights", os.path.join(cnn, "weights.safetensors"),
-                                       "--out", self.path("r2")), "shape")
+                                       "--out", self.path("r2")), "saved from another model")
 
     def test_existing_run_directory_is_never_overwritten(self):
         out = self.path("run")
         run("train", *SMALL, "--max-updates", "1", "--out", out, check=True)
-        before = open(os.path.join(out, "weights.safetensors"), "rb").read()
+        before = read(os.path.join(out, "weights.safetensors"), "rb")
         self.assert_one_line_error(run("train", *SMALL, "--out", out), "already holds a run")
-        self.assertEqual(before, open(os.path.join(out, "weights.safetensors"), "rb").read())
+        self.assertEqual(before, read(os.path.join(out, "weights.safetensors"), "rb"))
 
     def test_bad_config_files(self):
         config = self.path("c.toml")

@@ -15,9 +15,11 @@ import gzip
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -109,13 +111,14 @@ def main():
     lr = 0.05 if args.optimizer == "sgd" else 2e-3
     warmup = 3
     os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=f"oracle-{args.optimizer}-", dir=args.workdir)
     common = [args.binary, "train", "--model", "mlp", "--hidden", ",".join(map(str, hidden)),
               "--train-subset", str(subset), "--global-batch", str(global_batch), "--micro-batch", str(micro),
               "--optimizer", args.optimizer, "--lr", str(lr), "--momentum", "0.9", "--nesterov",
               "--weight-decay", "5e-4", "--warmup", f"{warmup}u", "--schedule", "cosine",
               "--epochs", str(epochs), "--seed", str(seed), "--threads", "1", "--progress", "off"]
-    init_dir = os.path.join(args.workdir, f"init-{args.optimizer}")
-    run_dir = os.path.join(args.workdir, f"run-{args.optimizer}")
+    init_dir = os.path.join(workdir, "init")
+    run_dir = os.path.join(workdir, "run")
     subprocess.run(common + ["--max-updates", "0", "--out", init_dir], check=True, stdout=subprocess.DEVNULL)
     init_path = os.path.join(init_dir, "weights.safetensors")
     subprocess.run(common + ["--init-weights", init_path, "--out", run_dir], check=True, stdout=subprocess.DEVNULL)
@@ -167,6 +170,8 @@ def main():
           f"max loss difference {loss_diff:.3g}; max lr difference {lr_diff:.3g}")
     ok = len(our_losses) == len(losses) == total and worst < 1e-5 and loss_diff < 1e-5 and lr_diff < 1e-12
     print("oracle agrees" if ok else "oracle DISAGREES")
+    if ok:
+        shutil.rmtree(workdir)
     return 0 if ok else 1
 
 
