@@ -23,24 +23,60 @@ struct FlagValues {
   std::map<std::string, CLI::Option*> handles;
 };
 
+// "(default: 0.05)", from a default-constructed TrainConfig, so help never drifts from code.
+std::string default_note(const OptionSpec& spec) {
+  const auto value = spec.get(TrainConfig{});
+  if (!value || spec.is_switch())
+    return {};
+  const std::string text = std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          return format_double(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          return std::to_string(v);
+        } else {
+          std::vector<std::string> parts;
+          for (const auto& element : v) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(element)>, std::string>) {
+              parts.push_back(element);
+            } else {
+              parts.push_back(std::to_string(element));
+            }
+          }
+          return join(parts, ",");
+        }
+      },
+      *value);
+  return text.empty() ? std::string() : " (default: " + text + ")";
+}
+
 void register_options(CLI::App& command, unsigned mask, FlagValues& values) {
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & mask)) continue;
+    if (!(spec.commands & mask))
+      continue;
     const std::string flag = "--" + spec.name;
     if (spec.is_switch()) {
       values.handles[spec.name] = command.add_flag(flag, values.switches[spec.name], spec.help);
     } else {
       values.handles[spec.name] =
-          command.add_option(flag, values.text[spec.name], spec.help)->type_name(spec.value_hint);
+          command.add_option(flag, values.text[spec.name], spec.help + default_note(spec))
+              ->type_name(spec.value_hint);
     }
   }
 }
 
 void apply_flags(TrainConfig& config, unsigned mask, FlagValues& values) {
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & mask)) continue;
+    if (!(spec.commands & mask))
+      continue;
     const auto* handle = values.handles.at(spec.name);
-    if (handle->count() == 0) continue;
+    if (handle->count() == 0)
+      continue;
     apply_option(config, spec, spec.is_switch() ? "true" : values.text.at(spec.name));
   }
 }
@@ -59,10 +95,12 @@ int run_train(const TrainConfig& config) {
   const TrainResult result = run_training(config);
   std::printf("run directory: %s\n", result.run_dir.c_str());
   if (result.updates > 0) {
-    std::printf("test accuracy %.2f%% (loss %.4f) after %lld updates, %lld samples; training %s at %s samples/s, %s in all\n",
-                100 * result.test_accuracy, result.test_loss, static_cast<long long>(result.updates),
-                static_cast<long long>(result.samples_seen), human_duration(result.train_seconds).c_str(),
-                human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
+    std::printf(
+        "test accuracy %.2f%% (loss %.4f) after %lld updates, %lld samples; training %s at %s "
+        "samples/s, %s in all\n",
+        100 * result.test_accuracy, result.test_loss, static_cast<long long>(result.updates),
+        static_cast<long long>(result.samples_seen), human_duration(result.train_seconds).c_str(),
+        human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
   }
   return kExitOk;
 }
@@ -73,15 +111,19 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
   std::vector<std::string> known;
   for (const auto* command : app.get_subcommands({})) {
     for (const auto* option : command->get_options()) {
-      for (const auto& name : option->get_lnames()) known.push_back("--" + name);
+      for (const auto& name : option->get_lnames())
+        known.push_back("--" + name);
     }
   }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) continue;
+    if (arg.rfind("--", 0) != 0)
+      continue;
     arg = arg.substr(0, arg.find('='));
-    if (std::find(known.begin(), known.end(), arg) != known.end()) continue;
-    if (const auto guess = closest_match(arg, known)) return "did you mean " + *guess + "? ";
+    if (std::find(known.begin(), known.end(), arg) != known.end())
+      continue;
+    if (const auto guess = closest_match(arg, known))
+      return "did you mean " + *guess + "? ";
   }
   return {};
 }
@@ -89,25 +131,31 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  CLI::App app{"bigbatch: train with any effective batch, exactly (micro-batches x accumulation x ranks)"};
+  CLI::App app{
+      "bigbatch: train with any effective batch, exactly (micro-batches x accumulation x ranks)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "bigbatch 0.1.0");
 
-  CLI::App* plan = app.add_subcommand("plan", "show the batch plan, epoch arithmetic and learning rate for a dataset size");
+  CLI::App* plan = app.add_subcommand(
+      "plan", "show the batch plan, epoch arithmetic and learning rate for a dataset size");
   FlagValues plan_flags;
   register_options(*plan, kPlanCommand, plan_flags);
   int64_t dataset_size = 60000;
   int64_t world_size = 1;
   bool json = false;
-  plan->add_option("--dataset-size", dataset_size, "samples per epoch (default: Fashion-MNIST's 60000)");
+  plan->add_option("--dataset-size", dataset_size,
+                   "samples per epoch (default: Fashion-MNIST's 60000)");
   plan->add_option("--world-size", world_size, "data-parallel ranks (default 1)");
   plan->add_flag("--json", json, "print one JSON object instead of text");
 
-  CLI::App* train = app.add_subcommand("train", "train a model; the default job is Fashion-MNIST, cnn, 256 = 32 x 8");
+  CLI::App* train = app.add_subcommand(
+      "train", "train a model; the default job is Fashion-MNIST, cnn, 256 = 32 x 8");
   FlagValues train_flags;
   register_options(*train, kTrainCommand, train_flags);
   std::string config_path;
-  train->add_option("--config", config_path, "TOML file whose keys are these flags' names; flags override it")
+  train
+      ->add_option("--config", config_path,
+                   "TOML file whose keys are these flags' names; flags override it")
       ->type_name("FILE");
 
   try {
@@ -121,7 +169,8 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const std::string command = plan->parsed() ? "plan" : train->parsed() ? "train" : "";
     std::fprintf(stderr, "bigbatch: error: %s; %ssee 'bigbatch %s--help'\n", e.what(),
-                 unknown_flag_hint(argc, argv, app).c_str(), command.empty() ? "" : (command + " ").c_str());
+                 unknown_flag_hint(argc, argv, app).c_str(),
+                 command.empty() ? "" : (command + " ").c_str());
     return kExitBadInput;
   }
 
@@ -131,7 +180,8 @@ int run(int argc, char** argv) {
       apply_flags(config, kPlanCommand, plan_flags);
       return run_plan(config, dataset_size, world_size, json);
     }
-    if (!config_path.empty()) load_toml_config(config, config_path);
+    if (!config_path.empty())
+      load_toml_config(config, config_path);
     apply_flags(config, kTrainCommand, train_flags);
     return run_train(config);
   } catch (const Error& e) {
@@ -141,7 +191,8 @@ int run(int argc, char** argv) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.
     std::string message = e.what();
     message = message.substr(0, message.find('\n'));
-    std::fprintf(stderr, "bigbatch: internal error: %s (please report this with the command line)\n",
+    std::fprintf(stderr,
+                 "bigbatch: internal error: %s (please report this with the command line)\n",
                  message.c_str());
     return kExitInternalError;
   }

@@ -7,11 +7,15 @@
 
 namespace bigbatch {
 
-const char* to_string(LastWindow policy) { return policy == LastWindow::Keep ? "keep" : "drop"; }
+const char* to_string(LastWindow policy) {
+  return policy == LastWindow::Keep ? "keep" : "drop";
+}
 
 LastWindow parse_last_window(const std::string& text) {
-  if (text == "keep") return LastWindow::Keep;
-  if (text == "drop") return LastWindow::Drop;
+  if (text == "keep")
+    return LastWindow::Keep;
+  if (text == "drop")
+    return LastWindow::Drop;
   throw Error(ErrorKind::Config, "last window policy '" + text + "' is not known",
               "use --last-window keep or --last-window drop");
 }
@@ -36,15 +40,20 @@ void require_positive(const std::optional<int64_t>& value, const char* flag) {
 std::vector<int64_t> nearest_divisors(int64_t n, int64_t near) {
   std::optional<int64_t> below, above;
   for (int64_t d = 1; d * d <= n; ++d) {
-    if (n % d != 0) continue;
+    if (n % d != 0)
+      continue;
     for (int64_t candidate : {d, n / d}) {
-      if (candidate < near && (!below || candidate > *below)) below = candidate;
-      if (candidate > near && (!above || candidate < *above)) above = candidate;
+      if (candidate < near && (!below || candidate > *below))
+        below = candidate;
+      if (candidate > near && (!above || candidate < *above))
+        above = candidate;
     }
   }
   std::vector<int64_t> out;
-  if (below) out.push_back(*below);
-  if (above) out.push_back(*above);
+  if (below)
+    out.push_back(*below);
+  if (above)
+    out.push_back(*above);
   return out;
 }
 
@@ -52,14 +61,16 @@ std::vector<int64_t> nearest_divisors(int64_t n, int64_t near) {
 std::vector<int64_t> nearest_multiples(int64_t value, int64_t step) {
   std::vector<int64_t> out;
   const int64_t lower = (value / step) * step;
-  if (lower > 0) out.push_back(lower);
+  if (lower > 0)
+    out.push_back(lower);
   out.push_back(lower + step);
   return out;
 }
 
 std::string alternatives(const std::string& flag, const std::vector<int64_t>& values) {
   std::vector<std::string> parts;
-  for (int64_t v : values) parts.push_back(flag + " " + std::to_string(v));
+  for (int64_t v : values)
+    parts.push_back(flag + " " + std::to_string(v));
   return join(parts, " or ");
 }
 
@@ -68,16 +79,18 @@ std::string alternatives(const std::string& flag, const std::vector<int64_t>& va
 int64_t derive_factor(int64_t global, int64_t part, int64_t world, const char* part_flag,
                       const char* derived_name) {
   const int64_t unit = part * world;
-  if (global % unit == 0) return global / unit;
+  if (global % unit == 0)
+    return global / unit;
   std::vector<std::string> hints;
   hints.push_back(alternatives("--global-batch", nearest_multiples(global, unit)));
   if (global % world == 0) {
     const auto divisors = nearest_divisors(global / world, part);
-    if (!divisors.empty()) hints.push_back(alternatives(part_flag, divisors));
+    if (!divisors.empty())
+      hints.push_back(alternatives(part_flag, divisors));
   }
   throw Error(ErrorKind::Plan,
-              "global batch " + std::to_string(global) + " is not divisible by " + part_flag +
-                  " " + std::to_string(part) + " x world " + std::to_string(world) + " = " +
+              "global batch " + std::to_string(global) + " is not divisible by " + part_flag + " " +
+                  std::to_string(part) + " x world " + std::to_string(world) + " = " +
                   std::to_string(unit) + ", so " + derived_name + " would not be whole",
               "nearest valid: " + join(hints, ", or "));
 }
@@ -99,8 +112,10 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   auto accum = request.accumulation_steps;
   const int64_t world = request.world_size;
   const int given = int(global.has_value()) + int(micro.has_value()) + int(accum.has_value());
-  if (given < 2 && !global) global = kDefaultGlobalBatchSize;
-  if (given < 2 && !micro && !accum) micro = kDefaultMicroBatchSize;
+  if (given < 2 && !global)
+    global = kDefaultGlobalBatchSize;
+  if (given < 2 && !micro && !accum)
+    micro = kDefaultMicroBatchSize;
 
   BatchPlan plan;
   plan.world_size = world;
@@ -142,7 +157,9 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
 }
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Rank r's share of a window of `size` samples: equal parts, the first size % world ranks
 // taking one extra sample. Full windows divide exactly (the plan guarantees it).
@@ -179,10 +196,11 @@ EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow las
   }
   epoch.updates_per_epoch = epoch.full_updates + (epoch.last_window_size > 0 ? 1 : 0);
   if (epoch.updates_per_epoch == 0) {
-    throw Error(ErrorKind::Plan,
-                "global batch " + std::to_string(global) + " is larger than the dataset (" +
-                    std::to_string(dataset_size) + " samples) and --last-window drop leaves no update",
-                "use --last-window keep or a global batch of at most " + std::to_string(dataset_size));
+    throw Error(
+        ErrorKind::Plan,
+        "global batch " + std::to_string(global) + " is larger than the dataset (" +
+            std::to_string(dataset_size) + " samples) and --last-window drop leaves no update",
+        "use --last-window keep or a global batch of at most " + std::to_string(dataset_size));
   }
   epoch.samples_per_epoch = epoch.full_updates * global + epoch.last_window_size;
   epoch.micro_steps_per_epoch = epoch.full_updates * plan.accumulation_steps;
@@ -208,8 +226,8 @@ UpdateWindow window_for_update(const BatchPlan& plan, const EpochPlan& epoch,
   BB_INTERNAL_ASSERT(rank >= 0 && rank < plan.world_size, "rank outside the world");
   UpdateWindow window;
   window.begin = update_in_epoch * plan.global_batch_size;
-  window.size = update_in_epoch < epoch.full_updates ? plan.global_batch_size
-                                                     : epoch.last_window_size;
+  window.size =
+      update_in_epoch < epoch.full_updates ? plan.global_batch_size : epoch.last_window_size;
   const auto share = rank_share(window.size, plan.world_size, rank);
   window.rank_begin = window.begin + share.first;
   window.rank_size = share.second;

@@ -60,9 +60,9 @@ struct BatchPlan {
 struct EpochPlan {
   int64_t dataset_size = 0;
   LastWindow last_window = LastWindow::Keep;
-  int64_t full_updates = 0;           // updates of exactly global_batch_size samples
-  int64_t last_window_size = 0;       // samples in the short final update (0: none or dropped)
-  int64_t dropped_samples = 0;        // samples not used in the epoch (LastWindow::Drop)
+  int64_t full_updates = 0;      // updates of exactly global_batch_size samples
+  int64_t last_window_size = 0;  // samples in the short final update (0: none or dropped)
+  int64_t dropped_samples = 0;   // samples not used in the epoch (LastWindow::Drop)
   int64_t updates_per_epoch = 0;
   int64_t micro_steps_per_epoch = 0;  // forward/backward passes per epoch on one rank
   int64_t samples_per_epoch = 0;      // samples that contribute to an update

@@ -1,7 +1,7 @@
 #include "config/option_table.h"
 
-#include <sstream>
 #include <toml++/toml.h>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -11,38 +11,45 @@ namespace bigbatch {
 
 namespace {
 
-[[noreturn]] void bad_value(const std::string& option, const std::string& text, const std::string& expected) {
+[[noreturn]] void bad_value(const std::string& option, const std::string& text,
+                            const std::string& expected) {
   throw Error(ErrorKind::Config, "--" + option + " expects " + expected + ", got '" + text + "'",
               "see 'bigbatch train --help'");
 }
 
 int64_t to_int(const std::string& option, const std::string& text) {
   const auto value = parse_int(text);
-  if (!value) bad_value(option, text, "an integer");
+  if (!value)
+    bad_value(option, text, "an integer");
   return *value;
 }
 
 double to_double(const std::string& option, const std::string& text) {
   const auto value = parse_double(text);
-  if (!value) bad_value(option, text, "a number");
+  if (!value)
+    bad_value(option, text, "a number");
   return *value;
 }
 
 bool to_bool(const std::string& option, const std::string& text) {
-  if (text == "true" || text == "1") return true;
-  if (text == "false" || text == "0") return false;
+  if (text == "true" || text == "1")
+    return true;
+  if (text == "false" || text == "0")
+    return false;
   bad_value(option, text, "true or false");
 }
 
 std::vector<int64_t> to_int_list(const std::string& option, const std::string& text) {
   std::vector<int64_t> values;
-  for (const auto& part : split(text, ',')) values.push_back(to_int(option, part));
+  for (const auto& part : split(text, ','))
+    values.push_back(to_int(option, part));
   return values;
 }
 
 std::vector<std::string> interval_strings(const std::vector<Interval>& intervals) {
   std::vector<std::string> out;
-  for (const auto& i : intervals) out.push_back(i.to_string());
+  for (const auto& i : intervals)
+    out.push_back(i.to_string());
   return out;
 }
 
@@ -61,7 +68,8 @@ OptionSpec optional_int_option(std::string name, std::string help,
   OptionSpec s{name, std::move(help), "N", commands, nullptr, nullptr};
   s.set = [name, field](TrainConfig& c, const std::string& t) { c.*field = to_int(name, t); };
   s.get = [field](const TrainConfig& c) -> std::optional<ConfigValue> {
-    if (!(c.*field)) return std::nullopt;
+    if (!(c.*field))
+      return std::nullopt;
     return *(c.*field);
   };
   return s;
@@ -92,7 +100,8 @@ OptionSpec string_option(std::string name, std::string help, std::string value_h
   OptionSpec s{name, std::move(help), std::move(value_hint), kTrainCommand, nullptr, nullptr};
   s.set = [field](TrainConfig& c, const std::string& t) { c.*field = t; };
   s.get = [field](const TrainConfig& c) -> std::optional<ConfigValue> {
-    if ((c.*field).empty()) return std::nullopt;
+    if ((c.*field).empty())
+      return std::nullopt;
     return c.*field;
   };
   return s;
@@ -116,108 +125,141 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("model", "model: mlp, cnn, cnn-bn (BatchNorm) or cnn-gn (GroupNorm)",
                             "NAME", &TrainConfig::model));
   {
-    OptionSpec s{"hidden", "mlp hidden layer widths, comma-separated", "W1,W2", kTrainCommand, nullptr, nullptr};
+    OptionSpec s{"hidden", "mlp hidden layer widths, comma-separated",
+                 "W1,W2",  kTrainCommand,
+                 nullptr,  nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.hidden = to_int_list("hidden", text); };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.hidden; };
     t.push_back(s);
   }
-  t.push_back(string_option("dataset", "fashion-mnist, or idx:DIR for any directory of MNIST-format files",
+  t.push_back(string_option("dataset",
+                            "fashion-mnist, or idx:DIR for any directory of MNIST-format files",
                             "NAME", &TrainConfig::dataset));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
                          &TrainConfig::train_subset));
   t.push_back(int_option("val-size", "hold out the last N training samples for validation",
                          &TrainConfig::val_size));
-  t.push_back(optional_int_option("global-batch", "effective batch per update (micro x accumulation x ranks)",
+  t.push_back(optional_int_option("global-batch",
+                                  "effective batch per update (micro x accumulation x ranks)",
                                   &TrainConfig::global_batch, both));
   t.push_back(optional_int_option("micro-batch", "samples per forward/backward pass on one rank",
                                   &TrainConfig::micro_batch, both));
   t.push_back(optional_int_option("accum-steps", "micro-steps accumulated per update",
                                   &TrainConfig::accum_steps, both));
-  t.push_back(enum_option("last-window", "short final window of an epoch: keep (exact mean) or drop",
-                          "keep|drop", &TrainConfig::last_window, &parse_last_window, both));
+  t.push_back(enum_option("last-window",
+                          "short final window of an epoch: keep (exact mean) or drop", "keep|drop",
+                          &TrainConfig::last_window, &parse_last_window, both));
   t.push_back(enum_option("optimizer", "sgd (momentum, nesterov) or adamw", "sgd|adamw",
                           &TrainConfig::optimizer, &parse_optimizer_kind));
-  t.push_back(double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
-  t.push_back(optional_int_option("lr-ref-batch", "batch size the base --lr is tuned at (default: the global batch)",
-                                  &TrainConfig::lr_ref_batch, both));
+  t.push_back(
+      double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
+  t.push_back(optional_int_option(
+      "lr-ref-batch", "batch size the base --lr is tuned at (default: the global batch)",
+      &TrainConfig::lr_ref_batch, both));
   t.push_back(enum_option("lr-scaling", "scale the rate to the global batch: none, linear or sqrt",
                           "none|linear|sqrt", &TrainConfig::lr_scaling, &parse_lr_scaling, both));
   t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum));
   t.push_back(switch_option("nesterov", "Nesterov momentum (SGD)", &TrainConfig::nesterov, true));
-  t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)", &TrainConfig::nesterov, false));
-  t.push_back(double_option("weight-decay", "weight decay, applied once per update (decoupled for adamw)",
+  t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)",
+                            &TrainConfig::nesterov, false));
+  t.push_back(double_option("weight-decay",
+                            "weight decay, applied once per update (decoupled for adamw)",
                             &TrainConfig::weight_decay));
-  t.push_back(double_option("clip-norm", "clip the accumulated gradient to this global L2 norm (0: off)",
+  t.push_back(double_option("clip-norm",
+                            "clip the accumulated gradient to this global L2 norm (0: off)",
                             &TrainConfig::clip_norm));
   t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1));
   t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2));
   t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps));
   {
-    OptionSpec s{"warmup", "linear warmup length: 500u updates, 2e epochs, 120000s samples", "INTERVAL", both,
-                 nullptr, nullptr};
+    OptionSpec s{"warmup",   "linear warmup length: 500u updates, 2e epochs, 120000s samples",
+                 "INTERVAL", both,
+                 nullptr,    nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.warmup = Interval::parse(text); };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.warmup.to_string(); };
     t.push_back(s);
   }
-  t.push_back(double_option("warmup-start-factor", "warmup starts at this fraction of the peak rate",
+  t.push_back(double_option("warmup-start-factor",
+                            "warmup starts at this fraction of the peak rate",
                             &TrainConfig::warmup_start_factor, both));
   t.push_back(enum_option("schedule", "decay after warmup: constant, cosine, linear or step",
                           "NAME", &TrainConfig::schedule, &parse_schedule_kind, both));
   t.push_back(double_option("min-lr-factor", "cosine and linear decay end at peak x this factor",
                             &TrainConfig::min_lr_factor, both));
   {
-    OptionSpec s{"step-milestones", "step decay points, comma-separated intervals (e.g. 3e,6e)", "LIST",
-                 both, nullptr, nullptr};
+    OptionSpec s{"step-milestones",
+                 "step decay points, comma-separated intervals (e.g. 3e,6e)",
+                 "LIST",
+                 both,
+                 nullptr,
+                 nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       c.step_milestones.clear();
-      if (trim(text).empty()) return;  // an empty list
-      for (const auto& part : split(text, ',')) c.step_milestones.push_back(Interval::parse(part));
+      if (trim(text).empty())
+        return;  // an empty list
+      for (const auto& part : split(text, ','))
+        c.step_milestones.push_back(Interval::parse(part));
     };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
       return interval_strings(c.step_milestones);
     };
     t.push_back(s);
   }
-  t.push_back(double_option("step-gamma", "step decay multiplies the rate by this at each milestone",
+  t.push_back(double_option("step-gamma",
+                            "step decay multiplies the rate by this at each milestone",
                             &TrainConfig::step_gamma, both));
   t.push_back(int_option("epochs", "epochs to train", &TrainConfig::epochs, both));
-  t.push_back(optional_int_option("max-updates", "stop after this many updates (0: write initial weights only)",
+  t.push_back(optional_int_option("max-updates",
+                                  "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));
   {
-    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", kTrainCommand, nullptr, nullptr};
+    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", kTrainCommand, nullptr,
+                 nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       const int64_t v = to_int("seed", text);
-      if (v < 0) bad_value("seed", text, "a non-negative integer");
+      if (v < 0)
+        bad_value("seed", text, "a non-negative integer");
       c.seed = static_cast<uint64_t>(v);
     };
-    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return static_cast<int64_t>(c.seed); };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      return static_cast<int64_t>(c.seed);
+    };
     t.push_back(s);
   }
-  t.push_back(switch_option("no-shuffle", "keep the dataset's file order in every epoch", &TrainConfig::shuffle, false));
+  t.push_back(switch_option("no-shuffle", "keep the dataset's file order in every epoch",
+                            &TrainConfig::shuffle, false));
   t.push_back(int_option("threads", "intra-op threads (0: auto, the CPUs this process may use)",
                          &TrainConfig::threads));
-  t.push_back(string_option("out", "run directory (default runs/<timestamp>)", "DIR", &TrainConfig::out));
+  t.push_back(
+      string_option("out", "run directory (default runs/<timestamp>)", "DIR", &TrainConfig::out));
   t.push_back(string_option("init-weights", "start from these weights (safetensors)", "FILE",
                             &TrainConfig::init_weights));
-  t.push_back(string_option("save-weights", "also write the final weights here (safetensors)", "FILE",
-                            &TrainConfig::save_weights));
-  t.push_back(string_option("progress", "auto (bar on a terminal, lines otherwise), bar, lines or off",
-                            "MODE", &TrainConfig::progress));
+  t.push_back(string_option("save-weights", "also write the final weights here (safetensors)",
+                            "FILE", &TrainConfig::save_weights));
+  t.push_back(string_option("progress",
+                            "auto (bar on a terminal, lines otherwise), bar, lines or off", "MODE",
+                            &TrainConfig::progress));
   return t;
 }
 
 std::string node_to_text(const toml::node& node, const std::string& key) {
-  if (auto v = node.as_integer()) return std::to_string(v->get());
-  if (auto v = node.as_floating_point()) return format_double(v->get());
-  if (auto v = node.as_boolean()) return v->get() ? "true" : "false";
-  if (auto v = node.as_string()) return v->get();
+  if (auto v = node.as_integer())
+    return std::to_string(v->get());
+  if (auto v = node.as_floating_point())
+    return format_double(v->get());
+  if (auto v = node.as_boolean())
+    return v->get() ? "true" : "false";
+  if (auto v = node.as_string())
+    return v->get();
   if (auto array = node.as_array()) {
     std::vector<std::string> parts;
     for (const auto& element : *array) {
-      if (element.is_array() || element.is_table()) break;
+      if (element.is_array() || element.is_table())
+        break;
       parts.push_back(node_to_text(element, key));
     }
-    if (parts.size() == array->size()) return join(parts, ",");
+    if (parts.size() == array->size())
+      return join(parts, ",");
   }
   throw Error(ErrorKind::Config, "config key '" + key + "' has a value of an unsupported type",
               "use a number, string, boolean or a list of them");
@@ -232,7 +274,8 @@ const std::vector<OptionSpec>& option_table() {
 
 const OptionSpec& find_option(const std::string& name) {
   for (const auto& spec : option_table()) {
-    if (spec.name == name) return spec;
+    if (spec.name == name)
+      return spec;
   }
   BB_INTERNAL_ASSERT(false, "no option named " + name);
 }
@@ -258,17 +301,20 @@ void load_toml_config(TrainConfig& config, const std::string& path) {
                 "fix the syntax (see docs/configuration in the README)");
   }
   std::vector<std::string> names;
-  for (const auto& spec : option_table()) names.push_back(spec.name);
+  for (const auto& spec : option_table())
+    names.push_back(spec.name);
   for (const auto& [key, node] : table) {
     const std::string name(key.str());
     const OptionSpec* spec = nullptr;
     for (const auto& s : option_table()) {
-      if (s.name == name) spec = &s;
+      if (s.name == name)
+        spec = &s;
     }
     if (!spec) {
       const auto guess = closest_match(name, names);
       throw Error(ErrorKind::Config, "config file '" + path + "' has unknown key '" + name + "'",
-                  guess ? "did you mean '" + *guess + "'?" : "keys are the flag names of 'bigbatch train --help'");
+                  guess ? "did you mean '" + *guess + "'?"
+                        : "keys are the flag names of 'bigbatch train --help'");
     }
     try {
       apply_option(config, *spec, node_to_text(node, name));
@@ -281,15 +327,19 @@ void load_toml_config(TrainConfig& config, const std::string& path) {
 std::string render_toml_config(const TrainConfig& config) {
   toml::table table;
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & kTrainCommand) || spec.name == "no-nesterov") continue;
+    if (!(spec.commands & kTrainCommand) || spec.name == "no-nesterov")
+      continue;
     const auto value = spec.get(config);
-    if (!value) continue;
+    if (!value)
+      continue;
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<std::string>>) {
+          if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                        std::is_same_v<T, std::vector<std::string>>) {
             toml::array array;
-            for (const auto& element : v) array.push_back(element);
+            for (const auto& element : v)
+              array.push_back(element);
             table.insert(spec.name, std::move(array));
           } else {
             table.insert(spec.name, v);

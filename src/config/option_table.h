@@ -20,8 +20,8 @@
 
 namespace bigbatch {
 
-using ConfigValue =
-    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
+using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
+                                 std::vector<std::string>>;
 
 enum CommandMask : unsigned { kTrainCommand = 1u, kPlanCommand = 2u };
 

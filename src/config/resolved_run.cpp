@@ -17,7 +17,8 @@ LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const
   s.kind = config.schedule;
   s.total_updates = total_updates;
   s.min_lr_factor = config.min_lr_factor;
-  for (const auto& milestone : config.step_milestones) s.milestones.push_back(milestone.to_updates(plan, epoch));
+  for (const auto& milestone : config.step_milestones)
+    s.milestones.push_back(milestone.to_updates(plan, epoch));
   s.gamma = config.step_gamma;
   return LrSchedule(s);
 }
@@ -27,8 +28,10 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
   const BatchPlan plan = BatchPlan::resolve(config.batch_request(world_size));
   const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
   int64_t total = config.epochs * epoch.updates_per_epoch;
-  if (config.max_updates) total = std::min(total, *config.max_updates);
-  const int64_t epochs = std::min(config.epochs, (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch);
+  if (config.max_updates)
+    total = std::min(total, *config.max_updates);
+  const int64_t epochs =
+      std::min(config.epochs, (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch);
   return ResolvedRun{plan, epoch, make_schedule(config, plan, epoch, total), epochs, total};
 }
 

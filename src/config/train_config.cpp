@@ -7,17 +7,23 @@
 
 namespace bigbatch {
 
-const char* to_string(OptimizerKind kind) { return kind == OptimizerKind::Sgd ? "sgd" : "adamw"; }
+const char* to_string(OptimizerKind kind) {
+  return kind == OptimizerKind::Sgd ? "sgd" : "adamw";
+}
 
 OptimizerKind parse_optimizer_kind(const std::string& text) {
-  if (text == "sgd") return OptimizerKind::Sgd;
-  if (text == "adamw") return OptimizerKind::AdamW;
-  throw Error(ErrorKind::Config, "optimizer '" + text + "' is not known", "use --optimizer sgd or adamw");
+  if (text == "sgd")
+    return OptimizerKind::Sgd;
+  if (text == "adamw")
+    return OptimizerKind::AdamW;
+  throw Error(ErrorKind::Config, "optimizer '" + text + "' is not known",
+              "use --optimizer sgd or adamw");
 }
 
 namespace {
 void check(bool ok, const std::string& problem, const std::string& hint) {
-  if (!ok) throw Error(ErrorKind::Config, problem, hint);
+  if (!ok)
+    throw Error(ErrorKind::Config, problem, hint);
 }
 }  // namespace
 
@@ -35,14 +41,17 @@ void TrainConfig::validate() const {
           "give positive layer widths such as --hidden 512,256");
   }
   check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,
-        "dataset '" + dataset + "' is not known", "use --dataset fashion-mnist or --dataset idx:DIR");
-  check(train_subset >= 0, "--train-subset must be zero (all) or positive", "e.g. --train-subset 1000");
+        "dataset '" + dataset + "' is not known",
+        "use --dataset fashion-mnist or --dataset idx:DIR");
+  check(train_subset >= 0, "--train-subset must be zero (all) or positive",
+        "e.g. --train-subset 1000");
   check(val_size >= 0, "--val-size must be zero or positive", "e.g. --val-size 5000");
-  check(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got " + format_double(momentum),
-        "use e.g. --momentum 0.9");
+  check(momentum >= 0 && momentum < 1,
+        "--momentum must be in [0, 1), got " + format_double(momentum), "use e.g. --momentum 0.9");
   check(!nesterov || momentum > 0 || optimizer != OptimizerKind::Sgd,
         "--nesterov needs a positive --momentum", "pass --momentum 0.9, or drop --nesterov");
-  check(weight_decay >= 0, "--weight-decay must be zero or positive", "use e.g. --weight-decay 5e-4");
+  check(weight_decay >= 0, "--weight-decay must be zero or positive",
+        "use e.g. --weight-decay 5e-4");
   check(clip_norm >= 0, "--clip-norm must be zero (off) or positive", "use e.g. --clip-norm 1.0");
   check(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
         "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
@@ -68,7 +77,8 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
 }
 
 std::string TrainConfig::dataset_directory() const {
-  if (dataset == "fashion-mnist") return kFashionMnistDirectory;
+  if (dataset == "fashion-mnist")
+    return kFashionMnistDirectory;
   return dataset.substr(4);
 }
 

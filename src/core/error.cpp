@@ -27,12 +27,15 @@ std::string join_message(const std::string& problem, const std::string& hint) {
 }  // namespace
 
 Error::Error(ErrorKind kind, const std::string& problem, const std::string& hint)
-    : std::runtime_error(join_message(problem, hint)), kind_(kind), problem_(problem), hint_(hint) {}
+    : std::runtime_error(join_message(problem, hint)),
+      kind_(kind),
+      problem_(problem),
+      hint_(hint) {}
 
 void internal_assert_fail(const char* condition, const char* file, int line,
                           const std::string& message) {
-  throw InternalError(std::string("internal error (a bug in bigbatch): ") + condition + " failed at " +
-                      file + ":" + std::to_string(line) + ": " + message);
+  throw InternalError(std::string("internal error (a bug in bigbatch): ") + condition +
+                      " failed at " + file + ":" + std::to_string(line) + ": " + message);
 }
 
 }  // namespace bigbatch

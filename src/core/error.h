@@ -48,9 +48,9 @@ class InternalError : public std::logic_error {
 
 }  // namespace bigbatch
 
-#define BB_INTERNAL_ASSERT(condition, message)                                       \
-  do {                                                                               \
-    if (!(condition)) {                                                              \
-      ::bigbatch::internal_assert_fail(#condition, __FILE__, __LINE__, (message));   \
-    }                                                                                \
+#define BB_INTERNAL_ASSERT(condition, message)                                     \
+  do {                                                                             \
+    if (!(condition)) {                                                            \
+      ::bigbatch::internal_assert_fail(#condition, __FILE__, __LINE__, (message)); \
+    }                                                                              \
   } while (false)

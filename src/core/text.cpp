@@ -11,29 +11,35 @@ namespace bigbatch {
 
 std::optional<int64_t> parse_int(const std::string& text) {
   const std::string t = trim(text);
-  if (t.empty()) return std::nullopt;
+  if (t.empty())
+    return std::nullopt;
   int64_t value = 0;
   const char* begin = t.data();
-  if (*begin == '+') ++begin;
+  if (*begin == '+')
+    ++begin;
   auto [end, ec] = std::from_chars(begin, t.data() + t.size(), value);
-  if (ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
+  if (ec != std::errc() || end != t.data() + t.size())
+    return std::nullopt;
   return value;
 }
 
 std::optional<double> parse_double(const std::string& text) {
   const std::string t = trim(text);
-  if (t.empty()) return std::nullopt;
+  if (t.empty())
+    return std::nullopt;
   // strtod instead of from_chars<double>: GCC 12's libstdc++ has it, older ones do not.
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(t.c_str(), &end);
-  if (end != t.c_str() + t.size() || errno == ERANGE || !std::isfinite(value)) return std::nullopt;
+  if (end != t.c_str() + t.size() || errno == ERANGE || !std::isfinite(value))
+    return std::nullopt;
   return value;
 }
 
 std::string trim(const std::string& text) {
   const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return {};
+  if (first == std::string::npos)
+    return {};
   const auto last = text.find_last_not_of(" \t\r\n");
   return text.substr(first, last - first + 1);
 }
@@ -56,7 +62,8 @@ std::vector<std::string> split(const std::string& text, char separator) {
 std::string join(const std::vector<std::string>& parts, const std::string& separator) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) out += separator;
+    if (i > 0)
+      out += separator;
     out += parts[i];
   }
   return out;
@@ -78,7 +85,8 @@ std::string human_count(double value) {
 }
 
 std::string human_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (!std::isfinite(seconds) || seconds < 0)
+    return "?";
   const auto total = static_cast<int64_t>(std::llround(seconds));
   char buffer[32];
   if (total >= 3600) {
@@ -102,7 +110,8 @@ std::string format_double(double value) {
   }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
+    if (std::strtod(buffer, nullptr) == value)
+      break;
   }
   return buffer;
 }
@@ -110,7 +119,8 @@ std::string format_double(double value) {
 namespace {
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> previous(b.size() + 1), current(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (size_t j = 0; j <= b.size(); ++j)
+    previous[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     current[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
@@ -136,7 +146,8 @@ std::optional<std::string> closest_match(const std::string& word,
   }
   // A third of the word's length (at least 2 edits) separates typos from unrelated names.
   const size_t limit = std::max<size_t>(2, word.size() / 3);
-  if (best && best_distance <= limit) return best;
+  if (best && best_distance <= limit)
+    return best;
   return std::nullopt;
 }
 

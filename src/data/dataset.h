@@ -33,7 +33,8 @@ struct DatasetSplits {
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`. train_subset > 0
 // keeps the first N training samples; val_size > 0 then holds out the last val_size of them.
-DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset, int64_t val_size);
+DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
+                               int64_t val_size);
 
 struct Batch {
   torch::Tensor inputs;

@@ -15,8 +15,9 @@ constexpr uint8_t kUnsignedByteType = 0x08;
 constexpr size_t kMaxInflatedBytes = size_t{4} << 30;
 
 [[noreturn]] void corrupt(const std::string& name, const std::string& what) {
-  throw Error(ErrorKind::Data, "IDX file '" + name + "' " + what,
-              "re-install the dataset package or point --dataset idx:DIR at intact MNIST-format files");
+  throw Error(
+      ErrorKind::Data, "IDX file '" + name + "' " + what,
+      "re-install the dataset package or point --dataset idx:DIR at intact MNIST-format files");
 }
 
 uint32_t read_big_endian_u32(const uint8_t* p) {
@@ -25,29 +26,34 @@ uint32_t read_big_endian_u32(const uint8_t* p) {
 }  // namespace
 
 IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& name) {
-  if (size < 4) corrupt(name, "is truncated: " + std::to_string(size) + " bytes, no header");
-  if (bytes[0] != 0 || bytes[1] != 0) corrupt(name, "has a bad magic number (not an IDX file)");
+  if (size < 4)
+    corrupt(name, "is truncated: " + std::to_string(size) + " bytes, no header");
+  if (bytes[0] != 0 || bytes[1] != 0)
+    corrupt(name, "has a bad magic number (not an IDX file)");
   if (bytes[2] != kUnsignedByteType) {
     corrupt(name, "holds element type 0x" + std::to_string(bytes[2]) +
                       "; only unsigned bytes (0x08) are supported");
   }
   const size_t ndim = bytes[3];
-  if (ndim == 0 || ndim > 4) corrupt(name, "declares " + std::to_string(ndim) + " dimensions (1 to 4 expected)");
+  if (ndim == 0 || ndim > 4)
+    corrupt(name, "declares " + std::to_string(ndim) + " dimensions (1 to 4 expected)");
   const size_t header = 4 + 4 * ndim;
-  if (size < header) corrupt(name, "is truncated inside its header");
+  if (size < header)
+    corrupt(name, "is truncated inside its header");
   IdxArray array;
   uint64_t elements = 1;
   for (size_t d = 0; d < ndim; ++d) {
     const uint32_t extent = read_big_endian_u32(bytes + 4 + 4 * d);
     array.dims.push_back(int64_t{extent});
     // Checked before multiplying, so a lying header cannot overflow the element count.
-    if (extent != 0 && elements > (uint64_t{1} << 40) / extent) corrupt(name, "declares an absurd size");
+    if (extent != 0 && elements > (uint64_t{1} << 40) / extent)
+      corrupt(name, "declares an absurd size");
     elements *= extent;
   }
   const uint64_t available = size - header;
   if (available < elements) {
-    corrupt(name, "is truncated: header declares " + std::to_string(elements) + " bytes of data, file has " +
-                      std::to_string(available));
+    corrupt(name, "is truncated: header declares " + std::to_string(elements) +
+                      " bytes of data, file has " + std::to_string(available));
   }
   if (available > elements) {
     corrupt(name, "has " + std::to_string(available - elements) + " bytes after the declared data");
@@ -60,7 +66,8 @@ IdxArray read_idx_file(const std::string& path) {
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), gzclose);
   if (!file) {
     throw Error(ErrorKind::Data, "cannot open dataset file '" + path + "'",
-                "check that it exists and is readable (Fashion-MNIST: apt-get install dataset-fashion-mnist)");
+                "check that it exists and is readable (Fashion-MNIST: apt-get install "
+                "dataset-fashion-mnist)");
   }
   std::vector<uint8_t> bytes;
   std::vector<uint8_t> chunk(size_t{1} << 20);
@@ -71,9 +78,11 @@ IdxArray read_idx_file(const std::string& path) {
       const char* message = gzerror(file.get(), &code);
       corrupt(path, std::string("cannot be decompressed (") + message + ")");
     }
-    if (got == 0) break;
+    if (got == 0)
+      break;
     bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + got);
-    if (bytes.size() > kMaxInflatedBytes) corrupt(path, "inflates to more than 4 GiB");
+    if (bytes.size() > kMaxInflatedBytes)
+      corrupt(path, "inflates to more than 4 GiB");
   }
   return parse_idx(bytes.data(), bytes.size(), path);
 }

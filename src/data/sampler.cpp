@@ -17,7 +17,8 @@ uint64_t SplitMix64::below(uint64_t bound) {
   // Accept only draws under the largest multiple of `bound`, so every residue is equally likely.
   const uint64_t limit = (~uint64_t{0} / bound) * bound;
   uint64_t draw = next();
-  while (draw >= limit) draw = next();
+  while (draw >= limit)
+    draw = next();
   return draw % bound;
 }
 
@@ -25,7 +26,8 @@ std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, int64_t dataset_s
                                  Shuffle shuffle) {
   std::vector<int64_t> order(static_cast<size_t>(dataset_size));
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (shuffle == Shuffle::Off) return order;
+  if (shuffle == Shuffle::Off)
+    return order;
   // Mixing the epoch through the golden-ratio constant decorrelates (seed, epoch) pairs such
   // as (1, 2) and (2, 1).
   SplitMix64 rng(seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1)));

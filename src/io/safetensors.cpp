@@ -66,7 +66,8 @@ torch::ScalarType to_scalar_type(DType dtype) {
 
 std::string shape_text(at::IntArrayRef shape) {
   std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
 }
 
@@ -74,8 +75,10 @@ std::string shape_text(at::IntArrayRef shape) {
 
 NamedTensors model_state(torch::nn::Module& model) {
   NamedTensors state;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) state.emplace_back(item.key(), item.value());
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) state.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    state.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers(/*recurse=*/true))
+    state.emplace_back(item.key(), item.value());
   return state;
 }
 
@@ -100,7 +103,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   atomic_write_file(path, content);
 }
 
-NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+NamedTensors load_safetensors(const std::string& path,
+                              std::map<std::string, std::string>* metadata) {
   if (!path_exists(path)) {
     throw Error(ErrorKind::Format, "weights file '" + path + "' does not exist", "check the path");
   }
@@ -109,11 +113,14 @@ NamedTensors load_safetensors(const std::string& path, std::map<std::string, std
   const SafetensorsHeader header = parse_safetensors_header(data, bytes.size(), path);
   NamedTensors tensors;
   for (const auto& entry : header.tensors) {
-    auto tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(to_scalar_type(entry.dtype)));
-    std::memcpy(tensor.data_ptr(), data + header.data_offset + entry.begin, entry.end - entry.begin);
+    auto tensor =
+        torch::empty(entry.shape, torch::TensorOptions().dtype(to_scalar_type(entry.dtype)));
+    std::memcpy(tensor.data_ptr(), data + header.data_offset + entry.begin,
+                entry.end - entry.begin);
     tensors.emplace_back(entry.name, tensor);
   }
-  if (metadata) *metadata = header.metadata;
+  if (metadata)
+    *metadata = header.metadata;
   return tensors;
 }
 
@@ -135,8 +142,9 @@ void load_weights(const std::string& path, torch::nn::Module& model) {
     }
     if (it->second.sizes() != tensor.sizes()) {
       throw Error(ErrorKind::Format,
-                  "weights file '" + path + "' gives tensor '" + name + "' shape " + shape_text(it->second.sizes()) +
-                      ", the model needs " + shape_text(tensor.sizes()),
+                  "weights file '" + path + "' gives tensor '" + name + "' shape " +
+                      shape_text(it->second.sizes()) + ", the model needs " +
+                      shape_text(tensor.sizes()),
                   "it was saved from another model; check --model and --hidden");
     }
     const bool both_float = it->second.is_floating_point() && tensor.is_floating_point();
@@ -151,12 +159,14 @@ void load_weights(const std::string& path, torch::nn::Module& model) {
   }
   if (!by_name.empty()) {
     throw Error(ErrorKind::Format,
-                "weights file '" + path + "' has tensor '" + by_name.begin()->first + "' that the model lacks",
+                "weights file '" + path + "' has tensor '" + by_name.begin()->first +
+                    "' that the model lacks",
                 "it was saved from another model; check --model and --hidden");
   }
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> source(loaded.begin(), loaded.end());
-  for (auto& [name, tensor] : target) tensor.copy_(source.at(name));
+  for (auto& [name, tensor] : target)
+    tensor.copy_(source.at(name));
 }
 
 }  // namespace bigbatch

@@ -22,7 +22,8 @@ NamedTensors model_state(torch::nn::Module& model);
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata);
-NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+NamedTensors load_safetensors(const std::string& path,
+                              std::map<std::string, std::string>* metadata = nullptr);
 
 void save_weights(const std::string& path, torch::nn::Module& model,
                   const std::map<std::string, std::string>& metadata);

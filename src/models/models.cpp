@@ -32,8 +32,10 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
     // A conv followed by BatchNorm needs no bias (BN's shift replaces it).
     model->push_back(torch::nn::Conv2d(
         torch::nn::Conv2dOptions(channels, out_channels, 3).bias(norm != ConvNorm::Batch)));
-    if (norm == ConvNorm::Batch) model->push_back(torch::nn::BatchNorm2d(out_channels));
-    if (norm == ConvNorm::Group) model->push_back(torch::nn::GroupNorm(8, out_channels));
+    if (norm == ConvNorm::Batch)
+      model->push_back(torch::nn::BatchNorm2d(out_channels));
+    if (norm == ConvNorm::Group)
+      model->push_back(torch::nn::GroupNorm(8, out_channels));
     model->push_back(torch::nn::ReLU());
     model->push_back(torch::nn::MaxPool2d(2));
     height = (height - 2) / 2;
@@ -56,11 +58,16 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
 }  // namespace
 
 torch::nn::Sequential make_model(const ModelSpec& spec) {
-  if (spec.name == "mlp") return make_mlp(spec);
-  if (spec.name == "cnn") return make_cnn(spec, ConvNorm::None);
-  if (spec.name == "cnn-bn") return make_cnn(spec, ConvNorm::Batch);
-  if (spec.name == "cnn-gn") return make_cnn(spec, ConvNorm::Group);
-  throw Error(ErrorKind::Config, "model '" + spec.name + "' is not known", "use --model mlp, cnn, cnn-bn or cnn-gn");
+  if (spec.name == "mlp")
+    return make_mlp(spec);
+  if (spec.name == "cnn")
+    return make_cnn(spec, ConvNorm::None);
+  if (spec.name == "cnn-bn")
+    return make_cnn(spec, ConvNorm::Batch);
+  if (spec.name == "cnn-gn")
+    return make_cnn(spec, ConvNorm::Group);
+  throw Error(ErrorKind::Config, "model '" + spec.name + "' is not known",
+              "use --model mlp, cnn, cnn-bn or cnn-gn");
 }
 
 bool uses_batch_statistics(torch::nn::Module& model) {
@@ -75,7 +82,8 @@ bool uses_batch_statistics(torch::nn::Module& model) {
 
 int64_t parameter_count(torch::nn::Module& model) {
   int64_t count = 0;
-  for (const auto& p : model.parameters()) count += p.numel();
+  for (const auto& p : model.parameters())
+    count += p.numel();
   return count;
 }
 

@@ -25,7 +25,8 @@ void write_all(int fd, const std::string& content, const std::string& path) {
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR)
+        continue;
       const int saved = errno;
       ::close(fd);
       ::unlink(path.c_str());
@@ -44,7 +45,8 @@ std::string parent_directory(const std::string& path) {
 void atomic_write_file(const std::string& path, const std::string& content) {
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create", temporary, errno);
+  if (fd < 0)
+    io_error("cannot create", temporary, errno);
   write_all(fd, content, temporary);
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int saved = errno;
@@ -81,7 +83,8 @@ bool path_exists(const std::string& path) {
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) io_error("cannot read", path, errno ? errno : ENOENT);
+  if (!in)
+    io_error("cannot read", path, errno ? errno : ENOENT);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();

@@ -22,37 +22,46 @@ std::string format_plan_text(const ResolvedRun& run) {
   const BatchPlan& p = run.plan;
   const EpochPlan& e = run.epoch;
   std::string out = "batch plan\n";
-  out += line("global batch (effective)", std::to_string(p.global_batch_size), derived_note(p, "global_batch_size"));
-  out += line("micro batch", std::to_string(p.micro_batch_size), derived_note(p, "micro_batch_size"));
-  out += line("accumulation steps", std::to_string(p.accumulation_steps), derived_note(p, "accumulation_steps"));
+  out += line("global batch (effective)", std::to_string(p.global_batch_size),
+              derived_note(p, "global_batch_size"));
+  out +=
+      line("micro batch", std::to_string(p.micro_batch_size), derived_note(p, "micro_batch_size"));
+  out += line("accumulation steps", std::to_string(p.accumulation_steps),
+              derived_note(p, "accumulation_steps"));
   out += line("world size (ranks)", std::to_string(p.world_size));
   out += "per epoch of " + std::to_string(e.dataset_size) + " samples\n";
-  out += line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
+  out +=
+      line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
   out += line("updates", std::to_string(e.updates_per_epoch));
   out += line("samples per update", std::to_string(p.global_batch_size));
   if (e.last_window_size > 0) {
-    out += line("last window", std::to_string(e.last_window_size) + " samples (kept, weighted by its true size)");
+    out += line("last window",
+                std::to_string(e.last_window_size) + " samples (kept, weighted by its true size)");
   } else if (e.dropped_samples > 0) {
     out += line("last window", std::to_string(e.dropped_samples) + " samples dropped");
   }
   // The seed's comparison: the same effective batch as one direct pass, and no accumulation.
   const int64_t direct_passes = e.updates_per_epoch;
-  const int64_t per_rank_micro_updates = (e.samples_per_epoch + p.micro_batch_size * p.world_size - 1) /
-                                         (p.micro_batch_size * p.world_size);
+  const int64_t per_rank_micro_updates =
+      (e.samples_per_epoch + p.micro_batch_size * p.world_size - 1) /
+      (p.micro_batch_size * p.world_size);
   out += "compared with\n";
   out += line("one direct batch",
               std::to_string(direct_passes) + " passes per epoch (needs memory for " +
                   std::to_string(p.global_batch_size / p.world_size) + " samples per rank)");
   out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
-                                     std::to_string(p.micro_batch_size * p.world_size) + " samples per epoch");
+                                     std::to_string(p.micro_batch_size * p.world_size) +
+                                     " samples per epoch");
   out += "learning rate\n";
   out += line("rule", run.schedule.describe_scaling());
   out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
   out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
-                              std::to_string(run.total_updates) + " updates (" + std::to_string(run.epochs) +
-                              " epochs)");
-  for (const auto& w : e.warnings) out += "warning: " + w + "\n";
-  if (const auto advice = run.schedule.advice()) out += "warning: " + *advice + "\n";
+                              std::to_string(run.total_updates) + " updates (" +
+                              std::to_string(run.epochs) + " epochs)");
+  for (const auto& w : e.warnings)
+    out += "warning: " + w + "\n";
+  if (const auto advice = run.schedule.advice())
+    out += "warning: " + *advice + "\n";
   return out;
 }
 
@@ -82,7 +91,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["total_updates"] = run.total_updates;
   j["epochs"] = run.epochs;
   j["warnings"] = e.warnings;
-  if (const auto advice = run.schedule.advice()) j["warnings"].push_back(*advice);
+  if (const auto advice = run.schedule.advice())
+    j["warnings"].push_back(*advice);
   return j;
 }
 

@@ -1,8 +1,8 @@
 #include "runtime/runtime_env.h"
 
 #include <dlfcn.h>
-#include <sched.h>
 #include <malloc.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,7 +19,8 @@ const char* openblas_core_name() {
   // Looked up at run time: bigbatch does not link OpenBLAS itself, libtorch's BLAS may be
   // another library, and then there is nothing to fix.
   void* symbol = ::dlsym(RTLD_DEFAULT, "openblas_get_corename");
-  if (!symbol) return nullptr;
+  if (!symbol)
+    return nullptr;
   CoreNameFn fn;
   std::memcpy(&fn, &symbol, sizeof fn);
   return fn();
@@ -29,7 +30,8 @@ const char* openblas_core_name() {
 bool is_generic_core(const char* name) {
   for (const char* generic : {"Prescott", "Core2", "Nehalem", "Penryn", "Dunnington", "Katmai",
                               "Coppermine", "Northwood", "Banias", "Atom"}) {
-    if (std::strcmp(name, generic) == 0) return true;
+    if (std::strcmp(name, generic) == 0)
+      return true;
   }
   return false;
 }
@@ -37,15 +39,18 @@ bool is_generic_core(const char* name) {
 const char* better_core_for_this_cpu() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
-  if (__builtin_cpu_supports("avx2")) return "Haswell";
+  if (__builtin_cpu_supports("avx512f"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2"))
+    return "Haswell";
 #endif
   return nullptr;
 }
 }  // namespace
 
 void prepare_runtime_environment(char** argv) {
-  if (std::getenv(kReadyMarker)) return;
+  if (std::getenv(kReadyMarker))
+    return;
   bool changed = false;
   if (!std::getenv("OMP_WAIT_POLICY")) {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
@@ -69,7 +74,8 @@ void prepare_runtime_environment(char** argv) {
 std::string runtime_environment_summary() {
   const char* core = openblas_core_name();
   const char* wait = std::getenv("OMP_WAIT_POLICY");
-  std::string summary = std::string("BLAS ") + (core ? std::string("OpenBLAS core ") + core : "not OpenBLAS");
+  std::string summary =
+      std::string("BLAS ") + (core ? std::string("OpenBLAS core ") + core : "not OpenBLAS");
   summary += ", OMP_WAIT_POLICY=" + std::string(wait ? wait : "(unset)");
   return summary;
 }
@@ -77,7 +83,8 @@ std::string runtime_environment_summary() {
 int64_t available_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
   return std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 

@@ -16,8 +16,10 @@ namespace {
 
 Interval Interval::parse(const std::string& raw) {
   const std::string text = trim(raw);
-  if (text.empty()) bad_interval(raw, "is empty");
-  if (text == "0") return Interval(0, Unit::Updates);
+  if (text.empty())
+    bad_interval(raw, "is empty");
+  if (text == "0")
+    return Interval(0, Unit::Updates);
   Unit unit;
   switch (text.back()) {
     case 'u':
@@ -48,11 +50,14 @@ Interval Interval::parse(const std::string& raw) {
       default:
         break;
     }
-    if (multiplier != 1) number.pop_back();
+    if (multiplier != 1)
+      number.pop_back();
   }
   const auto value = parse_double(number);
-  if (!value) bad_interval(raw, "is not a number followed by a unit");
-  if (*value < 0) bad_interval(raw, "is negative");
+  if (!value)
+    bad_interval(raw, "is not a number followed by a unit");
+  if (*value < 0)
+    bad_interval(raw, "is negative");
   const double scaled = *value * multiplier;
   if (unit != Unit::Epochs && scaled != std::floor(scaled)) {
     bad_interval(raw, "is not a whole number of updates or samples");

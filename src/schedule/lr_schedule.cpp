@@ -35,18 +35,25 @@ const char* to_string(ScheduleKind kind) {
 }
 
 LrScaling parse_lr_scaling(const std::string& text) {
-  if (text == "none") return LrScaling::None;
-  if (text == "linear") return LrScaling::Linear;
-  if (text == "sqrt") return LrScaling::Sqrt;
+  if (text == "none")
+    return LrScaling::None;
+  if (text == "linear")
+    return LrScaling::Linear;
+  if (text == "sqrt")
+    return LrScaling::Sqrt;
   throw Error(ErrorKind::Config, "learning-rate scaling rule '" + text + "' is not known",
               "use --lr-scaling none, linear or sqrt");
 }
 
 ScheduleKind parse_schedule_kind(const std::string& text) {
-  if (text == "constant") return ScheduleKind::Constant;
-  if (text == "cosine") return ScheduleKind::Cosine;
-  if (text == "linear") return ScheduleKind::Linear;
-  if (text == "step") return ScheduleKind::Step;
+  if (text == "constant")
+    return ScheduleKind::Constant;
+  if (text == "cosine")
+    return ScheduleKind::Cosine;
+  if (text == "linear")
+    return ScheduleKind::Linear;
+  if (text == "step")
+    return ScheduleKind::Step;
   throw Error(ErrorKind::Config, "schedule '" + text + "' is not known",
               "use --schedule constant, cosine, linear or step");
 }
@@ -65,9 +72,11 @@ double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, L
 }
 
 LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
-  if (config_.reference_batch == 0) config_.reference_batch = config_.global_batch;
+  if (config_.reference_batch == 0)
+    config_.reference_batch = config_.global_batch;
   if (!(config_.base_lr >= 0)) {
-    throw Error(ErrorKind::Config, "--lr must be zero or positive, got " + format_double(config_.base_lr),
+    throw Error(ErrorKind::Config,
+                "--lr must be zero or positive, got " + format_double(config_.base_lr),
                 "pass a learning rate such as --lr 0.1");
   }
   if (config_.reference_batch < 0) {
@@ -87,12 +96,13 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
                 "use e.g. --min-lr-factor 0.01");
   }
   if (config_.gamma <= 0) {
-    throw Error(ErrorKind::Config, "--step-gamma must be positive, got " + format_double(config_.gamma),
+    throw Error(ErrorKind::Config,
+                "--step-gamma must be positive, got " + format_double(config_.gamma),
                 "use e.g. --step-gamma 0.1");
   }
   std::sort(config_.milestones.begin(), config_.milestones.end());
-  peak_lr_ = scale_lr(config_.base_lr, config_.reference_batch, config_.global_batch,
-                      config_.scaling);
+  peak_lr_ =
+      scale_lr(config_.base_lr, config_.reference_batch, config_.global_batch, config_.scaling);
 }
 
 double LrSchedule::lr_at(int64_t step) const {
@@ -112,8 +122,9 @@ double LrSchedule::lr_at(int64_t step) const {
     case ScheduleKind::Linear:
       return peak_lr_ + (floor_lr - peak_lr_) * progress;
     case ScheduleKind::Step: {
-      const auto passed = std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step) -
-                          config_.milestones.begin();
+      const auto passed =
+          std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step) -
+          config_.milestones.begin();
       return peak_lr_ * std::pow(config_.gamma, double(passed));
     }
   }

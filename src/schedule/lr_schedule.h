@@ -39,9 +39,9 @@ struct LrScheduleConfig {
   int64_t warmup_updates = 0;
   double warmup_start_factor = 0.0;
   ScheduleKind kind = ScheduleKind::Constant;
-  int64_t total_updates = 1;               // length of the run, for cosine and linear decay
-  double min_lr_factor = 0.0;              // cosine and linear end at peak x min_lr_factor
-  std::vector<int64_t> milestones;         // step decay: update indices where lr *= gamma
+  int64_t total_updates = 1;        // length of the run, for cosine and linear decay
+  double min_lr_factor = 0.0;       // cosine and linear end at peak x min_lr_factor
+  std::vector<int64_t> milestones;  // step decay: update indices where lr *= gamma
   double gamma = 0.1;
 };
 

@@ -8,11 +8,13 @@
 
 namespace bigbatch {
 
-AccumulationEngine::AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
-                                       GradientReducer& reducer, EngineOptions options)
+AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
+                                       torch::optim::Optimizer& optimizer, GradientReducer& reducer,
+                                       EngineOptions options)
     : model_(std::move(model)), optimizer_(optimizer), reducer_(reducer), options_(options) {
   for (const auto& p : model_->parameters()) {
-    if (p.requires_grad()) parameters_.push_back(p);
+    if (p.requires_grad())
+      parameters_.push_back(p);
   }
   loss_sum_ = torch::zeros({}, torch::kFloat64);
   correct_ = torch::zeros({}, torch::kInt64);
@@ -36,7 +38,8 @@ UpdateStats AccumulationEngine::finish_gradients() {
   for (auto& p : parameters_) {
     // A parameter that took no part in the forward pass has no gradient; a zero one keeps the
     // collective calls identical on every rank.
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    if (!p.grad().defined())
+      p.mutable_grad() = torch::zeros_like(p);
     gradients.push_back(p.grad());
   }
   const int64_t local_items = items_;
@@ -60,7 +63,8 @@ UpdateStats AccumulationEngine::finish_gradients() {
   if (options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm) {
     // PyTorch's clip_grad_norm_ coefficient, so clipped runs match it.
     const double coefficient = options_.clip_norm / (stats.grad_norm + 1e-6);
-    for (auto& g : gradients) g.mul_(coefficient);
+    for (auto& g : gradients)
+      g.mul_(coefficient);
   }
   return stats;
 }
@@ -68,7 +72,8 @@ UpdateStats AccumulationEngine::finish_gradients() {
 void AccumulationEngine::apply(double lr) {
   set_learning_rate(optimizer_, lr);
   optimizer_.step();
-  for (auto& p : parameters_) p.mutable_grad().zero_();
+  for (auto& p : parameters_)
+    p.mutable_grad().zero_();
   loss_sum_.zero_();
   correct_.zero_();
   items_ = 0;

@@ -6,7 +6,8 @@ namespace bigbatch {
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size) {
   EvalResult result;
-  if (data.size() == 0) return result;
+  if (data.size() == 0)
+    return result;
   const bool was_training = model->is_training();
   model->eval();
   {
@@ -18,7 +19,8 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
       const auto batch = data.slice(begin, end);
       const auto logits = model->forward(batch.inputs);
       loss_sum += torch::nn::functional::cross_entropy(
-                      logits, batch.targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      logits, batch.targets,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                       .to(torch::kFloat64);
       correct += logits.argmax(1).eq(batch.targets).sum();
     }

@@ -28,7 +28,9 @@ class GradientReducer {
 
 class LocalReducer final : public GradientReducer {
  public:
-  int64_t reduce(std::vector<at::Tensor>& /*gradients*/, int64_t local_items) override { return local_items; }
+  int64_t reduce(std::vector<at::Tensor>& /*gradients*/, int64_t local_items) override {
+    return local_items;
+  }
   int64_t world_size() const override { return 1; }
   int64_t rank() const override { return 0; }
   int64_t calls() const override { return 0; }

@@ -14,8 +14,8 @@ OptimizerSettings OptimizerSettings::from(const TrainConfig& config) {
   return s;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSettings& s,
-                                                        const std::vector<torch::Tensor>& parameters) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const OptimizerSettings& s, const std::vector<torch::Tensor>& parameters) {
   // The rate given here is a placeholder: the trainer sets the scheduled rate before each step.
   if (s.kind == OptimizerKind::AdamW) {
     return std::make_unique<torch::optim::AdamW>(
@@ -31,7 +31,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSettings&
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+  for (auto& group : optimizer.param_groups())
+    group.options().set_lr(lr);
 }
 
 }  // namespace bigbatch

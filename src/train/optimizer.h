@@ -27,8 +27,8 @@ struct OptimizerSettings {
   static OptimizerSettings from(const TrainConfig& config);
 };
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSettings& settings,
-                                                        const std::vector<torch::Tensor>& parameters);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const OptimizerSettings& settings, const std::vector<torch::Tensor>& parameters);
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

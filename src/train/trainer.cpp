@@ -42,7 +42,8 @@ std::string default_run_directory() {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
   std::string dir = std::string("runs/") + stamp;
-  for (int suffix = 2; path_exists(dir); ++suffix) dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
+  for (int suffix = 2; path_exists(dir); ++suffix)
+    dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
   return dir;
 }
 
@@ -61,11 +62,14 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
   return {{"format", "pt"},
           {"producer", "bigbatch"},
           {"model", config.model},
-          {"hidden", join([&] {
-             std::vector<std::string> parts;
-             for (int64_t w : config.hidden) parts.push_back(std::to_string(w));
-             return parts;
-           }(), ",")},
+          {"hidden", join(
+                         [&] {
+                           std::vector<std::string> parts;
+                           for (int64_t w : config.hidden)
+                             parts.push_back(std::to_string(w));
+                           return parts;
+                         }(),
+                         ",")},
           {"step", std::to_string(step)}};
 }
 
@@ -84,7 +88,8 @@ TrainResult run_training(const TrainConfig& config) {
   torch::set_num_threads(static_cast<int>(threads));
   tune_malloc();
 
-  DatasetSplits data = load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
+  DatasetSplits data =
+      load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
   LocalReducer reducer;
   const ResolvedRun run = resolve_run(config, data.train.size(), reducer.world_size());
 
@@ -95,20 +100,24 @@ TrainResult run_training(const TrainConfig& config) {
   atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
   MetricsWriter metrics(result.run_dir + "/metrics.jsonl");
 
-  progress.message("bigbatch: " + config.model + " on " + config.dataset + " (" + std::to_string(data.train.size()) +
-                   " train, " + std::to_string(data.validation.size()) + " validation, " +
-                   std::to_string(data.test.size()) + " test samples), " + std::to_string(threads) + " threads, " +
-                   runtime_environment_summary());
-  progress.message("batch plan: global batch " + run.plan.describe() + " (" +
-                   (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") + "); " +
-                   std::to_string(run.epoch.updates_per_epoch) + " updates and " +
-                   std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch");
+  progress.message("bigbatch: " + config.model + " on " + config.dataset + " (" +
+                   std::to_string(data.train.size()) + " train, " +
+                   std::to_string(data.validation.size()) + " validation, " +
+                   std::to_string(data.test.size()) + " test samples), " + std::to_string(threads) +
+                   " threads, " + runtime_environment_summary());
+  progress.message(
+      "batch plan: global batch " + run.plan.describe() + " (" +
+      (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
+      "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
+      std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch");
   progress.message(run.schedule.describe_scaling() + ", warmup " +
                    std::to_string(run.schedule.config().warmup_updates) + " updates, " +
-                   to_string(run.schedule.config().kind) + " schedule over " + std::to_string(run.total_updates) +
-                   " updates");
-  for (const auto& warning : run.epoch.warnings) progress.message("warning: " + warning);
-  if (const auto advice = run.schedule.advice()) progress.message("warning: " + *advice);
+                   to_string(run.schedule.config().kind) + " schedule over " +
+                   std::to_string(run.total_updates) + " updates");
+  for (const auto& warning : run.epoch.warnings)
+    progress.message("warning: " + warning);
+  if (const auto advice = run.schedule.advice())
+    progress.message("warning: " + *advice);
 
   torch::manual_seed(config.seed);
   ModelSpec spec;
@@ -118,23 +127,27 @@ TrainResult run_training(const TrainConfig& config) {
   spec.height = data.train.inputs.size(2);
   spec.width = data.train.inputs.size(3);
   auto model = make_model(spec);
-  if (!config.init_weights.empty()) load_weights(config.init_weights, *model);
+  if (!config.init_weights.empty())
+    load_weights(config.init_weights, *model);
   if (uses_batch_statistics(*model) && run.plan.accumulation_steps > 1) {
     progress.message("note: " + config.model + " normalises over each micro-batch of " +
                      std::to_string(run.plan.micro_batch_size) +
                      " samples (ghost batch norm), so its updates differ from one batch of " +
-                     std::to_string(run.plan.global_batch_size) + "; use cnn-gn for exact equivalence");
+                     std::to_string(run.plan.global_batch_size) +
+                     "; use cnn-gn for exact equivalence");
   }
 
   auto save_final = [&](int64_t step) {
     const auto meta = weights_metadata(config, step);
     save_weights(result.run_dir + "/weights.safetensors", *model, meta);
-    if (!config.save_weights.empty()) save_weights(config.save_weights, *model, meta);
+    if (!config.save_weights.empty())
+      save_weights(config.save_weights, *model, meta);
   };
 
   if (run.total_updates == 0) {
     save_final(0);
-    progress.message("--max-updates 0: wrote the initial weights to " + result.run_dir + "/weights.safetensors");
+    progress.message("--max-updates 0: wrote the initial weights to " + result.run_dir +
+                     "/weights.safetensors");
     result.total_seconds = seconds_since(run_start);
     return result;
   }
@@ -149,14 +162,17 @@ TrainResult run_training(const TrainConfig& config) {
   double train_seconds = 0;
   EvalResult last_test;
   for (int64_t epoch = 0; epoch < run.epochs && step < run.total_updates; ++epoch) {
-    const auto order = epoch_order(config.seed, epoch, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
+    const auto order = epoch_order(config.seed, epoch, data.train.size(),
+                                   config.shuffle ? Shuffle::On : Shuffle::Off);
     double epoch_loss_sum = 0;
     int64_t epoch_correct = 0;
     int64_t epoch_items = 0;
     int64_t update_in_epoch = 0;
-    for (; update_in_epoch < run.epoch.updates_per_epoch && step < run.total_updates; ++update_in_epoch) {
+    for (; update_in_epoch < run.epoch.updates_per_epoch && step < run.total_updates;
+         ++update_in_epoch) {
       const auto update_start = Clock::now();
-      const UpdateWindow window = window_for_update(run.plan, run.epoch, update_in_epoch, reducer.rank());
+      const UpdateWindow window =
+          window_for_update(run.plan, run.epoch, update_in_epoch, reducer.rank());
       const double lr = run.schedule.lr_at(step);
       const UpdateStats stats = train_window(engine, assembler, order, window, lr);
       const double seconds = seconds_since(update_start);
@@ -167,7 +183,8 @@ TrainResult run_training(const TrainConfig& config) {
       epoch_correct += stats.correct;
       epoch_items += stats.items;
       metrics.write({{"step", step},
-                     {"epoch", double(epoch) + double(update_in_epoch + 1) / double(run.epoch.updates_per_epoch)},
+                     {"epoch", double(epoch) + double(update_in_epoch + 1) /
+                                                   double(run.epoch.updates_per_epoch)},
                      {"samples_seen", samples_seen},
                      {"loss", stats.loss},
                      {"lr", lr},
@@ -194,18 +211,22 @@ TrainResult run_training(const TrainConfig& config) {
                              {"train_loss", epoch_loss_sum / double(epoch_items)},
                              {"train_accuracy", double(epoch_correct) / double(epoch_items)},
                              {"train_seconds", train_seconds}};
-    if (data.validation.size() > 0) record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
+    if (data.validation.size() > 0)
+      record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
     last_test = evaluate(model, data.test, kEvalBatchSize);
     record.update(eval_record("test", last_test));
     metrics.write(record);
     char line[256];
-    std::snprintf(line, sizeof line, "epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s",
-                  static_cast<long long>(epoch + 1), record["train_loss"].get<double>(),
-                  100 * record["train_accuracy"].get<double>(), last_test.loss, 100 * last_test.accuracy,
-                  human_count(double(samples_seen) / train_seconds).c_str());
+    std::snprintf(
+        line, sizeof line,
+        "epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s",
+        static_cast<long long>(epoch + 1), record["train_loss"].get<double>(),
+        100 * record["train_accuracy"].get<double>(), last_test.loss, 100 * last_test.accuracy,
+        human_count(double(samples_seen) / train_seconds).c_str());
     std::string text = line;
     if (record.contains("val_accuracy")) {
-      text += " | val acc " + format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
+      text += " | val acc " +
+              format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
     }
     progress.message(text);
   }

@@ -19,9 +19,9 @@ struct TrainResult {
   int64_t samples_seen = 0;
   double test_loss = 0;
   double test_accuracy = 0;
-  double train_seconds = 0;   // the training loop, evaluation excluded
-  double total_seconds = 0;   // everything, data loading included
-  double samples_per_s = 0;   // training samples over train_seconds
+  double train_seconds = 0;  // the training loop, evaluation excluded
+  double total_seconds = 0;  // everything, data loading included
+  double samples_per_s = 0;  // training samples over train_seconds
 };
 
 TrainResult run_training(const TrainConfig& config);

@@ -17,17 +17,20 @@ class TempDir : public ::testing::Test {
  protected:
   std::string dir_ = [] {
     auto d = std::filesystem::temp_directory_path() /
-             ("bigbatch_torch_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+             ("bigbatch_torch_test_" +
+              std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(d);
     std::filesystem::create_directories(d);
     return d.string();
   }();
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  void write_idx(const std::string& name, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
+  void write_idx(const std::string& name, std::vector<uint32_t> dims,
+                 const std::vector<uint8_t>& data) {
     std::vector<uint8_t> bytes = {0, 0, 8, static_cast<uint8_t>(dims.size())};
     for (uint32_t d : dims) {
-      for (int shift : {24, 16, 8, 0}) bytes.push_back(static_cast<uint8_t>(d >> shift));
+      for (int shift : {24, 16, 8, 0})
+        bytes.push_back(static_cast<uint8_t>(d >> shift));
     }
     bytes.insert(bytes.end(), data.begin(), data.end());
     gzFile gz = gzopen((dir_ + "/" + name + ".gz").c_str(), "wb");
@@ -42,7 +45,8 @@ class TempDir : public ::testing::Test {
       pixels.insert(pixels.end(), 28 * 28, static_cast<uint8_t>(i));
       labels.push_back(static_cast<uint8_t>(i % 10));
     }
-    if (bad_label) labels.back() = bad_label;
+    if (bad_label)
+      labels.back() = bad_label;
     write_idx(prefix + "-images-idx3-ubyte", {n, 28, 28}, pixels);
     write_idx(prefix + "-labels-idx1-ubyte", {n}, labels);
   }
@@ -66,7 +70,8 @@ TEST_F(TempDir, LoadsAndNormalisesIdxSplits) {
   EXPECT_EQ(splits.validation.size(), 2);
   EXPECT_EQ(splits.test.size(), 5);
   EXPECT_EQ(splits.train.inputs.sizes(), (std::vector<int64_t>{10, 1, 28, 28}));
-  EXPECT_NEAR(splits.train.inputs[3][0][5][5].item<float>(), (3 / 255.0 - kPixelMean) / kPixelStd, 1e-6);
+  EXPECT_NEAR(splits.train.inputs[3][0][5][5].item<float>(), (3 / 255.0 - kPixelMean) / kPixelStd,
+              1e-6);
   EXPECT_EQ(splits.validation.targets[0].item<int64_t>(), 0);  // sample 10, held out from the end
   EXPECT_EQ(splits.train.targets.scalar_type(), torch::kInt64);
 }
@@ -74,14 +79,19 @@ TEST_F(TempDir, LoadsAndNormalisesIdxSplits) {
 TEST_F(TempDir, BadDatasetsAreDataErrors) {
   write_dataset("train", 20, /*bad_label=*/12);
   write_dataset("t10k", 5);
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("label 12 of sample 19"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("label 12 of sample 19"),
+            std::string::npos);
   write_dataset("train", 20);
   write_idx("t10k-labels-idx1-ubyte", {4}, {1, 2, 3, 4});
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("holds 5 images but"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_ + "/nowhere", 0, 0); }).find("not found"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("holds 5 images but"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_ + "/nowhere", 0, 0); }).find("not found"),
+            std::string::npos);
   write_dataset("t10k", 5);
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 50, 0); }).find("--train-subset 50"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 20); }).find("--val-size 20"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 50, 0); }).find("--train-subset 50"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 20); }).find("--val-size 20"),
+            std::string::npos);
 }
 
 TEST_F(TempDir, AssemblerGathersPositionsOfTheOrder) {
@@ -124,29 +134,34 @@ TEST_F(TempDir, WeightsOfAnotherModelAreRejectedAndLeaveTheModelUntouched) {
   save_weights(path, *mlp, {});
   auto cnn = make_model({"cnn"});
   const auto before = model_state(*cnn)[0].second.clone();
-  EXPECT_NE(error_of([&] { load_weights(path, *cnn); }).find("saved from another model"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_weights(path, *cnn); }).find("saved from another model"),
+            std::string::npos);
   EXPECT_TRUE(torch::equal(before, model_state(*cnn)[0].second));
   ModelSpec narrow{"mlp"};
   narrow.hidden = {64};
   auto small = make_model(narrow);
   EXPECT_FALSE(error_of([&] { load_weights(path, *small); }).empty());
   std::ofstream(dir_ + "/junk.safetensors") << "not a safetensors file at all";
-  EXPECT_NE(error_of([&] { load_weights(dir_ + "/junk.safetensors", *mlp); }).find("safetensors file"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { load_weights(dir_ + "/missing.safetensors", *mlp); }).find("does not exist"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { load_weights(dir_ + "/junk.safetensors", *mlp); }).find("safetensors file"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] { load_weights(dir_ + "/missing.safetensors", *mlp); }).find("does not exist"),
+      std::string::npos);
 }
 
 TEST(Models, ParameterNamesMatchPyTorchSequential) {
   auto cnn = make_model({"cnn"});
   std::vector<std::string> names;
-  for (const auto& item : cnn->named_parameters()) names.push_back(item.key());
-  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias",
-                                              "9.weight", "9.bias"}));
+  for (const auto& item : cnn->named_parameters())
+    names.push_back(item.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "3.weight", "3.bias", "7.weight",
+                                             "7.bias", "9.weight", "9.bias"}));
   EXPECT_FALSE(uses_batch_statistics(*cnn));
   auto bn = make_model({"cnn-bn"});
   EXPECT_TRUE(uses_batch_statistics(*bn));
-  EXPECT_EQ(parameter_count(*make_model({"mlp"})), 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
+  EXPECT_EQ(parameter_count(*make_model({"mlp"})),
+            784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
 }
 
 TEST(Models, InitialisationIsDeterministicPerSeed) {

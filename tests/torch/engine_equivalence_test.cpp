@@ -20,12 +20,14 @@ namespace {
 
 // Max over tensors of ||a - b|| / ||b||: relative to each tensor's own scale, so small and
 // large layers count alike.
-double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+double max_relative_difference(const std::vector<torch::Tensor>& a,
+                               const std::vector<torch::Tensor>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double scale = b[i].norm().item<double>();
     const double diff = (a[i] - b[i]).norm().item<double>();
-    if (std::getenv("BIGBATCH_TEST_VERBOSE")) std::printf("  tensor %zu: |b| %.3g  |a-b| %.3g\n", i, scale, diff);
+    if (std::getenv("BIGBATCH_TEST_VERBOSE"))
+      std::printf("  tensor %zu: |b| %.3g  |a-b| %.3g\n", i, scale, diff);
     worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
@@ -33,13 +35,15 @@ double max_relative_difference(const std::vector<torch::Tensor>& a, const std::v
 
 std::vector<torch::Tensor> gradients_of(torch::nn::Sequential& model) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+  for (const auto& p : model->parameters())
+    out.push_back(p.grad().clone());
   return out;
 }
 
 std::vector<torch::Tensor> weights_of(torch::nn::Sequential& model) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : model->parameters())
+    out.push_back(p.detach().clone());
   return out;
 }
 
@@ -69,7 +73,8 @@ std::vector<torch::Tensor> window_gradient(const std::string& model_name, const 
   AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
   int64_t begin = 0;
   for (int64_t size : micro_sizes) {
-    engine.micro_step(data.inputs.slice(0, begin, begin + size), data.targets.slice(0, begin, begin + size));
+    engine.micro_step(data.inputs.slice(0, begin, begin + size),
+                      data.targets.slice(0, begin, begin + size));
     begin += size;
   }
   const UpdateStats stats = engine.finish_gradients();
@@ -84,7 +89,8 @@ TEST_P(GradientEquivalence, EightMicroStepsEqualOneBatchOfTwoFiftySix) {
   const auto big = window_gradient(GetParam(), data, {256});
   const auto accumulated = window_gradient(GetParam(), data, std::vector<int64_t>(8, 32));
   const double diff = max_relative_difference(accumulated, big);
-  std::printf("[ %s ] 8 x 32 vs 1 x 256: max relative gradient difference %.3g\n", GetParam().c_str(), diff);
+  std::printf("[ %s ] 8 x 32 vs 1 x 256: max relative gradient difference %.3g\n",
+              GetParam().c_str(), diff);
   RecordProperty("max_relative_difference", std::to_string(diff));
   EXPECT_LT(diff, 1e-5);
 }
@@ -94,18 +100,22 @@ TEST_P(GradientEquivalence, UnevenMicroBatchesAreWeightedByTheirSize) {
   const auto big = window_gradient(GetParam(), data, {232});
   const auto uneven = window_gradient(GetParam(), data, {100, 100, 32});
   const double diff = max_relative_difference(uneven, big);
-  std::printf("[ %s ] 100+100+32 vs 232: max relative gradient difference %.3g\n", GetParam().c_str(), diff);
+  std::printf("[ %s ] 100+100+32 vs 232: max relative gradient difference %.3g\n",
+              GetParam().c_str(), diff);
   EXPECT_LT(diff, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(BatchIndependentModels, GradientEquivalence, ::testing::Values("mlp", "cnn", "cnn-gn"));
+INSTANTIATE_TEST_SUITE_P(BatchIndependentModels, GradientEquivalence,
+                         ::testing::Values("mlp", "cnn", "cnn-gn"));
 
 TEST(GradientEquivalence, BatchNormDiffersBecauseItNormalisesPerMicroBatch) {
   const auto data = synthetic_dataset(256);
   const auto big = window_gradient("cnn-bn", data, {256});
   const auto accumulated = window_gradient("cnn-bn", data, std::vector<int64_t>(8, 32));
   const double diff = max_relative_difference(accumulated, big);
-  std::printf("[ cnn-bn ] 8 x 32 vs 1 x 256: max relative gradient difference %.3g (expected: not equal)\n", diff);
+  std::printf(
+      "[ cnn-bn ] 8 x 32 vs 1 x 256: max relative gradient difference %.3g (expected: not equal)\n",
+      diff);
   EXPECT_GT(diff, 1e-3) << "BatchNorm statistics per micro-batch should change the gradient";
 }
 
@@ -119,8 +129,9 @@ TEST(GradientEquivalence, PerMicroBatchAveragingIsDetected) {
   const std::vector<int64_t> sizes = {100, 100, 32};
   for (int64_t size : sizes) {
     auto logits = model->forward(data.inputs.slice(0, begin, begin + size));
-    auto loss = torch::nn::functional::cross_entropy(logits, data.targets.slice(0, begin, begin + size)) /
-                double(sizes.size());
+    auto loss =
+        torch::nn::functional::cross_entropy(logits, data.targets.slice(0, begin, begin + size)) /
+        double(sizes.size());
     loss.backward();
     begin += size;
   }
@@ -140,8 +151,8 @@ struct RunSettings {
 };
 
 // Trains `epochs` full epochs over `data` through the real sampler, plan and engine.
-std::vector<torch::Tensor> train_run(const TensorDataset& float_data, const RunSettings& s, int64_t epochs,
-                                     int64_t* updates = nullptr) {
+std::vector<torch::Tensor> train_run(const TensorDataset& float_data, const RunSettings& s,
+                                     int64_t epochs, int64_t* updates = nullptr) {
   auto model = seeded_model(s.model);
   model->to(s.dtype);
   const TensorDataset data{float_data.inputs.to(s.dtype), float_data.targets};
@@ -168,7 +179,8 @@ std::vector<torch::Tensor> train_run(const TensorDataset& float_data, const RunS
       ++count;
     }
   }
-  if (updates) *updates = count;
+  if (updates)
+    *updates = count;
   return weights_of(model);
 }
 
@@ -186,8 +198,11 @@ TEST_P(RunEquivalence, ThirtyTwoByEightEndsWhereTwoFiftySixByOneEnds) {
   const auto b = train_run(data, direct, 2);
   EXPECT_EQ(updates, 8);
   const double diff = max_relative_difference(a, b);
-  std::printf("[ %s %s ] %lld updates, 32 x 8 vs 256 x 1 (short final windows): max relative weight difference %.3g\n",
-              GetParam().model.c_str(), c10::toString(GetParam().dtype), static_cast<long long>(updates), diff);
+  std::printf(
+      "[ %s %s ] %lld updates, 32 x 8 vs 256 x 1 (short final windows): max relative weight "
+      "difference %.3g\n",
+      GetParam().model.c_str(), c10::toString(GetParam().dtype), static_cast<long long>(updates),
+      diff);
   EXPECT_LT(diff, GetParam().tolerance);
 }
 
@@ -196,13 +211,16 @@ INSTANTIATE_TEST_SUITE_P(
     // In float64 the two runs must agree to rounding of the mathematics itself. In float32 the
     // cnn's convolutions pick different kernels for batches of 32 and 256, whose rounding
     // differences (~3e-6 in one gradient, above) grow through 8 momentum updates to ~6e-5.
-    ::testing::Values(RunSettings{32, 8, "mlp"}, RunSettings{32, 8, "cnn", OptimizerKind::Sgd, 0, torch::kFloat32, 2e-4},
+    ::testing::Values(RunSettings{32, 8, "mlp"},
+                      RunSettings{32, 8, "cnn", OptimizerKind::Sgd, 0, torch::kFloat32, 2e-4},
                       RunSettings{32, 8, "mlp", OptimizerKind::Sgd, 0, torch::kFloat64, 1e-12},
                       RunSettings{32, 8, "cnn", OptimizerKind::Sgd, 0, torch::kFloat64, 1e-12},
-                      RunSettings{32, 8, "mlp", OptimizerKind::AdamW}, RunSettings{32, 8, "mlp", OptimizerKind::Sgd, 0.5}),
+                      RunSettings{32, 8, "mlp", OptimizerKind::AdamW},
+                      RunSettings{32, 8, "mlp", OptimizerKind::Sgd, 0.5}),
     [](const ::testing::TestParamInfo<RunSettings>& param_info) {
       const RunSettings& s = param_info.param;
-      return s.model + (s.optimizer == OptimizerKind::AdamW ? "_adamw" : "_sgd") + (s.clip > 0 ? "_clipped" : "") +
+      return s.model + (s.optimizer == OptimizerKind::AdamW ? "_adamw" : "_sgd") +
+             (s.clip > 0 ? "_clipped" : "") +
              (s.dtype == torch::kFloat64 ? "_float64" : "_float32");
     });
 
@@ -217,7 +235,8 @@ TEST(Engine, ClippingActsOnTheAccumulatedMeanGradient) {
   const UpdateStats stats = engine.finish_gradients();
   ASSERT_GT(stats.grad_norm, 0.01);
   double squared = 0;
-  for (const auto& g : gradients_of(model)) squared += g.pow(2).sum().item<double>();
+  for (const auto& g : gradients_of(model))
+    squared += g.pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(squared), 0.01, 1e-6);
   EXPECT_EQ(stats.micro_steps, 2);
   EXPECT_EQ(stats.items, 64);
@@ -231,7 +250,8 @@ TEST(Engine, ApplyClearsTheWindow) {
   AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
   engine.micro_step(data.inputs, data.targets);
   engine.update(0.1);
-  for (const auto& g : gradients_of(model)) EXPECT_EQ(g.abs().sum().item<double>(), 0.0);
+  for (const auto& g : gradients_of(model))
+    EXPECT_EQ(g.abs().sum().item<double>(), 0.0);
   engine.micro_step(data.inputs.slice(0, 0, 8), data.targets.slice(0, 0, 8));
   EXPECT_EQ(engine.finish_gradients().items, 8);
 }

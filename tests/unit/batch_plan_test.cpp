@@ -10,8 +10,8 @@
 namespace bigbatch {
 namespace {
 
-BatchPlan resolve(std::optional<int64_t> global, std::optional<int64_t> micro, std::optional<int64_t> accum,
-                  int64_t world = 1) {
+BatchPlan resolve(std::optional<int64_t> global, std::optional<int64_t> micro,
+                  std::optional<int64_t> accum, int64_t world = 1) {
   BatchRequest r;
   r.global_batch_size = global;
   r.micro_batch_size = micro;
@@ -20,8 +20,8 @@ BatchPlan resolve(std::optional<int64_t> global, std::optional<int64_t> micro, s
   return BatchPlan::resolve(r);
 }
 
-std::string plan_error(std::optional<int64_t> global, std::optional<int64_t> micro, std::optional<int64_t> accum,
-                       int64_t world = 1) {
+std::string plan_error(std::optional<int64_t> global, std::optional<int64_t> micro,
+                       std::optional<int64_t> accum, int64_t world = 1) {
   try {
     resolve(global, micro, accum, world);
   } catch (const Error& e) {
@@ -79,16 +79,19 @@ TEST(BatchPlan, WorldSizeKeepsTheGlobalBatch) {
 
 TEST(BatchPlan, InconsistentTripleNamesAllValuesAndTheFix) {
   const std::string message = plan_error(256, 32, 4);
-  EXPECT_NE(message.find("global batch 256 != micro 32 x accumulation 4 x world 1 = 128"), std::string::npos)
+  EXPECT_NE(message.find("global batch 256 != micro 32 x accumulation 4 x world 1 = 128"),
+            std::string::npos)
       << message;
   EXPECT_NE(message.find("--accum-steps 8"), std::string::npos) << message;
 }
 
 TEST(BatchPlan, NonPositiveSizesAreErrors) {
-  EXPECT_NE(plan_error(0, 32, std::nullopt).find("--global-batch must be a positive integer, got 0"),
-            std::string::npos);
-  EXPECT_NE(plan_error(256, -4, std::nullopt).find("--micro-batch must be a positive integer, got -4"),
-            std::string::npos);
+  EXPECT_NE(
+      plan_error(0, 32, std::nullopt).find("--global-batch must be a positive integer, got 0"),
+      std::string::npos);
+  EXPECT_NE(
+      plan_error(256, -4, std::nullopt).find("--micro-batch must be a positive integer, got -4"),
+      std::string::npos);
   EXPECT_NE(plan_error(256, std::nullopt, 0).find("--accum-steps"), std::string::npos);
   EXPECT_NE(plan_error(256, 32, std::nullopt, 0).find("world size"), std::string::npos);
 }
@@ -96,7 +99,8 @@ TEST(BatchPlan, NonPositiveSizesAreErrors) {
 TEST(BatchPlan, IndivisibleGlobalBatchSuggestsNearestChoices) {
   const std::string message = plan_error(1000, 64, std::nullopt);
   EXPECT_NE(message.find("not divisible"), std::string::npos) << message;
-  EXPECT_NE(message.find("--global-batch 960 or --global-batch 1024"), std::string::npos) << message;
+  EXPECT_NE(message.find("--global-batch 960 or --global-batch 1024"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("--micro-batch 50 or --micro-batch 100"), std::string::npos) << message;
 }
 
@@ -180,7 +184,8 @@ TEST(EpochPlan, EveryFactorisationCoversTheSamePositionsPerUpdate) {
         int64_t position = w.rank_begin;
         for (int64_t size : w.micro_batch_sizes) {
           EXPECT_LE(size, micro);
-          for (int64_t i = 0; i < size; ++i) EXPECT_TRUE(positions.insert(position + i).second);
+          for (int64_t i = 0; i < size; ++i)
+            EXPECT_TRUE(positions.insert(position + i).second);
           position += size;
         }
         EXPECT_EQ(position, w.rank_begin + w.rank_size);
@@ -189,9 +194,11 @@ TEST(EpochPlan, EveryFactorisationCoversTheSamePositionsPerUpdate) {
     }
     coverage.push_back(per_update);
   }
-  for (size_t i = 1; i < coverage.size(); ++i) EXPECT_EQ(coverage[i], coverage[0]) << "factorisation " << i;
+  for (size_t i = 1; i < coverage.size(); ++i)
+    EXPECT_EQ(coverage[i], coverage[0]) << "factorisation " << i;
   int64_t covered = 0;
-  for (const auto& update : coverage[0]) covered += int64_t(update.size());
+  for (const auto& update : coverage[0])
+    covered += int64_t(update.size());
   EXPECT_EQ(covered, dataset);
 }
 

@@ -13,10 +13,11 @@ namespace {
 
 class ConfigFileTest : public ::testing::Test {
  protected:
-  std::string path_ = (std::filesystem::temp_directory_path() /
-                       ("bigbatch_config_test_" +
-                        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".toml"))
-                          .string();
+  std::string path_ =
+      (std::filesystem::temp_directory_path() /
+       ("bigbatch_config_test_" +
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".toml"))
+          .string();
   void write(const std::string& text) { std::ofstream(path_) << text; }
   std::string error_of() {
     TrainConfig config;
@@ -33,8 +34,9 @@ class ConfigFileTest : public ::testing::Test {
 };
 
 TEST_F(ConfigFileTest, KeysMirrorTheFlags) {
-  write("model = \"mlp\"\nglobal-batch = 1024\nmicro-batch = 64\nlr = 0.05\nlr-scaling = \"linear\"\n"
-        "warmup = \"2e\"\nhidden = [128, 64]\nnesterov = false\n");
+  write(
+      "model = \"mlp\"\nglobal-batch = 1024\nmicro-batch = 64\nlr = 0.05\nlr-scaling = \"linear\"\n"
+      "warmup = \"2e\"\nhidden = [128, 64]\nnesterov = false\n");
   TrainConfig config;
   load_toml_config(config, path_);
   EXPECT_EQ(config.model, "mlp");

@@ -19,8 +19,10 @@ TEST(SplitMix64, MatchesTheReferenceSequence) {
 TEST(SplitMix64, BelowStaysInRangeAndCoversIt) {
   SplitMix64 rng(7);
   std::vector<int> counts(6, 0);
-  for (int i = 0; i < 6000; ++i) ++counts[rng.below(6)];
-  for (int c : counts) EXPECT_GT(c, 850);
+  for (int i = 0; i < 6000; ++i)
+    ++counts[rng.below(6)];
+  for (int c : counts)
+    EXPECT_GT(c, 850);
 }
 
 TEST(EpochOrder, IsAPermutationFixedBySeedAndEpoch) {
