@@ -9,6 +9,7 @@
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "dist/launcher.h"
 #include "report/plan_report.h"
 #include "train/trainer.h"
 
@@ -93,6 +94,8 @@ int run_plan(TrainConfig config, int64_t dataset_size, int64_t world_size, bool 
 
 int run_train(const TrainConfig& config) {
   const TrainResult result = run_training(config);
+  if (!result.is_main_rank)
+    return kExitOk;
   std::printf("run directory: %s\n", result.run_dir.c_str());
   if (result.updates > 0) {
     std::printf(
@@ -158,8 +161,38 @@ int run(int argc, char** argv) {
                    "TOML file whose keys are these flags' names; flags override it")
       ->type_name("FILE");
 
+  CLI::App* launch = app.add_subcommand("launch",
+                                        "start and supervise the local workers of a data-parallel "
+                                        "job: launch --nproc N -- COMMAND...");
+  LaunchOptions launch_options;
+  launch->add_option("--nproc", launch_options.nproc, "workers on this machine")->required();
+  launch->add_option("--nnodes", launch_options.nnodes, "machines in the job (default 1)");
+  launch->add_option("--node-rank", launch_options.node_rank,
+                     "this machine's index, 0 to nnodes - 1 (default 0)");
+  launch->add_option("--master-addr", launch_options.master_addr,
+                     "rank 0's host (default 127.0.0.1)");
+  launch->add_option("--master-port", launch_options.master_port,
+                     "rank 0's rendezvous port (default 29500)");
+  launch->add_option(
+      "--grace-seconds", launch_options.grace_seconds,
+      "after a failure, seconds the other workers get to stop before SIGKILL (default 5)");
+  launch->footer(
+      "The worker command follows --, e.g. bigbatch launch --nproc 4 -- bigbatch train "
+      "--global-batch 1024");
+
+  // The worker command after `--` is the launcher's, verbatim: it never reaches CLI11, which
+  // would otherwise match its words against bigbatch's own subcommands.
+  int parsed_argc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      parsed_argc = i;
+      launch_options.command.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -167,7 +200,10 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string command = plan->parsed() ? "plan" : train->parsed() ? "train" : "";
+    const std::string command = plan->parsed()     ? "plan"
+                                : train->parsed()  ? "train"
+                                : launch->parsed() ? "launch"
+                                                   : "";
     std::fprintf(stderr, "bigbatch: error: %s; %ssee 'bigbatch %s--help'\n", e.what(),
                  unknown_flag_hint(argc, argv, app).c_str(),
                  command.empty() ? "" : (command + " ").c_str());
@@ -180,13 +216,16 @@ int run(int argc, char** argv) {
       apply_flags(config, kPlanCommand, plan_flags);
       return run_plan(config, dataset_size, world_size, json);
     }
+    if (launch->parsed())
+      return run_launcher(launch_options);
+    BB_INTERNAL_ASSERT(train->parsed(), "a subcommand is required");
     if (!config_path.empty())
       load_toml_config(config, config_path);
     apply_flags(config, kTrainCommand, train_flags);
     return run_train(config);
   } catch (const Error& e) {
     std::fprintf(stderr, "bigbatch: error: %s\n", e.what());
-    return kExitBadInput;
+    return e.kind() == ErrorKind::Distributed ? kExitDistributed : kExitBadInput;
   } catch (const std::exception& e) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.
     std::string message = e.what();

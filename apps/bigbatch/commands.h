@@ -2,12 +2,14 @@
 // The bigbatch command line: `plan` and `train`, their flags (from config/option_table.h), and
 // the single place where errors become one line on stderr and an exit code:
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
-//   data or weight files, run directory).
+//   data or weight files, run directory), 3 a data-parallel job failed (launcher environment,
+//   rendezvous, a peer rank that died or timed out). `launch` returns its failing worker's code.
 namespace bigbatch::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternalError = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDistributed = 3;
 
 int run(int argc, char** argv);
 

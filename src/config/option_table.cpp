@@ -239,6 +239,12 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("progress",
                             "auto (bar on a terminal, lines otherwise), bar, lines or off", "MODE",
                             &TrainConfig::progress));
+  t.push_back(double_option("dist-timeout",
+                            "seconds a rank waits for the others (rendezvous, all-reduce)",
+                            &TrainConfig::dist_timeout));
+  t.push_back(double_option("bucket-mb",
+                            "gradient all-reduce bucket size in MiB (data parallelism)",
+                            &TrainConfig::bucket_mb));
   return t;
 }
 

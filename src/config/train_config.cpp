@@ -63,6 +63,8 @@ void TrainConfig::validate() const {
   check(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
   check(progress == "auto" || progress == "bar" || progress == "lines" || progress == "off",
         "--progress '" + progress + "' is not known", "use auto, bar, lines or off");
+  check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");
+  check(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
   check(schedule != ScheduleKind::Step || !step_milestones.empty(),
         "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
 }

@@ -66,6 +66,10 @@ struct TrainConfig {
   std::string save_weights;
   std::string progress = "auto";  // auto | bar | lines | off
 
+  // Data parallelism (ranks come from the launcher's environment, see dist/environment.h).
+  double dist_timeout = 300;  // seconds: rendezvous and every collective
+  double bucket_mb = 25;      // gradient all-reduce bucket size
+
   // Throws bigbatch::Error (Config) on values that cannot work, naming the fix.
   void validate() const;
 

@@ -16,6 +16,8 @@ const char* to_string(ErrorKind kind) {
       return "format";
     case ErrorKind::Io:
       return "io";
+    case ErrorKind::Distributed:
+      return "distributed";
   }
   return "unknown";
 }

@@ -14,12 +14,13 @@
 namespace bigbatch {
 
 enum class ErrorKind {
-  Usage,   // command-line flags
-  Config,  // TOML configuration or option values
-  Plan,    // batch sizes that do not fit together
-  Data,    // dataset files
-  Format,  // weight files (safetensors) and checkpoints
-  Io,      // the file system: unwritable run directory, disk full
+  Usage,        // command-line flags
+  Config,       // TOML configuration or option values
+  Plan,         // batch sizes that do not fit together
+  Data,         // dataset files
+  Format,       // weight files (safetensors) and checkpoints
+  Io,           // the file system: unwritable run directory, disk full
+  Distributed,  // launcher environment, rendezvous, a peer rank that failed or timed out
 };
 
 const char* to_string(ErrorKind kind);

@@ -88,6 +88,15 @@ int64_t available_cpus() {
   return std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+int64_t default_thread_count() {
+  if (const char* text = std::getenv("OMP_NUM_THREADS")) {
+    const long value = std::strtol(text, nullptr, 10);
+    if (value > 0)
+      return value;
+  }
+  return available_cpus();
+}
+
 void tune_malloc() {
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 1 << 30);

@@ -23,6 +23,10 @@ std::string runtime_environment_summary();
 // CPUs this process may run on (its affinity mask), the default thread count.
 int64_t available_cpus();
 
+// The default intra-op thread count: OMP_NUM_THREADS when set (a launcher sharing the machine
+// between workers sets it), else available_cpus().
+int64_t default_thread_count();
+
 // Keeps large activation buffers out of mmap/munmap churn (PERF_NOTES: 3.3k -> 5.3k
 // samples/s for a CNN at micro 64). Process-wide, idempotent.
 void tune_malloc();

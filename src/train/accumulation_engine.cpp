@@ -16,6 +16,7 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
     if (p.requires_grad())
       parameters_.push_back(p);
   }
+  reducer_.attach(parameters_);
   loss_sum_ = torch::zeros({}, torch::kFloat64);
   correct_ = torch::zeros({}, torch::kInt64);
 }
@@ -42,21 +43,24 @@ UpdateStats AccumulationEngine::finish_gradients() {
       p.mutable_grad() = torch::zeros_like(p);
     gradients.push_back(p.grad());
   }
-  const int64_t local_items = items_;
-  const int64_t global_items = reducer_.reduce(gradients, local_items);
-  BB_INTERNAL_ASSERT(global_items > 0, "an update window with no items");
+  WindowTotals local;
+  local.items = double(items_);
+  local.loss_sum = loss_sum_.item<double>();
+  local.correct = double(correct_.item<int64_t>());
+  const WindowTotals global = reducer_.reduce(gradients, local);
+  BB_INTERNAL_ASSERT(global.items > 0, "an update window with no items on any rank");
 
   UpdateStats stats;
-  stats.items = global_items;
+  stats.items = static_cast<int64_t>(global.items);
   stats.micro_steps = micro_steps_;
-  stats.correct = correct_.item<int64_t>();
-  stats.loss = loss_sum_.item<double>() / double(local_items > 0 ? local_items : 1);
+  stats.correct = static_cast<int64_t>(global.correct);
+  stats.loss = global.loss_sum / global.items;
 
-  // Normalise once, by what was really seen.
+  // Normalise once, by what was really seen on all ranks.
   std::vector<torch::Tensor> norms;
   norms.reserve(gradients.size());
   for (auto& g : gradients) {
-    g.div_(double(global_items));
+    g.div_(global.items);
     norms.push_back(g.norm().to(torch::kFloat64));
   }
   stats.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();

@@ -30,7 +30,7 @@ struct EngineOptions {
 struct UpdateStats {
   double loss = 0;       // mean loss over the update's items (all ranks)
   int64_t items = 0;     // items in the update (all ranks)
-  int64_t correct = 0;   // correctly classified items on this rank
+  int64_t correct = 0;   // correctly classified items (all ranks)
   double grad_norm = 0;  // L2 norm of the mean gradient, before clipping
   int64_t micro_steps = 0;
 };

@@ -1,12 +1,13 @@
 #pragma once
 // The one place where ranks meet during training (Flashlight's Reducer). The engine calls
-// reduce() exactly once per update, on the last micro-step, with the *summed* local
-// gradients and the local item count; it returns the global item count, after which the
-// gradients hold the global sum. The single-process reducer is a no-op, so no training code
-// branches on world_size == 1.
+// reduce() exactly once per update, after the window's last micro-step, with the *summed*
+// local gradients and the window's local totals; afterwards the gradients hold the global
+// sum and the totals are global. The single-process reducer does nothing, so no training code
+// branches on world_size == 1. dist/collective_reducer.h is the multi-process one (c10d).
 //
 //   LocalReducer reducer;
-//   int64_t items = reducer.reduce(grads, local_items);
+//   reducer.attach(parameters);                       // once: may lay gradients out in buckets
+//   WindowTotals global = reducer.reduce(gradients, local);
 #include <cstdint>
 #include <vector>
 
@@ -16,20 +17,31 @@ class Tensor;
 
 namespace bigbatch {
 
+// What a window saw, summed over its micro-steps (and, after reduce(), over ranks).
+struct WindowTotals {
+  double items = 0;     // samples (or tokens): the divisor of the mean gradient
+  double loss_sum = 0;  // summed per-sample loss
+  double correct = 0;   // correctly classified samples
+};
+
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
-  virtual int64_t reduce(std::vector<at::Tensor>& gradients, int64_t local_items) = 0;
+  // Called once with the trainable parameters, before the first micro-step.
+  virtual void attach(const std::vector<at::Tensor>& /*parameters*/) {}
+  virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
+  // Makes every rank hold rank 0's values (initial weights and buffers).
+  virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
   virtual int64_t world_size() const = 0;
   virtual int64_t rank() const = 0;
-  // Collective calls issued so far (all-reduces); metrics report it per update.
+  // Collective calls issued so far; metrics report the count per update.
   virtual int64_t calls() const = 0;
 };
 
 class LocalReducer final : public GradientReducer {
  public:
-  int64_t reduce(std::vector<at::Tensor>& /*gradients*/, int64_t local_items) override {
-    return local_items;
+  WindowTotals reduce(std::vector<at::Tensor>& /*gradients*/, const WindowTotals& local) override {
+    return local;
   }
   int64_t world_size() const override { return 1; }
   int64_t rank() const override { return 0; }

@@ -12,6 +12,8 @@
 #include "core/text.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "dist/collective_reducer.h"
+#include "dist/environment.h"
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "report/files.h"
@@ -82,42 +84,66 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r) {
 TrainResult run_training(const TrainConfig& config) {
   const auto run_start = Clock::now();
   config.validate();
-  Progress progress(parse_progress_mode(config.progress), stderr);
 
-  const int64_t threads = config.threads > 0 ? config.threads : available_cpus();
+  // Where this process stands in the job: one process, or a rank of a launcher's job.
+  const auto env = read_dist_environment(process_environment);
+  const int64_t world_size = env ? env->world_size : 1;
+  const int64_t rank = env ? env->rank : 0;
+  const bool is_main = rank == 0;
+  // Only rank 0 talks, writes and evaluates; metrics that differ per rank are reduced first.
+  Progress progress(is_main ? parse_progress_mode(config.progress) : ProgressMode::Off, stderr);
+  auto say = [&](const std::string& line) {
+    if (is_main)
+      progress.message(line);
+  };
+
+  const int64_t threads = config.threads > 0 ? config.threads : default_thread_count();
   torch::set_num_threads(static_cast<int>(threads));
   tune_malloc();
 
   DatasetSplits data =
       load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
-  LocalReducer reducer;
-  const ResolvedRun run = resolve_run(config, data.train.size(), reducer.world_size());
+  // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike.
+  const ResolvedRun run = resolve_run(config, data.train.size(), world_size);
 
   TrainResult result;
   result.run_dir = config.out.empty() ? default_run_directory() : config.out;
-  prepare_run_directory(result.run_dir);
-  atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
-  atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
-  MetricsWriter metrics(result.run_dir + "/metrics.jsonl");
+  std::unique_ptr<MetricsWriter> metrics;
+  if (is_main) {
+    prepare_run_directory(result.run_dir);
+    atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
+    atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
+    metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
+  }
 
-  progress.message("bigbatch: " + config.model + " on " + config.dataset + " (" +
-                   std::to_string(data.train.size()) + " train, " +
-                   std::to_string(data.validation.size()) + " validation, " +
-                   std::to_string(data.test.size()) + " test samples), " + std::to_string(threads) +
-                   " threads, " + runtime_environment_summary());
-  progress.message(
-      "batch plan: global batch " + run.plan.describe() + " (" +
+  std::unique_ptr<GradientReducer> reducer;
+  if (world_size > 1) {
+    CollectiveOptions options;
+    options.timeout_seconds = config.dist_timeout;
+    options.bucket_bytes = static_cast<int64_t>(config.bucket_mb * 1024 * 1024);
+    reducer = make_collective_reducer(*env, options);
+  } else {
+    reducer = std::make_unique<LocalReducer>();
+  }
+
+  say("bigbatch: " + config.model + " on " + config.dataset + " (" +
+      std::to_string(data.train.size()) + " train, " + std::to_string(data.validation.size()) +
+      " validation, " + std::to_string(data.test.size()) + " test samples), " +
+      (world_size > 1 ? std::to_string(world_size) + " ranks (" + env->source + ") x " : "") +
+      std::to_string(threads) + " threads, " + runtime_environment_summary());
+  say("batch plan: global batch " + run.plan.describe() + " (" +
       (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
       "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
-      std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch");
-  progress.message(run.schedule.describe_scaling() + ", warmup " +
-                   std::to_string(run.schedule.config().warmup_updates) + " updates, " +
-                   to_string(run.schedule.config().kind) + " schedule over " +
-                   std::to_string(run.total_updates) + " updates");
+      std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
+      (world_size > 1 ? " per rank" : ""));
+  say(run.schedule.describe_scaling() + ", warmup " +
+      std::to_string(run.schedule.config().warmup_updates) + " updates, " +
+      to_string(run.schedule.config().kind) + " schedule over " +
+      std::to_string(run.total_updates) + " updates");
   for (const auto& warning : run.epoch.warnings)
-    progress.message("warning: " + warning);
+    say("warning: " + warning);
   if (const auto advice = run.schedule.advice())
-    progress.message("warning: " + *advice);
+    say("warning: " + *advice);
 
   torch::manual_seed(config.seed);
   ModelSpec spec;
@@ -129,15 +155,24 @@ TrainResult run_training(const TrainConfig& config) {
   auto model = make_model(spec);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *model);
-  if (uses_batch_statistics(*model) && run.plan.accumulation_steps > 1) {
-    progress.message("note: " + config.model + " normalises over each micro-batch of " +
-                     std::to_string(run.plan.micro_batch_size) +
-                     " samples (ghost batch norm), so its updates differ from one batch of " +
-                     std::to_string(run.plan.global_batch_size) +
-                     "; use cnn-gn for exact equivalence");
+  {
+    // Every rank starts from rank 0's weights, whatever its seed or file did.
+    std::vector<torch::Tensor> state;
+    for (auto& named : model_state(*model))
+      state.push_back(named.second);
+    torch::NoGradGuard no_grad;
+    reducer->broadcast_from_first_rank(state);
+  }
+  if (uses_batch_statistics(*model) && run.plan.accumulation_steps * run.plan.world_size > 1) {
+    say("note: " + config.model + " normalises over each micro-batch of " +
+        std::to_string(run.plan.micro_batch_size) +
+        " samples (ghost batch norm), so its updates differ from one batch of " +
+        std::to_string(run.plan.global_batch_size) + "; use cnn-gn for exact equivalence");
   }
 
   auto save_final = [&](int64_t step) {
+    if (!is_main)
+      return;
     const auto meta = weights_metadata(config, step);
     save_weights(result.run_dir + "/weights.safetensors", *model, meta);
     if (!config.save_weights.empty())
@@ -146,14 +181,13 @@ TrainResult run_training(const TrainConfig& config) {
 
   if (run.total_updates == 0) {
     save_final(0);
-    progress.message("--max-updates 0: wrote the initial weights to " + result.run_dir +
-                     "/weights.safetensors");
+    say("--max-updates 0: wrote the initial weights to " + result.run_dir + "/weights.safetensors");
     result.total_seconds = seconds_since(run_start);
     return result;
   }
 
   auto optimizer = make_optimizer(OptimizerSettings::from(config), model->parameters());
-  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{config.clip_norm});
+  AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
   BatchAssembler assembler(data.train, run.plan.micro_batch_size);
   model->train();
 
@@ -171,8 +205,8 @@ TrainResult run_training(const TrainConfig& config) {
     for (; update_in_epoch < run.epoch.updates_per_epoch && step < run.total_updates;
          ++update_in_epoch) {
       const auto update_start = Clock::now();
-      const UpdateWindow window =
-          window_for_update(run.plan, run.epoch, update_in_epoch, reducer.rank());
+      const int64_t calls_before = reducer->calls();
+      const UpdateWindow window = window_for_update(run.plan, run.epoch, update_in_epoch, rank);
       const double lr = run.schedule.lr_at(step);
       const UpdateStats stats = train_window(engine, assembler, order, window, lr);
       const double seconds = seconds_since(update_start);
@@ -182,17 +216,20 @@ TrainResult run_training(const TrainConfig& config) {
       epoch_loss_sum += stats.loss * double(stats.items);
       epoch_correct += stats.correct;
       epoch_items += stats.items;
-      metrics.write({{"step", step},
-                     {"epoch", double(epoch) + double(update_in_epoch + 1) /
-                                                   double(run.epoch.updates_per_epoch)},
-                     {"samples_seen", samples_seen},
-                     {"loss", stats.loss},
-                     {"lr", lr},
-                     {"grad_norm", stats.grad_norm},
-                     {"items", stats.items},
-                     {"micro_steps", stats.micro_steps},
-                     {"samples_per_s", double(stats.items) / seconds},
-                     {"updates_per_s", 1.0 / seconds}});
+      if (!is_main)
+        continue;
+      metrics->write({{"step", step},
+                      {"epoch", double(epoch) + double(update_in_epoch + 1) /
+                                                    double(run.epoch.updates_per_epoch)},
+                      {"samples_seen", samples_seen},
+                      {"loss", stats.loss},
+                      {"lr", lr},
+                      {"grad_norm", stats.grad_norm},
+                      {"items", stats.items},
+                      {"micro_steps", stats.micro_steps},
+                      {"allreduce_calls", reducer->calls() - calls_before},
+                      {"samples_per_s", double(stats.items) / seconds},
+                      {"updates_per_s", 1.0 / seconds}});
       ProgressState state;
       state.epoch = epoch + 1;
       state.epochs = run.epochs;
@@ -205,17 +242,20 @@ TrainResult run_training(const TrainConfig& config) {
       state.elapsed_s = train_seconds;
       progress.update(state);
     }
+    if (!is_main)
+      continue;
     nlohmann::json record = {{"epoch", epoch + 1},
                              {"step", step},
                              {"samples_seen", samples_seen},
                              {"train_loss", epoch_loss_sum / double(epoch_items)},
                              {"train_accuracy", double(epoch_correct) / double(epoch_items)},
                              {"train_seconds", train_seconds}};
-    if (data.validation.size() > 0)
+    if (data.validation.size() > 0) {
       record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
+    }
     last_test = evaluate(model, data.test, kEvalBatchSize);
     record.update(eval_record("test", last_test));
-    metrics.write(record);
+    metrics->write(record);
     char line[256];
     std::snprintf(
         line, sizeof line,
@@ -232,6 +272,7 @@ TrainResult run_training(const TrainConfig& config) {
   }
 
   save_final(step);
+  result.is_main_rank = is_main;
   result.updates = step;
   result.samples_seen = samples_seen;
   result.test_loss = last_test.loss;

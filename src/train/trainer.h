@@ -15,6 +15,7 @@ namespace bigbatch {
 
 struct TrainResult {
   std::string run_dir;
+  bool is_main_rank = true;  // only rank 0 writes the run directory and evaluates
   int64_t updates = 0;
   int64_t samples_seen = 0;
   double test_loss = 0;

@@ -1,0 +1,193 @@
+#include "dist/collective_reducer.h"
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace bigbatch {
+
+namespace {
+
+constexpr int64_t kTotalsSlots = 3;  // items, loss_sum, correct
+// Item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
+constexpr double kMaxExactItems = 16777216.0;
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+std::chrono::milliseconds to_milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& master_addr) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  }
+  // A job whose rendezvous is on loopback runs on one machine: keep all traffic there.
+  if (is_loopback(master_addr))
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+class CollectiveReducer final : public GradientReducer {
+ public:
+  CollectiveReducer(const DistEnvironment& env, const CollectiveOptions& options)
+      : env_(env), options_(options) {
+    try {
+      c10d::TCPStoreOptions store_options;
+      store_options.port = static_cast<uint16_t>(env.master_port);
+      store_options.isServer = env.rank == 0;
+      store_options.numWorkers = static_cast<size_t>(env.world_size);
+      store_options.waitWorkers = true;
+      store_options.timeout = to_milliseconds(options.timeout_seconds);
+      store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      auto gloo_options =
+          c10d::ProcessGroupGloo::Options::create(to_milliseconds(options.timeout_seconds));
+      gloo_options->devices.push_back(make_gloo_device(env.master_addr));
+      gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          store_, static_cast<int>(env.rank), static_cast<int>(env.world_size), gloo_options);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(
+          ErrorKind::Distributed,
+          "rank " + std::to_string(env.rank) + " could not join the job at " + env.master_addr +
+              ":" + std::to_string(env.master_port) + " within " +
+              std::to_string(int(options.timeout_seconds)) + " s: " + first_line(e.what()),
+          "check MASTER_ADDR/MASTER_PORT, that rank 0 is running and that every rank started");
+    }
+  }
+
+  void attach(const std::vector<at::Tensor>& parameters) override {
+    BB_INTERNAL_ASSERT(buckets_.empty(), "attach() called twice");
+    // Reverse order: backward produces the last layers' gradients first, so buckets fill in
+    // the order the gradients become ready.
+    std::vector<at::Tensor> ordered(parameters.rbegin(), parameters.rend());
+    size_t begin = 0;
+    while (begin < ordered.size()) {
+      int64_t bytes = 0;
+      size_t end = begin;
+      // Buckets hold one dtype and device each; cut at the size limit or at a change.
+      while (end < ordered.size() &&
+             (end == begin ||
+              (bytes + static_cast<int64_t>(ordered[end].nbytes()) <= options_.bucket_bytes &&
+               ordered[end].options().type_equal(ordered[begin].options())))) {
+        bytes += static_cast<int64_t>(ordered[end].nbytes());
+        ++end;
+      }
+      int64_t numel = buckets_.empty() ? kTotalsSlots : 0;
+      for (size_t i = begin; i < end; ++i)
+        numel += ordered[i].numel();
+      auto flat = torch::zeros({numel}, ordered[begin].options());
+      int64_t offset = buckets_.empty() ? kTotalsSlots : 0;
+      for (size_t i = begin; i < end; ++i) {
+        auto& p = const_cast<at::Tensor&>(ordered[i]);
+        p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p);
+        offset += p.numel();
+      }
+      buckets_.push_back(flat);
+      begin = end;
+    }
+  }
+
+  WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) override {
+    BB_INTERNAL_ASSERT(!buckets_.empty(), "reduce() before attach()");
+    (void)gradients;  // they are views into buckets_
+    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
+    totals[0].fill_(local.items);
+    totals[1].fill_(local.loss_sum);
+    totals[2].fill_(local.correct);
+    try {
+      std::vector<c10::intrusive_ptr<c10d::Work>> pending;
+      for (auto& bucket : buckets_) {
+        std::vector<at::Tensor> one{bucket};
+        pending.push_back(group_for(bucket)->allreduce(one));
+        ++calls_;
+      }
+      for (auto& work : pending)
+        work->wait();
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Distributed,
+                  "rank " + std::to_string(env_.rank) +
+                      ": gradient all-reduce failed: " + first_line(e.what()),
+                  "another rank exited or stopped responding (timeout " +
+                      std::to_string(int(options_.timeout_seconds)) + " s); see its output");
+    }
+    const auto host = totals.to(torch::kCPU, torch::kFloat64);
+    WindowTotals global;
+    global.items = host[0].item<double>();
+    global.loss_sum = host[1].item<double>();
+    global.correct = host[2].item<double>();
+    BB_INTERNAL_ASSERT(global.items < kMaxExactItems,
+                       "more items per update than float32 counts exactly");
+    totals.zero_();
+    return global;
+  }
+
+  void broadcast_from_first_rank(std::vector<at::Tensor>& tensors) override {
+    try {
+      for (auto& t : tensors) {
+        std::vector<at::Tensor> one{t};
+        group_for(t)->broadcast(one)->wait();
+      }
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Distributed,
+                  "rank " + std::to_string(env_.rank) +
+                      ": broadcast of the initial weights failed: " + first_line(e.what()),
+                  "another rank exited or stopped responding; see its output");
+    }
+  }
+
+  int64_t world_size() const override { return env_.world_size; }
+  int64_t rank() const override { return env_.rank; }
+  int64_t calls() const override { return calls_; }
+
+ private:
+  c10d::ProcessGroup* group_for(const at::Tensor& tensor) {
+#ifdef USE_C10D_NCCL
+    if (tensor.is_cuda()) {
+      if (!nccl_) {
+        nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+            c10::make_intrusive<c10d::PrefixStore>("nccl", store_), static_cast<int>(env_.rank),
+            static_cast<int>(env_.world_size));
+      }
+      return nccl_.get();
+    }
+#endif
+    BB_INTERNAL_ASSERT(!tensor.is_cuda(), "CUDA tensors need a libtorch built with NCCL");
+    return gloo_.get();
+  }
+
+  DistEnvironment env_;
+  CollectiveOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+#ifdef USE_C10D_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
+#endif
+  std::vector<at::Tensor> buckets_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_collective_reducer(const DistEnvironment& env,
+                                                         const CollectiveOptions& options) {
+  return std::make_unique<CollectiveReducer>(env, options);
+}
+
+}  // namespace bigbatch
