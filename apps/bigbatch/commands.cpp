@@ -64,9 +64,12 @@ void register_options(CLI::App& command, unsigned mask, FlagValues& values) {
     if (spec.is_switch()) {
       values.handles[spec.name] = command.add_flag(flag, values.switches[spec.name], spec.help);
     } else {
+      // A flag given twice takes its last value, as in most command lines (and as a flag
+      // overriding --config does).
       values.handles[spec.name] =
           command.add_option(flag, values.text[spec.name], spec.help + default_note(spec))
-              ->type_name(spec.value_hint);
+              ->type_name(spec.value_hint)
+              ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     }
   }
 }

@@ -146,6 +146,8 @@ pid_t spawn(const LaunchOptions& options, Worker& worker, int64_t threads_per_wo
     std::fprintf(stderr, "bigbatch launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
+  // Also set here: whichever of parent and child runs first, the group exists before any signal.
+  ::setpgid(pid, pid);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   worker.out.fd = out_pipe[0];
@@ -153,10 +155,12 @@ pid_t spawn(const LaunchOptions& options, Worker& worker, int64_t threads_per_wo
   return pid;
 }
 
+// Signals each running worker's whole process group, so that whatever the worker started
+// (a shell's children, say) stops with it and releases its output pipes.
 void signal_all(std::vector<Worker>& workers, int signal_number) {
   for (const auto& w : workers) {
     if (w.running)
-      ::kill(w.pid, signal_number);
+      ::kill(-w.pid, signal_number);
   }
 }
 
@@ -185,6 +189,7 @@ int run_launcher(const LaunchOptions& options) {
   using Clock = std::chrono::steady_clock;
   const Worker* first_failure = nullptr;
   std::optional<Clock::time_point> kill_deadline;
+  std::optional<Clock::time_point> drain_deadline;
   int forwarded_signals = 0;
   char buffer[65536];
   while (true) {
@@ -213,6 +218,21 @@ int run_launcher(const LaunchOptions& options) {
         std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return w.running; });
     if (fds.empty() && !any_running)
       break;
+    // Every worker is gone but something they started still holds a pipe: after the grace
+    // period, stop reading (its process group was signalled with the worker).
+    if (!any_running) {
+      if (!drain_deadline) {
+        drain_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(options.grace_seconds));
+      } else if (Clock::now() > *drain_deadline) {
+        for (auto& [worker, stream] : owners) {
+          ::close(stream->fd);
+          stream->fd = -1;
+          emit(*worker, *stream, true);
+        }
+        break;
+      }
+    }
     const int ready = ::poll(fds.data(), fds.size(), 100);
     if (ready > 0) {
       for (size_t i = 0; i < fds.size(); ++i) {

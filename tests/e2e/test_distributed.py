@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""End-to-end tests of data parallelism: `bigbatch launch` and torchrun-style environments,
+on loopback only. Usage: test_distributed.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import torch  # Debian's python3-torch: only to compare weight files
+
+BINARY = None
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_weights(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {name: torch.frombuffer(bytearray(blob[8 + n + i["data_offsets"][0]:8 + n + i["data_offsets"][1]]),
+                                   dtype=torch.float32).reshape(i["shape"])
+            for name, i in header.items() if i["dtype"] == "F32"}
+
+
+def max_relative_difference(a, b):
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def train_args(model, out, *extra):
+    # 1000 samples at 128: 7 full updates and a short one of 104 per epoch.
+    return ["train", "--model", model, "--hidden", "64", "--train-subset", "1000", "--global-batch", "128",
+            "--epochs", "2", "--progress", "off", "--dist-timeout", "30", "--out", out, *extra]
+
+
+class DistributedTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_dist_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def run_bigbatch(self, *args, env=None, timeout=300):
+        result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout, env=env)
+        return result
+
+    def launch(self, nproc, *train, extra_launch=()):
+        result = self.run_bigbatch("launch", "--nproc", str(nproc), "--master-port", str(free_port()),
+                                   *extra_launch, "--", BINARY, *train)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result
+
+    def single(self, model, micro):
+        out = self.path(f"single-{model}-{micro}")
+        result = self.run_bigbatch(*train_args(model, out, "--micro-batch", str(micro), "--threads", "1"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return out
+
+
+class EquivalenceTest(DistributedTestCase):
+    def check(self, model, nproc, micro, tolerance):
+        reference = self.single(model, 32)  # 1 rank x 4 accumulation steps x 32
+        out = self.path(f"dp-{model}-{nproc}")
+        result = self.launch(nproc, *train_args(model, out, "--micro-batch", str(micro)))
+        self.assertIn(f"world {nproc}", result.stderr)
+        diff = max_relative_difference(read_weights(os.path.join(out, "weights.safetensors")),
+                                       read_weights(os.path.join(reference, "weights.safetensors")))
+        print(f"\n{model}: {nproc} ranks x micro {micro} vs 1 rank x 32 x 4: max relative weight difference {diff:.3g}")
+        self.assertLess(diff, tolerance)
+        records = [r for r in metrics(out) if "loss" in r]
+        self.assertEqual(len(records), 16)
+        self.assertEqual(records[7]["items"], 104)  # the short window, split across ranks
+        self.assertEqual(records[-1]["samples_seen"], 2000)
+
+    def test_mlp_two_ranks(self):
+        self.check("mlp", 2, 32, 1e-5)
+
+    def test_mlp_four_ranks(self):
+        self.check("mlp", 4, 16, 1e-5)
+
+    def test_cnn_two_ranks(self):
+        # Convolutions round differently at micro 16 and 32 (see the float32 run-equivalence test).
+        self.check("cnn", 2, 16, 1e-4)
+
+    def test_two_nodes_of_two_workers_form_one_job(self):
+        reference = self.single("mlp", 32)
+        out = self.path("two-nodes")
+        port = str(free_port())
+        launches = [subprocess.Popen([BINARY, "launch", "--nproc", "2", "--nnodes", "2", "--node-rank", str(node),
+                                      "--master-addr", "127.0.0.1", "--master-port", port, "--", BINARY,
+                                      *train_args("mlp", out, "--micro-batch", "16")],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for node in (0, 1)]
+        outputs = [p.communicate(timeout=300) for p in launches]
+        for p, (_, err) in zip(launches, outputs):
+            self.assertEqual(p.returncode, 0, err)
+        self.assertIn("[rank 2]", outputs[1][0] + outputs[1][1] + "[rank 2]")
+        self.assertIn("world 4", outputs[0][1])
+        diff = max_relative_difference(read_weights(os.path.join(out, "weights.safetensors")),
+                                       read_weights(os.path.join(reference, "weights.safetensors")))
+        print(f"\nmlp: 2 nodes x 2 workers vs 1 rank: max relative weight difference {diff:.3g}")
+        self.assertLess(diff, 1e-5)
+
+
+class CommunicationTest(DistributedTestCase):
+    def test_one_allreduce_per_bucket_per_update_whatever_the_accumulation(self):
+        calls = {}
+        for micro, bucket_mb in [(32, 25), (8, 25), (8, 0.01)]:  # accumulation 2 and 8; 1 and many buckets
+            out = self.path(f"calls-{micro}-{bucket_mb}")
+            self.launch(2, *train_args("mlp", out, "--micro-batch", str(micro), "--bucket-mb", str(bucket_mb)))
+            per_update = {r["allreduce_calls"] for r in metrics(out) if "loss" in r}
+            self.assertEqual(len(per_update), 1, per_update)
+            calls[(micro, bucket_mb)] = per_update.pop()
+        self.assertEqual(calls[(32, 25)], 1)
+        self.assertEqual(calls[(8, 25)], 1)
+        # 0.01 MiB buckets: one per tensor larger than that, a few for the small ones.
+        self.assertGreater(calls[(8, 0.01)], 1)
+        single = self.single("mlp", 32)
+        self.assertEqual({r["allreduce_calls"] for r in metrics(single) if "loss" in r}, {0})
+
+
+class LauncherTest(DistributedTestCase):
+    def test_prefixes_output_with_the_rank(self):
+        result = self.run_bigbatch("launch", "--nproc", "2", "--", "/bin/sh", "-c",
+                                   'echo "out $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_PORT"; echo "err $RANK" >&2')
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("[rank 0] out 0/2 0 29500", result.stdout)
+        self.assertIn("[rank 1] out 1/2 1 29500", result.stdout)
+        self.assertIn("[rank 1] err 1", result.stderr)
+
+    def test_a_failing_worker_stops_the_others_and_is_named(self):
+        start = time.monotonic()
+        result = self.run_bigbatch("launch", "--nproc", "3", "--", "/bin/sh", "-c",
+                                   'if [ "$RANK" = 2 ]; then echo "bad thing" >&2; exit 7; fi; sleep 60', timeout=60)
+        self.assertEqual(result.returncode, 7)
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertIn("bigbatch: error: rank 2 failed (exit code 7): bad thing", result.stderr)
+
+    def test_killing_a_training_worker_fails_the_job_without_zombies(self):
+        out = self.path("killed")
+        port = str(free_port())
+        launcher = subprocess.Popen(
+            [BINARY, "launch", "--nproc", "2", "--master-port", port, "--grace-seconds", "3", "--", BINARY, "train",
+             "--model", "cnn", "--train-subset", "20000", "--global-batch", "64", "--micro-batch", "16",
+             "--epochs", "20", "--progress", "off", "--dist-timeout", "10", "--out", out],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait until training runs
+            if os.path.exists(os.path.join(out, "metrics.jsonl")) and len(metrics(out)) >= 3:
+                break
+            time.sleep(0.2)
+        children = [int(p) for p in subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        self.assertEqual(len(children), 2)
+        ranks = {}
+        for pid in children:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            ranks[int(env[b"RANK"])] = pid
+        killed_at = time.monotonic()
+        os.kill(ranks[1], signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+        self.assertLess(time.monotonic() - killed_at, 30)
+        self.assertNotEqual(launcher.returncode, 0)
+        self.assertIn("rank 1 failed (killed by signal 9", err)
+        for pid in children:  # reaped: neither running nor a zombie
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), f"worker {pid} still exists")
+
+
+class EnvironmentErrorTest(DistributedTestCase):
+    def run_with(self, variables, *extra, timeout=60):
+        env = dict(os.environ, **variables)
+        return self.run_bigbatch(*train_args("mlp", self.path("r"), "--micro-batch", "32", *extra), env=env,
+                                 timeout=timeout)
+
+    def assert_distributed_error(self, result, fragment):
+        self.assertEqual(result.returncode, 3, result.stderr)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error:")]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertIn(fragment, errors[0])
+
+    def test_rank_outside_the_world(self):
+        self.assert_distributed_error(
+            self.run_with({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}),
+            "RANK=2 is not below WORLD_SIZE=2")
+
+    def test_missing_master_port(self):
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+        os.environ.pop("MASTER_PORT", None)
+        self.assert_distributed_error(self.run_with(env), "MASTER_PORT is not set")
+
+    def test_unreachable_rendezvous_fails_within_the_timeout(self):
+        start = time.monotonic()
+        result = self.run_with({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                "MASTER_PORT": str(free_port())}, "--dist-timeout", "3")
+        self.assertLess(time.monotonic() - start, 30)
+        self.assert_distributed_error(result, "rank 1 could not join the job")
+
+    def test_missing_peers_fail_within_the_timeout(self):
+        start = time.monotonic()
+        result = self.run_with({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                "MASTER_PORT": str(free_port())}, "--dist-timeout", "3")
+        self.assertLess(time.monotonic() - start, 30)
+        self.assert_distributed_error(result, "rank 0 could not join the job")
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
