@@ -25,6 +25,7 @@
 #include "train/evaluate.h"
 #include "train/gradient_reducer.h"
 #include "train/optimizer.h"
+#include "train/thread_tuning.h"
 
 namespace bigbatch {
 
@@ -97,7 +98,7 @@ TrainResult run_training(const TrainConfig& config) {
       progress.message(line);
   };
 
-  const int64_t threads = config.threads > 0 ? config.threads : default_thread_count();
+  int64_t threads = config.threads > 0 ? config.threads : default_thread_count();
   torch::set_num_threads(static_cast<int>(threads));
   tune_malloc();
 
@@ -129,8 +130,8 @@ TrainResult run_training(const TrainConfig& config) {
   say("bigbatch: " + config.model + " on " + config.dataset + " (" +
       std::to_string(data.train.size()) + " train, " + std::to_string(data.validation.size()) +
       " validation, " + std::to_string(data.test.size()) + " test samples), " +
-      (world_size > 1 ? std::to_string(world_size) + " ranks (" + env->source + ") x " : "") +
-      std::to_string(threads) + " threads, " + runtime_environment_summary());
+      (world_size > 1 ? std::to_string(world_size) + " ranks (" + env->source + "), " : "") +
+      runtime_environment_summary());
   say("batch plan: global batch " + run.plan.describe() + " (" +
       (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
       "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
@@ -190,6 +191,24 @@ TrainResult run_training(const TrainConfig& config) {
   AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
   BatchAssembler assembler(data.train, run.plan.micro_batch_size);
   model->train();
+  if (config.threads == 0) {
+    const ThreadChoice choice = measure_fastest_thread_count(
+        model,
+        assembler.gather(epoch_order(config.seed, 0, data.train.size(), Shuffle::Off), 0,
+                         run.plan.micro_batch_size),
+        threads);
+    threads = choice.threads;
+    torch::set_num_threads(static_cast<int>(threads));
+    say("threads: " + choice.describe());
+    if (is_main) {
+      // The resolved configuration names the measured count, so --config repeats the run exactly.
+      TrainConfig resolved = config;
+      resolved.threads = threads;
+      atomic_write_file(result.run_dir + "/config.toml", render_toml_config(resolved));
+    }
+  } else {
+    say("threads: " + std::to_string(threads) + " (--threads)");
+  }
 
   int64_t step = 0;
   int64_t samples_seen = 0;

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Data-parallel benchmark (issue 3): throughput of 1 rank x 1 thread, 2 ranks x 1 thread and
+1 rank x 2 threads on the same global batch, measured alternately; and all-reduce calls and
+bytes per update at accumulation 1, 4 and 16 against a naive loop that all-reduces after
+every micro-step. Prints the machine, the settings, every raw figure and a markdown table.
+
+Usage: bench/dist_bench.py BIGBATCH_BINARY [--repeats 3]
+"""
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import tempfile
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def run(binary, workdir, name, ranks, threads, model, micro, subset, extra=()):
+    out = os.path.join(workdir, name)
+    train = [binary, "train", "--model", model, "--train-subset", str(subset), "--global-batch", "256",
+             "--micro-batch", str(micro), "--epochs", "1", "--progress", "off", "--out", out, *extra]
+    if ranks == 1:
+        command = train + ["--threads", str(threads)]
+    else:
+        command = [binary, "launch", "--nproc", str(ranks), "--master-port", str(free_port()), "--"] + train + \
+                  ["--threads", str(threads)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    updates = [r for r in metrics(out) if "loss" in r]
+    steady = updates[5:]  # the first updates warm caches and allocators
+    seconds = sum(1 / r["updates_per_s"] for r in steady)
+    return sum(r["items"] for r in steady) / seconds, updates
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    binary = os.path.abspath(args.binary)
+    workdir = tempfile.mkdtemp(prefix="bigbatch_dist_bench_")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
+
+    cells = [("1 rank x 1 thread", 1, 1), ("2 ranks x 1 thread", 2, 1), ("1 rank x 2 threads", 1, 2)]
+    table = []
+    for model in ["mlp", "cnn"]:
+        subset = 25600 if model == "mlp" else 6400
+        samples = {name: [] for name, _, _ in cells}
+        for repeat in range(args.repeats):  # alternate the cells so drift hits them alike
+            for name, ranks, threads in cells:
+                rate, _ = run(binary, workdir, f"{model}-{ranks}-{threads}-{repeat}", ranks, threads, model, 32, subset)
+                samples[name].append(rate)
+                print(f"raw: {model} {name} repeat {repeat}: {rate:.0f} samples/s")
+        base = statistics.median(samples[cells[0][0]])
+        for name, _, _ in cells:
+            values = samples[name]
+            table.append((model, name, statistics.median(values), min(values), max(values),
+                          statistics.median(values) / base))
+
+    print("\n| model | layout (global 256, micro 32) | samples/s median | min-max | vs 1 rank x 1 thread |")
+    print("|---|---|---:|---:|---:|")
+    for model, name, med, lo, hi, ratio in table:
+        print(f"| {model} | {name} | {med:.0f} | {lo:.0f}-{hi:.0f} | {ratio:.2f}x |")
+
+    print("\n| accumulation steps | micro | all-reduce calls per update | bytes per update | naive per-micro-step calls | naive bytes |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for accumulation in [1, 4, 16]:
+        micro = 256 // (2 * accumulation)
+        _, updates = run(binary, workdir, f"comm-{accumulation}", 2, 1, "mlp", micro, 2560)
+        calls = updates[-1]["allreduce_calls"]
+        # Bucket contents: every parameter in float32, plus 3 floats of window totals.
+        params = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
+        volume = 4 * (params + 3)
+        print(f"| {accumulation} | {micro} | {calls} | {volume} | {calls * accumulation} | {volume * accumulation} |")
+
+
+if __name__ == "__main__":
+    main()
