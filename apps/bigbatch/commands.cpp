@@ -5,11 +5,13 @@
 #include <iostream>
 #include <map>
 
+#include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "dist/launcher.h"
+#include "report/files.h"
 #include "report/plan_report.h"
 #include "train/trainer.h"
 
@@ -109,6 +111,27 @@ int run_train(const TrainConfig& config) {
         human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
   }
   return kExitOk;
+}
+
+// --resume PATH: the run's own config.toml, then --config if given, then the flags; the run
+// continues in its directory from its newest checkpoint (or the one named).
+TrainConfig resume_config(const std::string& config_path, FlagValues& flags) {
+  const std::string checkpoint = find_latest_checkpoint(flags.text.at("resume"));
+  const std::string run_dir = run_directory_of_checkpoint(checkpoint);
+  TrainConfig config;
+  if (path_exists(run_dir + "/config.toml"))
+    load_toml_config(config, run_dir + "/config.toml");
+  if (!config_path.empty())
+    load_toml_config(config, config_path);
+  apply_flags(config, kTrainCommand, flags);
+  if (flags.handles.at("out")->count() > 0 && config.out != run_dir) {
+    throw Error(ErrorKind::Usage,
+                "--out cannot move a resumed run (it continues in '" + run_dir + "')",
+                "drop --out, or copy the run directory first and resume the copy");
+  }
+  config.out = run_dir;
+  config.resume = checkpoint;
+  return config;
 }
 
 // CLI11 reports an unknown flag as "The following arguments were not expected: --lrr";
@@ -222,10 +245,15 @@ int run(int argc, char** argv) {
     if (launch->parsed())
       return run_launcher(launch_options);
     BB_INTERNAL_ASSERT(train->parsed(), "a subcommand is required");
+    if (train_flags.handles.at("resume")->count() > 0) {
+      return run_train(resume_config(config_path, train_flags));
+    }
     if (!config_path.empty())
       load_toml_config(config, config_path);
     apply_flags(config, kTrainCommand, train_flags);
     return run_train(config);
+  } catch (const Interrupted& e) {
+    return 128 + e.signal_number();
   } catch (const Error& e) {
     std::fprintf(stderr, "bigbatch: error: %s\n", e.what());
     return e.kind() == ErrorKind::Distributed ? kExitDistributed : kExitBadInput;

@@ -3,7 +3,8 @@
 // the single place where errors become one line on stderr and an exit code:
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
 //   data or weight files, run directory), 3 a data-parallel job failed (launcher environment,
-//   rendezvous, a peer rank that died or timed out). `launch` returns its failing worker's code.
+//   rendezvous, a peer rank that died or timed out), 128 + N stopped by signal N (SIGINT 130,
+//   SIGTERM 143) after writing a checkpoint. `launch` returns its failing worker's code.
 namespace bigbatch::cli {
 
 inline constexpr int kExitOk = 0;

@@ -239,6 +239,22 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("progress",
                             "auto (bar on a terminal, lines otherwise), bar, lines or off", "MODE",
                             &TrainConfig::progress));
+  t.push_back(string_option(
+      "checkpoint-every",
+      "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples) or 30min; "
+      "one is always written at the end",
+      "CADENCE", &TrainConfig::checkpoint_every));
+  t.push_back(int_option("keep-checkpoints", "keep the newest N checkpoints",
+                         &TrainConfig::keep_checkpoints));
+  {
+    // Not written to config.toml: a resolved configuration starts a run, it does not resume one.
+    OptionSpec s{"resume", "continue the run in this directory (or from this checkpoint directory)",
+                 "DIR",    kTrainCommand,
+                 nullptr,  nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) { c.resume = text; };
+    s.get = [](const TrainConfig&) -> std::optional<ConfigValue> { return std::nullopt; };
+    t.push_back(s);
+  }
   t.push_back(double_option("dist-timeout",
                             "seconds a rank waits for the others (rendezvous, all-reduce)",
                             &TrainConfig::dist_timeout));

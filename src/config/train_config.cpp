@@ -63,6 +63,10 @@ void TrainConfig::validate() const {
   check(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
   check(progress == "auto" || progress == "bar" || progress == "lines" || progress == "off",
         "--progress '" + progress + "' is not known", "use auto, bar, lines or off");
+  if (!checkpoint_every.empty())
+    Cadence::parse(checkpoint_every);  // throws with the fix
+  check(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
+        "e.g. --keep-checkpoints 3");
   check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");
   check(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
   check(schedule != ScheduleKind::Step || !step_milestones.empty(),

@@ -66,6 +66,11 @@ struct TrainConfig {
   std::string save_weights;
   std::string progress = "auto";  // auto | bar | lines | off
 
+  // Checkpoints.
+  std::string checkpoint_every;  // a Cadence ("200u", "1e", "30min"); empty: only at the end
+  int64_t keep_checkpoints = 3;
+  std::string resume;  // a run directory or checkpoint directory to continue
+
   // Data parallelism (ranks come from the launcher's environment, see dist/environment.h).
   double dist_timeout = 300;  // seconds: rendezvous and every collective
   double bucket_mb = 25;      // gradient all-reduce bucket size

@@ -38,6 +38,17 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// Training stopped by SIGINT/SIGTERM after writing a checkpoint; the CLI exits 128 + signal.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted(int signal_number, const std::string& message)
+      : std::runtime_error(message), signal_number_(signal_number) {}
+  int signal_number() const { return signal_number_; }
+
+ private:
+  int signal_number_;
+};
+
 // A violated internal invariant: a bug in bigbatch, not in the input.
 class InternalError : public std::logic_error {
  public:

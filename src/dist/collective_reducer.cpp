@@ -17,7 +17,7 @@ namespace bigbatch {
 
 namespace {
 
-constexpr int64_t kTotalsSlots = 3;  // items, loss_sum, correct
+constexpr int64_t kTotalsSlots = 4;  // items, loss_sum, correct, stop
 // Item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
 constexpr double kMaxExactItems = 16777216.0;
 
@@ -111,6 +111,7 @@ class CollectiveReducer final : public GradientReducer {
     totals[0].fill_(local.items);
     totals[1].fill_(local.loss_sum);
     totals[2].fill_(local.correct);
+    totals[3].fill_(local.stop);
     try {
       std::vector<c10::intrusive_ptr<c10d::Work>> pending;
       for (auto& bucket : buckets_) {
@@ -132,6 +133,7 @@ class CollectiveReducer final : public GradientReducer {
     global.items = host[0].item<double>();
     global.loss_sum = host[1].item<double>();
     global.correct = host[2].item<double>();
+    global.stop = host[3].item<double>();
     BB_INTERNAL_ASSERT(global.items < kMaxExactItems,
                        "more items per update than float32 counts exactly");
     totals.zero_();

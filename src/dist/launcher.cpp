@@ -258,7 +258,8 @@ int run_launcher(const LaunchOptions& options) {
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.running = false;
         w.status = status;
-        if (failed(status) && !first_failure) {
+        // Workers stopping because the launcher forwarded a signal are not failures.
+        if (failed(status) && !first_failure && g_signals_received == 0) {
           first_failure = &w;
           std::fprintf(stderr, "bigbatch launch: rank %lld %s; stopping the other workers\n",
                        static_cast<long long>(w.rank), describe_status(status).c_str());

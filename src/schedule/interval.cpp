@@ -88,4 +88,35 @@ std::string Interval::to_string() const {
   return format_double(value_) + suffix;
 }
 
+Cadence Cadence::parse(const std::string& raw) {
+  const std::string text = trim(raw);
+  Cadence cadence;
+  for (const auto& [suffix, factor] :
+       {std::pair<const char*, double>{"min", 60.0}, {"h", 3600.0}}) {
+    const std::string unit = suffix;
+    if (text.size() > unit.size() &&
+        text.compare(text.size() - unit.size(), unit.size(), unit) == 0) {
+      const auto value = parse_double(text.substr(0, text.size() - unit.size()));
+      if (!value || *value <= 0) {
+        throw Error(ErrorKind::Config,
+                    "cadence '" + raw + "' is not a positive number of minutes or hours",
+                    "write e.g. 30min or 2h, or an amount of training such as 200u or 1e");
+      }
+      cadence.seconds = *value * factor;
+      return cadence;
+    }
+  }
+  cadence.amount = Interval::parse(text);
+  if (cadence.amount->is_zero()) {
+    throw Error(ErrorKind::Config, "cadence '" + raw + "' is zero", "write e.g. 200u, 1e or 30min");
+  }
+  return cadence;
+}
+
+std::string Cadence::to_string() const {
+  if (amount)
+    return amount->to_string();
+  return format_double(seconds / 60.0) + "min";
+}
+
 }  // namespace bigbatch

@@ -7,6 +7,7 @@
 //   Interval warmup = Interval::parse("2e");
 //   int64_t updates = warmup.to_updates(plan, epoch);   // 2 x updates_per_epoch
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "batching/batch_plan.h"
@@ -36,6 +37,17 @@ class Interval {
  private:
   double value_ = 0;
   Unit unit_ = Unit::Updates;
+};
+
+// How often something recurring happens (checkpoints): an amount of training ("200u", "1e",
+// "120000s") or wall-clock time ("30min", "2h").
+struct Cadence {
+  std::optional<Interval> amount;
+  double seconds = 0;  // > 0 for a time cadence
+
+  static Cadence parse(const std::string& text);
+  bool is_set() const { return amount.has_value() || seconds > 0; }
+  std::string to_string() const;
 };
 
 }  // namespace bigbatch

@@ -47,6 +47,7 @@ UpdateStats AccumulationEngine::finish_gradients() {
   local.items = double(items_);
   local.loss_sum = loss_sum_.item<double>();
   local.correct = double(correct_.item<int64_t>());
+  local.stop = stop_requested_ ? 1.0 : 0.0;
   const WindowTotals global = reducer_.reduce(gradients, local);
   BB_INTERNAL_ASSERT(global.items > 0, "an update window with no items on any rank");
 
@@ -55,6 +56,7 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.micro_steps = micro_steps_;
   stats.correct = static_cast<int64_t>(global.correct);
   stats.loss = global.loss_sum / global.items;
+  stats.stop_requested = global.stop > 0;
 
   // Normalise once, by what was really seen on all ranks.
   std::vector<torch::Tensor> norms;

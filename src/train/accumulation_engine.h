@@ -33,6 +33,7 @@ struct UpdateStats {
   int64_t correct = 0;   // correctly classified items (all ranks)
   double grad_norm = 0;  // L2 norm of the mean gradient, before clipping
   int64_t micro_steps = 0;
+  bool stop_requested = false;  // some rank asked to stop after this update
 };
 
 class AccumulationEngine {
@@ -58,6 +59,10 @@ class AccumulationEngine {
 
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 
+  // Asks every rank to stop after the current update: the request travels with the window's
+  // totals, so all ranks see it at the same update and none waits in a collective.
+  void request_stop() { stop_requested_ = true; }
+
  private:
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;
@@ -68,6 +73,7 @@ class AccumulationEngine {
   torch::Tensor correct_;
   int64_t items_ = 0;
   int64_t micro_steps_ = 0;
+  bool stop_requested_ = false;
 };
 
 // Runs the micro-steps of one update window (this rank's share of `window`, positions into

@@ -22,6 +22,7 @@ struct WindowTotals {
   double items = 0;     // samples (or tokens): the divisor of the mean gradient
   double loss_sum = 0;  // summed per-sample loss
   double correct = 0;   // correctly classified samples
+  double stop = 0;      // ranks asking to stop after this update (SIGINT/SIGTERM)
 };
 
 class GradientReducer {

@@ -3,9 +3,11 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
 #include "config/option_table.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
@@ -20,6 +22,7 @@
 #include "report/metrics_writer.h"
 #include "report/plan_report.h"
 #include "report/progress.h"
+#include "runtime/interrupts.h"
 #include "runtime/runtime_env.h"
 #include "train/accumulation_engine.h"
 #include "train/evaluate.h"
@@ -80,6 +83,40 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r) {
   return {{prefix + "_loss", r.loss}, {prefix + "_accuracy", r.accuracy}};
 }
 
+std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& at) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s",
+                static_cast<long long>(record["epoch"].get<int64_t>()),
+                record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>(),
+                record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>(),
+                human_count(double(at.samples_seen) / at.train_seconds).c_str());
+  std::string text = line;
+  if (record.contains("val_accuracy")) {
+    text += " | val acc " +
+            format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
+  }
+  return text;
+}
+
+// Keeps the metrics lines of updates and epochs up to `step`, atomically.
+void keep_metrics_up_to(const std::string& path, int64_t step) {
+  if (!path_exists(path))
+    return;
+  std::string kept;
+  for (const auto& line : split(read_text_file(path), '\n')) {
+    if (line.empty())
+      continue;
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded())
+      continue;  // a line cut short by a crash
+    if (record.contains("step") && record["step"].get<int64_t>() > step)
+      continue;
+    kept += line + "\n";
+  }
+  atomic_write_file(path, kept);
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config) {
@@ -109,12 +146,16 @@ TrainResult run_training(const TrainConfig& config) {
 
   TrainResult result;
   result.run_dir = config.out.empty() ? default_run_directory() : config.out;
-  std::unique_ptr<MetricsWriter> metrics;
-  if (is_main) {
-    prepare_run_directory(result.run_dir);
+  const bool resuming = !config.resume.empty();
+  auto write_run_description = [&] {
     atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
     atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
-    metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
+  };
+  // A new run never reuses a finished run's directory. A resumed run continues in its own, and
+  // rewrites its description only once the checkpoint has been accepted.
+  if (is_main && !resuming) {
+    prepare_run_directory(result.run_dir);
+    write_run_description();
   }
 
   std::unique_ptr<GradientReducer> reducer;
@@ -188,6 +229,26 @@ TrainResult run_training(const TrainConfig& config) {
   }
 
   auto optimizer = make_optimizer(OptimizerSettings::from(config), model->parameters());
+  const nlohmann::json identity = checkpoint_identity(
+      config.model, config.hidden, config.dataset, data.train.size(), run.plan.global_batch_size,
+      config.seed, config.shuffle, to_string(config.optimizer));
+  TrainingProgress at;
+  if (resuming) {
+    // Every rank reads the checkpoint (a shared file system across machines is assumed).
+    at = read_checkpoint(config.resume, identity, *model, *optimizer);
+    say("resumed from " + config.resume + " at update " + std::to_string(at.step) + " (epoch " +
+        std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
+        " samples seen); batch plan " + run.plan.describe());
+    if (is_main) {
+      write_run_description();
+      // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
+      keep_metrics_up_to(result.run_dir + "/metrics.jsonl", at.step);
+    }
+  }
+  std::unique_ptr<MetricsWriter> metrics;
+  if (is_main)
+    metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
+
   AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
   BatchAssembler assembler(data.train, run.plan.micro_batch_size);
   model->train();
@@ -210,94 +271,125 @@ TrainResult run_training(const TrainConfig& config) {
     say("threads: " + std::to_string(threads) + " (--threads)");
   }
 
-  int64_t step = 0;
-  int64_t samples_seen = 0;
-  double train_seconds = 0;
+  const Cadence cadence =
+      config.checkpoint_every.empty() ? Cadence{} : Cadence::parse(config.checkpoint_every);
+  const int64_t cadence_updates =
+      cadence.amount ? std::max<int64_t>(1, cadence.amount->to_updates(run.plan, run.epoch)) : 0;
+  int64_t last_checkpoint_step = at.step;
+  auto last_checkpoint_time = Clock::now();
+  auto checkpoint = [&](const TrainingProgress& p) {
+    if (is_main)
+      write_checkpoint(result.run_dir, p, identity, *model, *optimizer, config.keep_checkpoints);
+    last_checkpoint_step = p.step;
+    last_checkpoint_time = Clock::now();
+  };
+  auto checkpoint_due = [&](int64_t step) {
+    if (cadence_updates > 0 && step - last_checkpoint_step >= cadence_updates)
+      return true;
+    return cadence.seconds > 0 && seconds_since(last_checkpoint_time) >= cadence.seconds;
+  };
+
+  InterruptGuard interrupts;
   EvalResult last_test;
-  for (int64_t epoch = 0; epoch < run.epochs && step < run.total_updates; ++epoch) {
-    const auto order = epoch_order(config.seed, epoch, data.train.size(),
+  while (at.epoch < run.epochs && at.step < run.total_updates) {
+    const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
                                    config.shuffle ? Shuffle::On : Shuffle::Off);
-    double epoch_loss_sum = 0;
-    int64_t epoch_correct = 0;
-    int64_t epoch_items = 0;
-    int64_t update_in_epoch = 0;
-    for (; update_in_epoch < run.epoch.updates_per_epoch && step < run.total_updates;
-         ++update_in_epoch) {
+    bool stop = false;
+    while (at.update_in_epoch < run.epoch.updates_per_epoch && at.step < run.total_updates &&
+           !stop) {
       const auto update_start = Clock::now();
       const int64_t calls_before = reducer->calls();
-      const UpdateWindow window = window_for_update(run.plan, run.epoch, update_in_epoch, rank);
-      const double lr = run.schedule.lr_at(step);
+      const UpdateWindow window = window_for_update(run.plan, run.epoch, at.update_in_epoch, rank);
+      const double lr = run.schedule.lr_at(at.step);
+      if (interrupts.requested())
+        engine.request_stop();
       const UpdateStats stats = train_window(engine, assembler, order, window, lr);
       const double seconds = seconds_since(update_start);
-      train_seconds += seconds;
-      ++step;
-      samples_seen += stats.items;
-      epoch_loss_sum += stats.loss * double(stats.items);
-      epoch_correct += stats.correct;
-      epoch_items += stats.items;
-      if (!is_main)
-        continue;
-      metrics->write({{"step", step},
-                      {"epoch", double(epoch) + double(update_in_epoch + 1) /
-                                                    double(run.epoch.updates_per_epoch)},
-                      {"samples_seen", samples_seen},
-                      {"loss", stats.loss},
-                      {"lr", lr},
-                      {"grad_norm", stats.grad_norm},
-                      {"items", stats.items},
-                      {"micro_steps", stats.micro_steps},
-                      {"allreduce_calls", reducer->calls() - calls_before},
-                      {"samples_per_s", double(stats.items) / seconds},
-                      {"updates_per_s", 1.0 / seconds}});
-      ProgressState state;
-      state.epoch = epoch + 1;
-      state.epochs = run.epochs;
-      state.step_in_epoch = update_in_epoch + 1;
-      state.updates_per_epoch = run.epoch.updates_per_epoch;
-      state.step = step;
-      state.total_updates = run.total_updates;
-      state.loss = stats.loss;
-      state.samples_per_s = double(samples_seen) / train_seconds;
-      state.elapsed_s = train_seconds;
-      progress.update(state);
+      at.train_seconds += seconds;
+      ++at.step;
+      ++at.update_in_epoch;
+      at.samples_seen += stats.items;
+      at.epoch_loss_sum += stats.loss * double(stats.items);
+      at.epoch_correct += stats.correct;
+      at.epoch_items += stats.items;
+      stop = stats.stop_requested;
+      if (is_main) {
+        metrics->write({{"step", at.step},
+                        {"epoch", double(at.epoch) + double(at.update_in_epoch) /
+                                                         double(run.epoch.updates_per_epoch)},
+                        {"samples_seen", at.samples_seen},
+                        {"loss", stats.loss},
+                        {"lr", lr},
+                        {"grad_norm", stats.grad_norm},
+                        {"items", stats.items},
+                        {"micro_steps", stats.micro_steps},
+                        {"allreduce_calls", reducer->calls() - calls_before},
+                        {"samples_per_s", double(stats.items) / seconds},
+                        {"updates_per_s", 1.0 / seconds}});
+        ProgressState state;
+        state.epoch = at.epoch + 1;
+        state.epochs = run.epochs;
+        state.step_in_epoch = at.update_in_epoch;
+        state.updates_per_epoch = run.epoch.updates_per_epoch;
+        state.step = at.step;
+        state.total_updates = run.total_updates;
+        state.loss = stats.loss;
+        state.samples_per_s = double(at.samples_seen) / at.train_seconds;
+        state.elapsed_s = at.train_seconds;
+        progress.update(state);
+      }
+      // A checkpoint at an epoch's end waits for the epoch's evaluation (below), so that a
+      // resumed run does not evaluate that epoch twice.
+      const bool epoch_done = at.update_in_epoch == run.epoch.updates_per_epoch;
+      if (!epoch_done && (stop || checkpoint_due(at.step)))
+        checkpoint(at);
     }
-    if (!is_main)
-      continue;
-    nlohmann::json record = {{"epoch", epoch + 1},
-                             {"step", step},
-                             {"samples_seen", samples_seen},
-                             {"train_loss", epoch_loss_sum / double(epoch_items)},
-                             {"train_accuracy", double(epoch_correct) / double(epoch_items)},
-                             {"train_seconds", train_seconds}};
-    if (data.validation.size() > 0) {
-      record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
+    if (at.update_in_epoch == run.epoch.updates_per_epoch) {
+      if (is_main) {
+        nlohmann::json record = {
+            {"epoch", at.epoch + 1},
+            {"step", at.step},
+            {"samples_seen", at.samples_seen},
+            {"train_loss", at.epoch_loss_sum / double(at.epoch_items)},
+            {"train_accuracy", double(at.epoch_correct) / double(at.epoch_items)},
+            {"train_seconds", at.train_seconds}};
+        if (data.validation.size() > 0) {
+          record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
+        }
+        last_test = evaluate(model, data.test, kEvalBatchSize);
+        record.update(eval_record("test", last_test));
+        metrics->write(record);
+        progress.message(epoch_summary(record, at));
+      }
+      at.epoch += 1;
+      at.update_in_epoch = 0;
+      at.epoch_loss_sum = 0;
+      at.epoch_correct = 0;
+      at.epoch_items = 0;
+      if (stop || checkpoint_due(at.step))
+        checkpoint(at);
     }
-    last_test = evaluate(model, data.test, kEvalBatchSize);
-    record.update(eval_record("test", last_test));
-    metrics->write(record);
-    char line[256];
-    std::snprintf(
-        line, sizeof line,
-        "epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s",
-        static_cast<long long>(epoch + 1), record["train_loss"].get<double>(),
-        100 * record["train_accuracy"].get<double>(), last_test.loss, 100 * last_test.accuracy,
-        human_count(double(samples_seen) / train_seconds).c_str());
-    std::string text = line;
-    if (record.contains("val_accuracy")) {
-      text += " | val acc " +
-              format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
+    if (stop) {
+      const int signal_number = interrupts.requested() ? interrupts.signal_number() : SIGTERM;
+      say("stopped by signal " + std::to_string(signal_number) + " after update " +
+          std::to_string(at.step) +
+          "; checkpoint written, continue with: bigbatch train --resume " + result.run_dir);
+      throw Interrupted(signal_number, "training interrupted at update " + std::to_string(at.step));
     }
-    progress.message(text);
   }
+  // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
+  // run can be extended later with more --epochs.
+  if ((cadence.is_set() || resuming) && last_checkpoint_step != at.step)
+    checkpoint(at);
 
-  save_final(step);
+  save_final(at.step);
   result.is_main_rank = is_main;
-  result.updates = step;
-  result.samples_seen = samples_seen;
+  result.updates = at.step;
+  result.samples_seen = at.samples_seen;
   result.test_loss = last_test.loss;
   result.test_accuracy = last_test.accuracy;
-  result.train_seconds = train_seconds;
-  result.samples_per_s = train_seconds > 0 ? double(samples_seen) / train_seconds : 0;
+  result.train_seconds = at.train_seconds;
+  result.samples_per_s = at.train_seconds > 0 ? double(at.samples_seen) / at.train_seconds : 0;
   result.total_seconds = seconds_since(run_start);
   return result;
 }

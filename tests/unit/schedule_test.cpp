@@ -169,5 +169,17 @@ TEST_F(IntervalTest, RejectsBadText) {
   }
 }
 
+TEST(Cadence, AmountsOfTrainingOrWallClockTime) {
+  EXPECT_EQ(Cadence::parse("200u").amount->to_string(), "200u");
+  EXPECT_EQ(Cadence::parse("1e").amount->unit(), Interval::Unit::Epochs);
+  EXPECT_DOUBLE_EQ(Cadence::parse("30min").seconds, 1800);
+  EXPECT_DOUBLE_EQ(Cadence::parse("1.5h").seconds, 5400);
+  EXPECT_EQ(Cadence::parse("30min").to_string(), "30min");
+  EXPECT_FALSE(Cadence{}.is_set());
+  for (const char* text : {"0u", "0", "-5min", "min", "h", "10", "3 hours"}) {
+    EXPECT_THROW(Cadence::parse(text), Error) << text;
+  }
+}
+
 }  // namespace
 }  // namespace bigbatch

@@ -1,0 +1,171 @@
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "report/files.h"
+
+namespace bigbatch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void bad_checkpoint(const std::string& dir, const std::string& what,
+                                 const std::string& hint) {
+  throw Error(ErrorKind::Format, "checkpoint '" + dir + "' " + what, hint);
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+nlohmann::json progress_json(const TrainingProgress& p) {
+  return {{"step", p.step},
+          {"epoch", p.epoch},
+          {"update_in_epoch", p.update_in_epoch},
+          {"samples_seen", p.samples_seen},
+          {"train_seconds", p.train_seconds},
+          {"epoch_loss_sum", p.epoch_loss_sum},
+          {"epoch_correct", p.epoch_correct},
+          {"epoch_items", p.epoch_items}};
+}
+
+TrainingProgress progress_from(const nlohmann::json& j) {
+  TrainingProgress p;
+  p.step = j.at("step").get<int64_t>();
+  p.epoch = j.at("epoch").get<int64_t>();
+  p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
+  p.samples_seen = j.at("samples_seen").get<int64_t>();
+  p.train_seconds = j.at("train_seconds").get<double>();
+  p.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
+  p.epoch_correct = j.at("epoch_correct").get<int64_t>();
+  p.epoch_items = j.at("epoch_items").get<int64_t>();
+  return p;
+}
+
+}  // namespace
+
+nlohmann::json checkpoint_identity(const std::string& model, const std::vector<int64_t>& hidden,
+                                   const std::string& dataset, int64_t dataset_size,
+                                   int64_t global_batch, uint64_t seed, bool shuffle,
+                                   const std::string& optimizer) {
+  return {{"model", model},
+          {"hidden", model == "mlp" ? nlohmann::json(hidden) : nlohmann::json()},
+          {"dataset", dataset},
+          {"dataset_size", dataset_size},
+          {"global_batch_size", global_batch},
+          {"seed", seed},
+          {"shuffle", shuffle},
+          {"optimizer", optimizer}};
+}
+
+void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
+                      const nlohmann::json& identity, torch::nn::Module& model,
+                      torch::optim::Optimizer& optimizer, int64_t keep) {
+  const std::string root = run_dir + "/checkpoints";
+  ensure_directory(root);
+  const std::string name = checkpoint_directory_name(progress.step);
+  const std::string final_dir = root + "/" + name;
+  const std::string temporary = root + "/.tmp-" + name + "-" + std::to_string(::getpid());
+  std::error_code error;
+  fs::remove_all(temporary, error);
+  ensure_directory(temporary);
+  try {
+    save_weights(temporary + "/weights.safetensors", model,
+                 {{"format", "pt"}, {"producer", "bigbatch"}});
+    {
+      torch::serialize::OutputArchive archive;
+      optimizer.save(archive);
+      archive.save_to(temporary + "/optimizer.pt");
+      fsync_path(temporary + "/optimizer.pt", false);
+    }
+    nlohmann::json state = {{"format_version", kCheckpointFormatVersion},
+                            {"producer", "bigbatch"},
+                            {"progress", progress_json(progress)},
+                            {"identity", identity}};
+    atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
+    fsync_path(temporary, true);
+    // A checkpoint of the same step (a resumed run passing it again) is replaced whole.
+    fs::remove_all(final_dir, error);
+    fs::rename(temporary, final_dir);
+    fsync_path(root, true);
+  } catch (const Error&) {
+    fs::remove_all(temporary, error);
+    throw;
+  } catch (const std::exception& e) {
+    fs::remove_all(temporary, error);
+    throw Error(
+        ErrorKind::Io,
+        "cannot write checkpoint '" + final_dir + "': " + std::string(e.what()).substr(0, 200),
+        "check the free disk space and permissions; earlier checkpoints are untouched");
+  }
+  // Prune the oldest, never the one just written.
+  auto all = list_checkpoints(run_dir);
+  while (keep > 0 && static_cast<int64_t>(all.size()) > keep) {
+    fs::remove_all(all.front().second, error);
+    all.erase(all.begin());
+  }
+}
+
+TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& identity,
+                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  nlohmann::json state = nlohmann::json::parse(read_text_file(dir + "/state.json"), nullptr,
+                                               /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.is_object() || !state.contains("format_version")) {
+    bad_checkpoint(dir, "has an unreadable state.json",
+                   "it is damaged; resume from an earlier checkpoint");
+  }
+  if (!state["format_version"].is_number_integer() ||
+      state["format_version"].get<int64_t>() != kCheckpointFormatVersion) {
+    bad_checkpoint(dir,
+                   "has format version " + state["format_version"].dump() +
+                       ", this bigbatch reads version " + std::to_string(kCheckpointFormatVersion),
+                   "resume it with the bigbatch version that wrote it");
+  }
+  const auto& saved = state["identity"];
+  // The most telling difference first: a different model explains a different hidden size.
+  for (const std::string key : {"model", "dataset", "dataset_size", "global_batch_size",
+                                "optimizer", "seed", "shuffle", "hidden"}) {
+    if (!identity.contains(key))
+      continue;
+    const auto& value = identity[key];
+    if (!saved.contains(key) || saved[key] != value) {
+      bad_checkpoint(dir,
+                     "was written with " + key + " = " +
+                         (saved.contains(key) ? saved[key].dump() : "(none)") + ", this run has " +
+                         value.dump(),
+                     "resume with the same " + key +
+                         " (flags override the run's config.toml), or start a new run");
+    }
+  }
+  TrainingProgress progress;
+  try {
+    progress = progress_from(state.at("progress"));
+  } catch (const std::exception&) {
+    bad_checkpoint(dir, "has incomplete progress counters in state.json",
+                   "resume from an earlier checkpoint");
+  }
+  load_weights(dir + "/weights.safetensors", model);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(dir + "/optimizer.pt");
+    optimizer.load(archive);
+  } catch (const std::exception& e) {
+    bad_checkpoint(dir, "has an unreadable optimizer.pt: " + std::string(e.what()).substr(0, 120),
+                   "resume from an earlier checkpoint");
+  }
+  return progress;
+}
+
+}  // namespace bigbatch

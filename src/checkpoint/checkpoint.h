@@ -1,0 +1,61 @@
+#pragma once
+// Checkpoints: versioned directories that make a run resumable bit for bit.
+//
+//   RUN/checkpoints/step_000123/
+//     weights.safetensors   model parameters and buffers
+//     optimizer.pt          optimizer state (libtorch archive: momentum / Adam moments)
+//     state.json            format version, progress counters, what the run was (model,
+//                           dataset, batch plan, seed, ...)
+//
+// A checkpoint is written under a temporary name (.tmp-step_000123-PID), every file fsynced,
+// then renamed into place and the directory fsynced: the rename is the commit point, so a
+// crash at any moment leaves the previous checkpoints intact and never a half-written one.
+// After each write only the newest `keep` checkpoints remain.
+//
+//   write_checkpoint(run_dir, progress, identity, *model, *optimizer, /*keep=*/3);
+//   std::string dir = find_latest_checkpoint(run_dir);
+//   TrainingProgress p = read_checkpoint(dir, identity, *model, *optimizer);
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint/checkpoint_paths.h"
+
+namespace bigbatch {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+// Where the fit loop stands: enough to continue exactly. Saved at update boundaries.
+struct TrainingProgress {
+  int64_t step = 0;             // updates done
+  int64_t epoch = 0;            // the epoch the next update belongs to (0-based)
+  int64_t update_in_epoch = 0;  // the next update's index within that epoch
+  int64_t samples_seen = 0;
+  double train_seconds = 0;
+  // The current epoch's running sums, for its train_loss / train_accuracy record.
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0;
+  int64_t epoch_items = 0;
+};
+
+// What must match for a checkpoint to be resumed: a JSON object of named fields. The world
+// size and micro-batch are deliberately absent — they may change on resume; the global batch
+// stays.
+nlohmann::json checkpoint_identity(const std::string& model, const std::vector<int64_t>& hidden,
+                                   const std::string& dataset, int64_t dataset_size,
+                                   int64_t global_batch, uint64_t seed, bool shuffle,
+                                   const std::string& optimizer);
+
+void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
+                      const nlohmann::json& identity, torch::nn::Module& model,
+                      torch::optim::Optimizer& optimizer, int64_t keep);
+
+// Loads weights and optimizer state after checking the format version and the identity;
+// any difference is a bigbatch::Error (Format) naming the field, the checkpoint's value and
+// the current one.
+TrainingProgress read_checkpoint(const std::string& checkpoint_dir, const nlohmann::json& identity,
+                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+
+}  // namespace bigbatch

@@ -1,0 +1,67 @@
+#include "checkpoint/checkpoint_paths.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "report/files.h"
+
+namespace bigbatch {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kPrefix = "step_";
+}
+
+std::string checkpoint_directory_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%s%06lld", kPrefix, static_cast<long long>(step));
+  return name;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code error;
+  if (!fs::is_directory(root, error))
+    return found;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    // Temporary directories (".tmp-step_N-PID") are skipped: only a rename completes one.
+    if (name.rfind(kPrefix, 0) != 0 || !fs::exists(entry.path() / "state.json"))
+      continue;
+    const std::string digits = name.substr(std::string(kPrefix).size());
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+      continue;
+    found.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string find_latest_checkpoint(const std::string& path) {
+  if (path_exists(path + "/state.json"))
+    return path;
+  std::error_code error;
+  if (!fs::is_directory(path, error)) {
+    throw Error(ErrorKind::Format, "--resume '" + path + "' is not a directory",
+                "pass a run directory or one of its checkpoints/step_N directories");
+  }
+  const auto all = list_checkpoints(path);
+  if (all.empty()) {
+    throw Error(ErrorKind::Format, "run directory '" + path + "' has no complete checkpoint",
+                "train with --checkpoint-every to write checkpoints, or start a new run");
+  }
+  return all.back().second;
+}
+
+std::string run_directory_of_checkpoint(const std::string& checkpoint_dir) {
+  fs::path p = fs::path(checkpoint_dir).lexically_normal();
+  if (!p.has_filename())
+    p = p.parent_path();  // a trailing slash
+  return p.parent_path().parent_path().string();
+}
+
+}  // namespace bigbatch

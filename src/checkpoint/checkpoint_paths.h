@@ -1,0 +1,26 @@
+#pragma once
+// Where checkpoints live in a run directory (RUN/checkpoints/step_000123/) and how to find
+// the newest complete one. Torch-free: the CLI resolves --resume before any model exists.
+//
+//   std::string dir = find_latest_checkpoint("runs/a");   // runs/a/checkpoints/step_000470
+//   std::string run = run_directory_of_checkpoint(dir);   // runs/a
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bigbatch {
+
+std::string checkpoint_directory_name(int64_t step);  // "step_000123"
+
+// Complete checkpoints (those with a state.json) of a run, oldest first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
+
+// `path` is a run directory (its newest complete checkpoint is taken) or a checkpoint
+// directory. Throws bigbatch::Error (Format) when there is none.
+std::string find_latest_checkpoint(const std::string& path);
+
+// RUN/checkpoints/step_N -> RUN.
+std::string run_directory_of_checkpoint(const std::string& checkpoint_dir);
+
+}  // namespace bigbatch

@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""End-to-end tests of checkpoints and resume: kill -9 at random points and SIGINT, then
+resume, must end bit-identical to an uninterrupted run; resuming with another micro-batch or
+world size keeps the global batch; mismatched or damaged checkpoints are clear errors.
+Usage: test_checkpoints.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BINARY = None
+# cnn on 4000 samples at 128: 31 full updates and one of 32 per epoch, ~5 s of training.
+RUN = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32", "--epochs", "3",
+       "--threads", "1", "--progress", "off", "--checkpoint-every", "4u", "--keep-checkpoints", "3"]
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in read(os.path.join(run_dir, "metrics.jsonl")).splitlines()]
+
+
+def comparable(records):
+    """Everything but wall-clock figures."""
+    drop = {"samples_per_s", "updates_per_s", "train_seconds"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in records]
+
+
+def checkpoints(run_dir):
+    root = os.path.join(run_dir, "checkpoints")
+    return sorted(d for d in os.listdir(root) if d.startswith("step_")) if os.path.isdir(root) else []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CheckpointTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="bigbatch_ckpt_")
+        cls.reference = os.path.join(cls.dir, "reference")
+        subprocess.run([BINARY, "train", *RUN, "--out", cls.reference], check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def start(self, *args):
+        return subprocess.Popen([BINARY, "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_for_checkpoint(self, run_dir, process, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            if checkpoints(run_dir):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def assert_same_as_reference(self, run_dir):
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(self.reference, "weights.safetensors"), "rb"))
+        self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(self.reference)))
+
+    def assert_checkpoints_complete(self, run_dir):
+        for name in checkpoints(run_dir):
+            for part in ["state.json", "weights.safetensors", "optimizer.pt"]:
+                self.assertTrue(os.path.exists(os.path.join(run_dir, "checkpoints", name, part)), (name, part))
+
+    def test_kill_nine_at_random_points_then_resume_is_bit_identical(self):
+        run_dir = self.path("killed")
+        rng = random.Random(7)
+        process = self.start(*RUN, "--out", run_dir)
+        kills = 0
+        while True:
+            if kills < 3 and self.wait_for_checkpoint(run_dir, process):
+                time.sleep(rng.uniform(0.0, 1.5))  # anywhere, including inside a checkpoint write
+                if process.poll() is None:
+                    process.kill()
+                    kills += 1
+            process.communicate(timeout=300)
+            if process.returncode == 0:
+                break
+            self.assertEqual(process.returncode, -signal.SIGKILL)
+            self.assert_checkpoints_complete(run_dir)
+            process = self.start("--resume", run_dir)
+        self.assertGreaterEqual(kills, 1)
+        self.assert_checkpoints_complete(run_dir)
+        self.assertLessEqual(len(checkpoints(run_dir)), 3)
+        self.assert_same_as_reference(run_dir)
+
+    def test_sigint_checkpoints_exits_130_and_resumes_bit_identical(self):
+        run_dir = self.path("interrupted")
+        process = self.start(*RUN, "--out", run_dir)
+        self.assertTrue(self.wait_for_checkpoint(run_dir, process))
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        self.assertEqual(process.returncode, 130, err)
+        self.assertIn("continue with: bigbatch train --resume", err)
+        last_step = [r for r in metrics(run_dir) if "loss" in r][-1]["step"]
+        state = json.loads(read(os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")))
+        self.assertEqual(state["progress"]["step"], last_step)  # nothing trained is lost
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn(f"resumed from", resumed.stderr)
+        self.assert_same_as_reference(run_dir)
+
+    def copy_of_reference_at(self, name, step):
+        run_dir = self.path(name)
+        shutil.copytree(self.reference, run_dir)
+        for checkpoint in checkpoints(run_dir):
+            if checkpoint != f"step_{step:06d}":
+                shutil.rmtree(os.path.join(run_dir, "checkpoints", checkpoint))
+        os.remove(os.path.join(run_dir, "weights.safetensors"))
+        return run_dir
+
+    def test_resume_with_another_micro_batch_keeps_the_global_batch(self):
+        kept = checkpoints(self.reference)
+        step = int(kept[0].split("_")[1])
+        run_dir = self.copy_of_reference_at("micro64", step)
+        result = subprocess.run([BINARY, "train", "--resume", run_dir, "--micro-batch", "64"], capture_output=True,
+                                text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("batch plan 128 = micro 64 x accumulation 2 x world 1", result.stderr)
+        a = metrics(run_dir)[-1]
+        b = metrics(self.reference)[-1]
+        self.assertEqual(a["step"], b["step"])
+        self.assertAlmostEqual(a["test_loss"], b["test_loss"], delta=1e-3)
+
+    def test_resume_on_two_ranks_keeps_the_global_batch(self):
+        step = int(checkpoints(self.reference)[0].split("_")[1])
+        run_dir = self.copy_of_reference_at("two-ranks", step)
+        result = subprocess.run([BINARY, "launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY,
+                                 "train", "--resume", run_dir, "--micro-batch", "16"],
+                                capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("128 = micro 16 x accumulation 4 x world 2", result.stderr)
+        a, b = metrics(run_dir)[-1], metrics(self.reference)[-1]
+        self.assertEqual(a["step"], b["step"])
+        self.assertAlmostEqual(a["test_loss"], b["test_loss"], delta=1e-3)
+
+    def assert_resume_error(self, run_dir, *extra, fragment):
+        result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error:")]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertIn(fragment, errors[0])
+
+    def test_mismatched_and_damaged_checkpoints_are_clear_errors(self):
+        step = int(checkpoints(self.reference)[-1].split("_")[1])
+        run_dir = self.copy_of_reference_at("mismatch", step)
+        self.assert_resume_error(run_dir, "--global-batch", "256", fragment="global_batch_size = 128")
+        self.assert_resume_error(run_dir, "--model", "mlp", fragment='model = "cnn"')
+        self.assert_resume_error(run_dir, "--out", self.path("elsewhere"), fragment="--out cannot move")
+        self.assert_resume_error(self.path("nowhere"), fragment="is not a directory")
+        empty = self.path("empty-run")
+        os.makedirs(empty)
+        self.assert_resume_error(empty, fragment="has no complete checkpoint")
+        state_path = os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")
+        state = json.loads(read(state_path))
+        state["format_version"] = 99
+        with open(state_path, "w") as f:
+            json.dump(state, f)
+        self.assert_resume_error(run_dir, fragment="format version 99")
+        with open(state_path, "w") as f:
+            f.write("{ cut short")
+        self.assert_resume_error(run_dir, fragment="unreadable state.json")
+
+    def test_keeps_the_newest_checkpoints(self):
+        names = checkpoints(self.reference)
+        self.assertEqual(len(names), 3)
+        total = [r for r in metrics(self.reference) if "loss" in r][-1]["step"]
+        self.assertEqual(names[-1], f"step_{total:06d}")  # one at the end
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,54 @@
+#include "checkpoint/checkpoint_paths.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace bigbatch {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointPathsTest : public ::testing::Test {
+ protected:
+  fs::path run_ = fs::temp_directory_path() / ("bigbatch_ckpt_paths_" + std::to_string(::getpid()));
+  void SetUp() override { fs::create_directories(run_ / "checkpoints"); }
+  void TearDown() override { fs::remove_all(run_); }
+  void make(const std::string& name, bool complete) {
+    fs::create_directories(run_ / "checkpoints" / name);
+    if (complete)
+      std::ofstream(run_ / "checkpoints" / name / "state.json") << "{}";
+  }
+};
+
+TEST_F(CheckpointPathsTest, NamesAreZeroPadded) {
+  EXPECT_EQ(checkpoint_directory_name(123), "step_000123");
+}
+
+TEST_F(CheckpointPathsTest, FindsTheNewestCompleteCheckpoint) {
+  make("step_000010", true);
+  make("step_000100", true);
+  make("step_000200", false);         // a crash before state.json: not complete
+  make(".tmp-step_000300-77", true);  // an unfinished write: never taken
+  make("step_abc", true);             // not ours
+  const auto all = list_checkpoints(run_.string());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, 10);
+  const std::string latest = find_latest_checkpoint(run_.string());
+  EXPECT_EQ(fs::path(latest).filename(), "step_000100");
+  EXPECT_EQ(find_latest_checkpoint(latest), latest);
+  EXPECT_EQ(fs::path(run_directory_of_checkpoint(latest)), run_);
+  EXPECT_EQ(fs::path(run_directory_of_checkpoint(latest + "/")), run_);
+}
+
+TEST_F(CheckpointPathsTest, NoCheckpointIsAClearError) {
+  EXPECT_THROW(find_latest_checkpoint(run_.string()), Error);
+  EXPECT_THROW(find_latest_checkpoint((run_ / "missing").string()), Error);
+}
+
+}  // namespace
+}  // namespace bigbatch
