@@ -1,5 +1,6 @@
 #include "dist/collective_reducer.h"
 
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -94,33 +95,58 @@ class CollectiveReducer final : public GradientReducer {
         numel += ordered[i].numel();
       auto flat = torch::zeros({numel}, ordered[begin].options());
       int64_t offset = buckets_.empty() ? kTotalsSlots : 0;
+      const size_t bucket = buckets_.size();
       for (size_t i = begin; i < end; ++i) {
         auto& p = const_cast<at::Tensor&>(ordered[i]);
         p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p);
         offset += p.numel();
+        // Told when this parameter's gradient is final for the backward pass (DDP's hook).
+        auto accumulator = torch::autograd::impl::grad_accumulator(p);
+        accumulator->add_post_hook(std::make_unique<ReadyHook>(this, bucket));
+        accumulators_.push_back(std::move(accumulator));
       }
       buckets_.push_back(flat);
+      parameters_in_bucket_.push_back(static_cast<int64_t>(end - begin));
       begin = end;
+    }
+  }
+
+  void begin_last_backward(const WindowTotals& local) override {
+    write_totals(local);
+    armed_ = true;
+    pending_ = parameters_in_bucket_;
+    next_launch_ = 0;
+    in_flight_.clear();
+  }
+
+  // From the autograd engine: one more parameter of `bucket` has its final gradient.
+  void mark_ready(size_t bucket) {
+    if (!armed_)
+      return;
+    if (--pending_[bucket] == 0) {
+      // Every rank must issue the buckets in the same order, whatever order they fill in.
+      while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0)
+        launch(next_launch_++);
     }
   }
 
   WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) override {
     BB_INTERNAL_ASSERT(!buckets_.empty(), "reduce() before attach()");
     (void)gradients;  // they are views into buckets_
-    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
-    totals[0].fill_(local.items);
-    totals[1].fill_(local.loss_sum);
-    totals[2].fill_(local.correct);
-    totals[3].fill_(local.stop);
+    if (!armed_) {
+      // No marked last micro-step (this rank had no samples in a short window, or a caller
+      // that does not mark): everything goes now, in the same order.
+      write_totals(local);
+      next_launch_ = 0;
+      in_flight_.clear();
+    }
+    armed_ = false;
     try {
-      std::vector<c10::intrusive_ptr<c10d::Work>> pending;
-      for (auto& bucket : buckets_) {
-        std::vector<at::Tensor> one{bucket};
-        pending.push_back(group_for(bucket)->allreduce(one));
-        ++calls_;
-      }
-      for (auto& work : pending)
+      while (next_launch_ < buckets_.size())
+        launch(next_launch_++);
+      for (auto& work : in_flight_)
         work->wait();
+      in_flight_.clear();
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Distributed,
                   "rank " + std::to_string(env_.rank) +
@@ -128,6 +154,7 @@ class CollectiveReducer final : public GradientReducer {
                   "another rank exited or stopped responding (timeout " +
                       std::to_string(int(options_.timeout_seconds)) + " s); see its output");
     }
+    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
     const auto host = totals.to(torch::kCPU, torch::kFloat64);
     WindowTotals global;
     global.items = host[0].item<double>();
@@ -159,6 +186,33 @@ class CollectiveReducer final : public GradientReducer {
   int64_t calls() const override { return calls_; }
 
  private:
+  struct ReadyHook final : torch::autograd::FunctionPostHook {
+    ReadyHook(CollectiveReducer* reducer, size_t bucket) : reducer_(reducer), bucket_(bucket) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      reducer_->mark_ready(bucket_);
+      return outputs;
+    }
+    CollectiveReducer* reducer_;
+    size_t bucket_;
+  };
+
+  void write_totals(const WindowTotals& local) {
+    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
+    totals[0].fill_(local.items);
+    totals[1].fill_(local.loss_sum);
+    totals[2].fill_(local.correct);
+    totals[3].fill_(local.stop);
+  }
+
+  // Issues one bucket's all-reduce without waiting for it.
+  void launch(size_t bucket) {
+    std::vector<at::Tensor> one{buckets_[bucket]};
+    in_flight_.push_back(group_for(buckets_[bucket])->allreduce(one));
+    ++calls_;
+  }
+
   c10d::ProcessGroup* group_for(const at::Tensor& tensor) {
 #ifdef USE_C10D_NCCL
     if (tensor.is_cuda()) {
@@ -182,6 +236,12 @@ class CollectiveReducer final : public GradientReducer {
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
 #endif
   std::vector<at::Tensor> buckets_;
+  std::vector<int64_t> parameters_in_bucket_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // hooks live as long as these
+  bool armed_ = false;            // inside a window's last backward pass
+  std::vector<int64_t> pending_;  // parameters per bucket still to become final
+  size_t next_launch_ = 0;
+  std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;
 };
 

@@ -21,16 +21,28 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
   correct_ = torch::zeros({}, torch::kInt64);
 }
 
-void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                    MicroStep kind) {
   auto logits = model_->forward(inputs);
   auto loss = torch::nn::functional::cross_entropy(
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-  loss.backward();
   // Kept as tensors so that nothing synchronises with the device inside the window.
   loss_sum_ += loss.detach().to(torch::kFloat64);
   correct_ += logits.detach().argmax(1).eq(targets).sum();
   items_ += targets.size(0);
   ++micro_steps_;
+  if (kind == MicroStep::Last)
+    reducer_.begin_last_backward(local_totals());
+  loss.backward();
+}
+
+WindowTotals AccumulationEngine::local_totals() const {
+  WindowTotals local;
+  local.items = double(items_);
+  local.loss_sum = loss_sum_.item<double>();
+  local.correct = double(correct_.item<int64_t>());
+  local.stop = stop_requested_ ? 1.0 : 0.0;
+  return local;
 }
 
 UpdateStats AccumulationEngine::finish_gradients() {
@@ -43,11 +55,7 @@ UpdateStats AccumulationEngine::finish_gradients() {
       p.mutable_grad() = torch::zeros_like(p);
     gradients.push_back(p.grad());
   }
-  WindowTotals local;
-  local.items = double(items_);
-  local.loss_sum = loss_sum_.item<double>();
-  local.correct = double(correct_.item<int64_t>());
-  local.stop = stop_requested_ ? 1.0 : 0.0;
+  const WindowTotals local = local_totals();
   const WindowTotals global = reducer_.reduce(gradients, local);
   BB_INTERNAL_ASSERT(global.items > 0, "an update window with no items on any rank");
 
@@ -89,9 +97,13 @@ void AccumulationEngine::apply(double lr) {
 UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
                          const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
   int64_t position = window.rank_begin;
-  for (const int64_t size : window.micro_batch_sizes) {
+  const size_t count = window.micro_batch_sizes.size();
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t size = window.micro_batch_sizes[i];
     const Batch batch = assembler.gather(order, position, size);
-    engine.micro_step(batch.inputs, batch.targets);
+    engine.micro_step(batch.inputs, batch.targets,
+                      i + 1 == count ? AccumulationEngine::MicroStep::Last
+                                     : AccumulationEngine::MicroStep::Accumulate);
     position += size;
   }
   return engine.update(lr);

@@ -41,8 +41,13 @@ class AccumulationEngine {
   AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
                      GradientReducer& reducer, EngineOptions options);
 
-  // Forward and backward of one micro-batch; gradients add up in .grad.
-  void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets);
+  enum class MicroStep { Accumulate, Last };
+
+  // Forward and backward of one micro-batch; gradients add up in .grad. Marking the window's
+  // last micro-step lets a multi-rank reducer overlap its all-reduce with that backward; the
+  // result is the same without the mark.
+  void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
+                  MicroStep kind = MicroStep::Accumulate);
 
   // Ends the window: reduce across ranks, divide by the global item count, measure the norm,
   // clip. Afterwards every .grad holds the mean gradient of the whole effective batch.
@@ -64,6 +69,8 @@ class AccumulationEngine {
   void request_stop() { stop_requested_ = true; }
 
  private:
+  WindowTotals local_totals() const;
+
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;
   GradientReducer& reducer_;

@@ -30,6 +30,10 @@ class GradientReducer {
   virtual ~GradientReducer() = default;
   // Called once with the trainable parameters, before the first micro-step.
   virtual void attach(const std::vector<at::Tensor>& /*parameters*/) {}
+  // Called before the backward pass of a window's last micro-step, with the window's totals:
+  // a reducer may then start all-reducing buckets as their gradients become final, overlapping
+  // communication with the rest of that backward pass. reduce() completes the window either way.
+  virtual void begin_last_backward(const WindowTotals& /*local*/) {}
   virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
   // Makes every rank hold rank 0's values (initial weights and buffers).
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}

@@ -78,10 +78,10 @@ class DistributedTestCase(unittest.TestCase):
 
 
 class EquivalenceTest(DistributedTestCase):
-    def check(self, model, nproc, micro, tolerance):
+    def check(self, model, nproc, micro, tolerance, *extra):
         reference = self.single(model, 32)  # 1 rank x 4 accumulation steps x 32
         out = self.path(f"dp-{model}-{nproc}")
-        result = self.launch(nproc, *train_args(model, out, "--micro-batch", str(micro)))
+        result = self.launch(nproc, *train_args(model, out, "--micro-batch", str(micro), *extra))
         self.assertIn(f"world {nproc}", result.stderr)
         diff = max_relative_difference(read_weights(os.path.join(out, "weights.safetensors")),
                                        read_weights(os.path.join(reference, "weights.safetensors")))
@@ -91,9 +91,16 @@ class EquivalenceTest(DistributedTestCase):
         self.assertEqual(len(records), 16)
         self.assertEqual(records[7]["items"], 104)  # the short window, split across ranks
         self.assertEqual(records[-1]["samples_seen"], 2000)
+        return records
 
     def test_mlp_two_ranks(self):
         self.check("mlp", 2, 32, 1e-5)
+
+    def test_mlp_two_ranks_small_buckets_overlapping_backward(self):
+        # 0.05 MiB buckets: the mlp's 0.2 MB of gradients fill several buckets, all-reduced
+        # while the last micro-step's backward is still running.
+        records = self.check("mlp", 2, 32, 1e-5, "--bucket-mb", "0.05")
+        self.assertGreater(records[0]["allreduce_calls"], 2)
 
     def test_mlp_four_ranks(self):
         self.check("mlp", 4, 16, 1e-5)
