@@ -13,3 +13,7 @@ cmake --build build
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBIGBATCH_WITH_TORCH=OFF -DBIGBATCH_SANITIZE=ON
 cmake --build build-asan
 (cd build-asan && ctest --output-on-failure -j 2)
+
+# Every parser of untrusted input under libFuzzer: the corpus (seeds and past crashers) is
+# replayed, then each target is fuzzed for a bounded time.
+scripts/fuzz.sh "${BIGBATCH_FUZZ_SECONDS:-15}"

@@ -230,7 +230,7 @@ int run(int argc, char** argv) {
                                 : train->parsed()  ? "train"
                                 : launch->parsed() ? "launch"
                                                    : "";
-    std::fprintf(stderr, "bigbatch: error: %s; %ssee 'bigbatch %s--help'\n", e.what(),
+    std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
                  unknown_flag_hint(argc, argv, app).c_str(),
                  command.empty() ? "" : (command + " ").c_str());
     return kExitBadInput;
@@ -255,7 +255,7 @@ int run(int argc, char** argv) {
   } catch (const Interrupted& e) {
     return 128 + e.signal_number();
   } catch (const Error& e) {
-    std::fprintf(stderr, "bigbatch: error: %s\n", e.what());
+    std::fprintf(stderr, "bigbatch: error[%s]: %s\n", to_string(e.kind()), e.what());
     return e.kind() == ErrorKind::Distributed ? kExitDistributed : kExitBadInput;
   } catch (const std::exception& e) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.

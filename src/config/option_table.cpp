@@ -244,6 +244,11 @@ std::vector<OptionSpec> build_table() {
       "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples) or 30min; "
       "one is always written at the end",
       "CADENCE", &TrainConfig::checkpoint_every));
+  t.push_back(int_option(
+      "max-bad-updates",
+      "stop (with a checkpoint) after this many updates in a row with a non-finite loss or "
+      "gradient; each is skipped",
+      &TrainConfig::max_bad_updates));
   t.push_back(int_option("keep-checkpoints", "keep the newest N checkpoints",
                          &TrainConfig::keep_checkpoints));
   {
@@ -311,7 +316,10 @@ void load_toml_config(TrainConfig& config, const std::string& path) {
     throw Error(ErrorKind::Config, "config file '" + path + "' does not exist",
                 "check the path given to --config");
   }
-  const std::string text = read_text_file(path);
+  load_toml_config_text(config, read_text_file(path), path);
+}
+
+void load_toml_config_text(TrainConfig& config, const std::string& text, const std::string& path) {
   toml::table table;
   try {
     table = toml::parse(text, path);

@@ -45,6 +45,8 @@ void apply_option(TrainConfig& config, const OptionSpec& spec, const std::string
 // Reads a TOML file whose keys are option names; throws bigbatch::Error (Config) on syntax
 // errors (with line and column), unknown keys (with the closest known key) and bad values.
 void load_toml_config(TrainConfig& config, const std::string& path);
+// The same for TOML text; `path` names it in errors.
+void load_toml_config_text(TrainConfig& config, const std::string& text, const std::string& path);
 
 // The fully resolved configuration as TOML, loadable by load_toml_config.
 std::string render_toml_config(const TrainConfig& config);

@@ -65,6 +65,7 @@ void TrainConfig::validate() const {
         "--progress '" + progress + "' is not known", "use auto, bar, lines or off");
   if (!checkpoint_every.empty())
     Cadence::parse(checkpoint_every);  // throws with the fix
+  check(max_bad_updates >= 1, "--max-bad-updates must be at least 1", "e.g. --max-bad-updates 5");
   check(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
         "e.g. --keep-checkpoints 3");
   check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");

@@ -66,6 +66,9 @@ struct TrainConfig {
   std::string save_weights;
   std::string progress = "auto";  // auto | bar | lines | off
 
+  // Faults.
+  int64_t max_bad_updates = 5;  // non-finite updates in a row before the run stops
+
   // Checkpoints.
   std::string checkpoint_every;  // a Cadence ("200u", "1e", "30min"); empty: only at the end
   int64_t keep_checkpoints = 3;

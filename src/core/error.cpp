@@ -18,6 +18,8 @@ const char* to_string(ErrorKind kind) {
       return "io";
     case ErrorKind::Distributed:
       return "distributed";
+    case ErrorKind::Diverged:
+      return "diverged";
   }
   return "unknown";
 }

@@ -2,7 +2,8 @@
 // Errors in two tiers (see docs/design.md):
 //  - bigbatch::Error: the user can fix it (a flag, a config key, a data file, a checkpoint).
 //    The message is one line: what failed, the value seen, what was expected, and a hint.
-//    The CLI prints it as "bigbatch: error: <message>" and exits with exit_code(kind).
+//    The CLI prints it as "bigbatch: error[<kind>]: <message>" and exits non-zero
+//    (apps/bigbatch/commands.h lists the codes).
 //  - BB_INTERNAL_ASSERT: a broken invariant inside bigbatch; never caused by input.
 //
 //   if (micro <= 0)
@@ -21,6 +22,7 @@ enum class ErrorKind {
   Format,       // weight files (safetensors) and checkpoints
   Io,           // the file system: unwritable run directory, disk full
   Distributed,  // launcher environment, rendezvous, a peer rank that failed or timed out
+  Diverged,     // training produced non-finite losses or gradients too many times in a row
 };
 
 const char* to_string(ErrorKind kind);

@@ -278,7 +278,7 @@ int run_launcher(const LaunchOptions& options) {
   if (first_failure) {
     // Drain any last error line that arrived after the exit was seen.
     std::fprintf(
-        stderr, "bigbatch: error: rank %lld failed (%s)%s%s\n",
+        stderr, "bigbatch: error[distributed]: rank %lld failed (%s)%s%s\n",
         static_cast<long long>(first_failure->rank), describe_status(first_failure->status).c_str(),
         first_failure->last_error_line.empty() ? "" : ": ", first_failure->last_error_line.c_str());
     return exit_code_for(first_failure->status);

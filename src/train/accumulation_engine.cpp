@@ -74,6 +74,10 @@ UpdateStats AccumulationEngine::finish_gradients() {
     norms.push_back(g.norm().to(torch::kFloat64));
   }
   stats.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  // Both are global (reduced) values, so every rank reaches the same verdict.
+  stats.non_finite = !std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm);
+  if (stats.non_finite)
+    return stats;
   if (options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm) {
     // PyTorch's clip_grad_norm_ coefficient, so clipped runs match it.
     const double coefficient = options_.clip_norm / (stats.grad_norm + 1e-6);
@@ -86,6 +90,10 @@ UpdateStats AccumulationEngine::finish_gradients() {
 void AccumulationEngine::apply(double lr) {
   set_learning_rate(optimizer_, lr);
   optimizer_.step();
+  discard();
+}
+
+void AccumulationEngine::discard() {
   for (auto& p : parameters_)
     p.mutable_grad().zero_();
   loss_sum_.zero_();

@@ -34,6 +34,7 @@ struct UpdateStats {
   double grad_norm = 0;  // L2 norm of the mean gradient, before clipping
   int64_t micro_steps = 0;
   bool stop_requested = false;  // some rank asked to stop after this update
+  bool non_finite = false;      // loss or gradient was inf/NaN: the update was skipped
 };
 
 class AccumulationEngine {
@@ -56,9 +57,18 @@ class AccumulationEngine {
   // Applies the update at rate `lr` and clears the gradients for the next window.
   void apply(double lr);
 
+  // Throws the window away without touching the weights or the optimizer state.
+  void discard();
+
+  // finish_gradients(), then apply() — or discard() when the loss or the gradient is not
+  // finite (stats.non_finite): one bad window must not poison the weights or the momentum.
   UpdateStats update(double lr) {
     UpdateStats stats = finish_gradients();
-    apply(lr);
+    if (stats.non_finite) {
+      discard();
+    } else {
+      apply(lr);
+    }
     return stats;
   }
 

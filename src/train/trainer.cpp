@@ -151,13 +151,6 @@ TrainResult run_training(const TrainConfig& config) {
     atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
     atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
   };
-  // A new run never reuses a finished run's directory. A resumed run continues in its own, and
-  // rewrites its description only once the checkpoint has been accepted.
-  if (is_main && !resuming) {
-    prepare_run_directory(result.run_dir);
-    write_run_description();
-  }
-
   std::unique_ptr<GradientReducer> reducer;
   if (world_size > 1) {
     CollectiveOptions options;
@@ -197,6 +190,15 @@ TrainResult run_training(const TrainConfig& config) {
   auto model = make_model(spec);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *model);
+  // Only now, with the data, the plan and the weights accepted, does a new run directory
+  // appear: bad input leaves nothing behind.
+  // A new run never reuses a finished run's directory. A resumed run continues in its own, and
+  // rewrites its description only once the checkpoint has been accepted.
+  if (is_main && !resuming) {
+    prepare_run_directory(result.run_dir);
+    write_run_description();
+  }
+
   {
     // Every rank starts from rank 0's weights, whatever its seed or file did.
     std::vector<torch::Tensor> state;
@@ -290,6 +292,8 @@ TrainResult run_training(const TrainConfig& config) {
   };
 
   InterruptGuard interrupts;
+  int64_t skipped_updates = 0;
+  int64_t bad_in_a_row = 0;
   EvalResult last_test;
   while (at.epoch < run.epochs && at.step < run.total_updates) {
     const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
@@ -313,6 +317,15 @@ TrainResult run_training(const TrainConfig& config) {
       at.epoch_correct += stats.correct;
       at.epoch_items += stats.items;
       stop = stats.stop_requested;
+      if (stats.non_finite) {
+        ++skipped_updates;
+        ++bad_in_a_row;
+        say("warning: update " + std::to_string(at.step) +
+            " skipped: " + (std::isfinite(stats.loss) ? "gradient" : "loss") + " is not finite (" +
+            std::to_string(bad_in_a_row) + " in a row)");
+      } else {
+        bad_in_a_row = 0;
+      }
       if (is_main) {
         metrics->write({{"step", at.step},
                         {"epoch", double(at.epoch) + double(at.update_in_epoch) /
@@ -325,7 +338,9 @@ TrainResult run_training(const TrainConfig& config) {
                         {"micro_steps", stats.micro_steps},
                         {"allreduce_calls", reducer->calls() - calls_before},
                         {"samples_per_s", double(stats.items) / seconds},
-                        {"updates_per_s", 1.0 / seconds}});
+                        {"updates_per_s", 1.0 / seconds},
+                        {"skipped", stats.non_finite},
+                        {"skipped_updates", skipped_updates}});
         ProgressState state;
         state.epoch = at.epoch + 1;
         state.epochs = run.epochs;
@@ -341,6 +356,15 @@ TrainResult run_training(const TrainConfig& config) {
       // A checkpoint at an epoch's end waits for the epoch's evaluation (below), so that a
       // resumed run does not evaluate that epoch twice.
       const bool epoch_done = at.update_in_epoch == run.epoch.updates_per_epoch;
+      if (bad_in_a_row >= config.max_bad_updates) {
+        checkpoint(at);
+        throw Error(ErrorKind::Diverged,
+                    std::to_string(bad_in_a_row) +
+                        " updates in a row had a non-finite loss or gradient (the last at update " +
+                        std::to_string(at.step) +
+                        "); they were skipped, and the weights from before them are checkpointed",
+                    "lower --lr, add --warmup or --clip-norm, then --resume " + result.run_dir);
+      }
       if (!epoch_done && (stop || checkpoint_due(at.step)))
         checkpoint(at);
     }

@@ -158,7 +158,7 @@ class CheckpointTest(unittest.TestCase):
     def assert_resume_error(self, run_dir, *extra, fragment):
         result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2, result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error:")]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
         self.assertEqual(len(errors), 1, result.stderr)
         self.assertIn(fragment, errors[0])
 

@@ -41,7 +41,7 @@ class CliTestCase(unittest.TestCase):
     def assert_one_line_error(self, result, *fragments):
         self.assertEqual(result.returncode, 2, result.stderr)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("bigbatch: error:")]
+        errors = [line for line in lines if line.startswith("bigbatch: error[")]
         self.assertEqual(len(errors), 1, result.stderr)
         self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
         for fragment in fragments:

@@ -161,7 +161,7 @@ class LauncherTest(DistributedTestCase):
                                    'if [ "$RANK" = 2 ]; then echo "bad thing" >&2; exit 7; fi; sleep 60', timeout=60)
         self.assertEqual(result.returncode, 7)
         self.assertLess(time.monotonic() - start, 30)
-        self.assertIn("bigbatch: error: rank 2 failed (exit code 7): bad thing", result.stderr)
+        self.assertIn("bigbatch: error[distributed]: rank 2 failed (exit code 7): bad thing", result.stderr)
 
     def test_killing_a_training_worker_fails_the_job_without_zombies(self):
         out = self.path("killed")
@@ -202,7 +202,7 @@ class EnvironmentErrorTest(DistributedTestCase):
 
     def assert_distributed_error(self, result, fragment):
         self.assertEqual(result.returncode, 3, result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error:")]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
         self.assertEqual(len(errors), 1, result.stderr)
         self.assertIn(fragment, errors[0])
 
