@@ -256,7 +256,9 @@ int run(int argc, char** argv) {
     return 128 + e.signal_number();
   } catch (const Error& e) {
     std::fprintf(stderr, "bigbatch: error[%s]: %s\n", to_string(e.kind()), e.what());
-    return e.kind() == ErrorKind::Distributed ? kExitDistributed : kExitBadInput;
+    if (e.kind() == ErrorKind::Distributed)
+      return kExitDistributed;
+    return e.kind() == ErrorKind::Diverged ? kExitDiverged : kExitBadInput;
   } catch (const std::exception& e) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.
     std::string message = e.what();

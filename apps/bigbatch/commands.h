@@ -1,9 +1,12 @@
 #pragma once
-// The bigbatch command line: `plan` and `train`, their flags (from config/option_table.h), and
-// the single place where errors become one line on stderr and an exit code:
+// The bigbatch command line: `plan`, `train` and `launch`, their flags (from
+// config/option_table.h), and the single place where errors become one line on stderr and an
+// exit code:
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
-//   data or weight files, run directory), 3 a data-parallel job failed (launcher environment,
-//   rendezvous, a peer rank that died or timed out), 128 + N stopped by signal N (SIGINT 130,
+//   data or weight files, checkpoints, run directory), 3 a data-parallel job failed (launcher
+//   environment, rendezvous, a peer rank that died or timed out), 4 training diverged
+//   (non-finite losses or gradients --max-bad-updates times in a row; a checkpoint is
+//   written), 128 + N stopped by signal N (SIGINT 130,
 //   SIGTERM 143) after writing a checkpoint. `launch` returns its failing worker's code.
 namespace bigbatch::cli {
 
@@ -11,6 +14,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternalError = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDistributed = 3;
+inline constexpr int kExitDiverged = 4;
 
 int run(int argc, char** argv);
 

@@ -17,6 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// libtorch's messages carry a backtrace after the first line.
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
 [[noreturn]] void bad_checkpoint(const std::string& dir, const std::string& what,
                                  const std::string& hint) {
   throw Error(ErrorKind::Format, "checkpoint '" + dir + "' " + what, hint);
@@ -105,10 +110,9 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
     throw;
   } catch (const std::exception& e) {
     fs::remove_all(temporary, error);
-    throw Error(
-        ErrorKind::Io,
-        "cannot write checkpoint '" + final_dir + "': " + std::string(e.what()).substr(0, 200),
-        "check the free disk space and permissions; earlier checkpoints are untouched");
+    throw Error(ErrorKind::Io,
+                "cannot write checkpoint '" + final_dir + "': " + first_line(e.what()),
+                "check the free disk space and permissions; earlier checkpoints are untouched");
   }
   // Prune the oldest, never the one just written.
   auto all = list_checkpoints(run_dir);
@@ -162,7 +166,7 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
     archive.load_from(dir + "/optimizer.pt");
     optimizer.load(archive);
   } catch (const std::exception& e) {
-    bad_checkpoint(dir, "has an unreadable optimizer.pt: " + std::string(e.what()).substr(0, 120),
+    bad_checkpoint(dir, "has an unreadable optimizer.pt: " + first_line(e.what()),
                    "resume from an earlier checkpoint");
   }
   return progress;

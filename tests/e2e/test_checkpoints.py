@@ -182,6 +182,23 @@ class CheckpointTest(unittest.TestCase):
             f.write("{ cut short")
         self.assert_resume_error(run_dir, fragment="unreadable state.json")
 
+    def test_non_finite_updates_are_skipped_then_stop_the_run_with_a_checkpoint(self):
+        run_dir = self.path("diverged")
+        small = ["--model", "mlp", "--train-subset", "2000", "--global-batch", "128", "--epochs", "2",
+                 "--threads", "1", "--progress", "off"]
+        result = subprocess.run([BINARY, "train", *small, "--lr", "1e9", "--max-bad-updates", "3", "--out", run_dir],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("bigbatch: error[diverged]: 3 updates in a row had a non-finite loss or gradient", result.stderr)
+        self.assertEqual(result.stderr.count("skipped: loss is not finite"), 3)
+        updates = [r for r in metrics(run_dir) if "loss" in r]
+        self.assertEqual([r["skipped"] for r in updates[-3:]], [True] * 3)
+        self.assertEqual(updates[-1]["skipped_updates"], 3)
+        self.assertEqual(checkpoints(run_dir), [f"step_{updates[-1]['step']:06d}"])
+        # The checkpoint holds the weights from before the bad updates: a gentler rate goes on.
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.05"], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
@@ -240,6 +241,30 @@ TEST(Engine, ClippingActsOnTheAccumulatedMeanGradient) {
   EXPECT_NEAR(std::sqrt(squared), 0.01, 1e-6);
   EXPECT_EQ(stats.micro_steps, 2);
   EXPECT_EQ(stats.items, 64);
+}
+
+TEST(Engine, NonFiniteWindowIsDiscardedWithoutTouchingWeightsOrMomentum) {
+  auto data = synthetic_dataset(64);
+  auto model = seeded_model("mlp");
+  OptimizerSettings settings;
+  settings.momentum = 0.9;
+  auto optimizer = make_optimizer(settings, model->parameters());
+  LocalReducer reducer;
+  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+  engine.micro_step(data.inputs.slice(0, 0, 32), data.targets.slice(0, 0, 32));
+  ASSERT_FALSE(engine.update(0.1).non_finite);  // builds momentum
+  const auto before = weights_of(model);
+  auto poisoned = data.inputs.slice(0, 32, 64).clone();
+  poisoned[3][0][5][5] = std::numeric_limits<float>::quiet_NaN();
+  engine.micro_step(poisoned, data.targets.slice(0, 32, 64));
+  const UpdateStats stats = engine.update(0.1);
+  EXPECT_TRUE(stats.non_finite);
+  EXPECT_EQ(max_relative_difference(weights_of(model), before), 0.0);
+  for (const auto& g : gradients_of(model))
+    EXPECT_EQ(g.abs().sum().item<double>(), 0.0);
+  // The next good window trains as if the bad one never happened (momentum intact).
+  engine.micro_step(data.inputs.slice(0, 0, 32), data.targets.slice(0, 0, 32));
+  EXPECT_FALSE(engine.update(0.1).non_finite);
 }
 
 TEST(Engine, ApplyClearsTheWindow) {

@@ -1,0 +1,380 @@
+#!/usr/bin/python3
+"""The bad-input corpus: every kind of input a user can get wrong — flags, TOML files, IDX
+files, safetensors files, checkpoints, run directories, launcher environments — must give
+exactly one error line naming its kind, a non-zero exit, no stack trace, and damage nothing:
+no run directory appears, and an existing run's files stay byte for byte the same.
+Usage: test_bad_inputs.py BIGBATCH_BINARY [unittest arguments]."""
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = None
+ERROR_LINE = re.compile(r"^bigbatch: error\[(\w+)\]: (.*)$")
+
+
+def idx_bytes(dims, data):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+
+
+def write_gz(path, blob):
+    with gzip.open(path, "wb") as f:
+        f.write(blob)
+
+
+def write_dataset(directory, train=256, test=64):
+    os.makedirs(directory, exist_ok=True)
+    for prefix, n in [("train", train), ("t10k", test)]:
+        write_gz(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"),
+                 idx_bytes([n, 28, 28], [(i * 7 + j) % 256 for i in range(n) for j in range(784)]))
+        write_gz(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"), idx_bytes([n], [i % 10 for i in range(n)]))
+
+
+def safetensors_bytes(tensors, data_length, header_length=None):
+    header = json.dumps(tensors).encode()
+    header += b" " * ((8 - len(header) % 8) % 8)
+    length = len(header) if header_length is None else header_length
+    return struct.pack("<Q", length) + header + bytes(data_length)
+
+
+def tree_digest(path):
+    digest = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                digest[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+    return digest
+
+
+class BadInputCorpus(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="bigbatch_bad_inputs_")
+        cls.data = os.path.join(cls.root, "data")
+        write_dataset(cls.data)
+        # A finished run with checkpoints, the victim of the resume cases.
+        cls.victim = os.path.join(cls.root, "victim")
+        subprocess.run([BINARY, "train", *cls.small(), "--checkpoint-every", "2u", "--out", cls.victim],
+                       check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    @classmethod
+    def small(cls, data=None):
+        return ["--model", "mlp", "--hidden", "16", "--dataset", "idx:" + (data or cls.data), "--global-batch", "64",
+                "--micro-batch", "16", "--epochs", "1", "--threads", "1", "--progress", "off"]
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=self.root)
+        self.out = os.path.join(self.dir, "run")
+
+    def expect(self, args, kind, fragment, code=2, env=None, victim=None):
+        before = tree_digest(victim) if victim else None
+        result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, **(env or {})))
+        self.assertEqual(result.returncode, code, result.stderr)
+        errors = [m for m in map(ERROR_LINE.match, result.stderr.splitlines()) if m]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertEqual(errors[0].group(1), kind, result.stderr)
+        self.assertIn(fragment, errors[0].group(2))
+        for marker in ["Exception raised from", "terminate called", "Traceback", "Segmentation"]:
+            self.assertNotIn(marker, result.stderr)
+        self.assertFalse(os.path.exists(self.out), "a failed run left a run directory behind")
+        if victim:
+            self.assertEqual(tree_digest(victim), before, "a failed run changed an existing run")
+
+    def train(self, *extra, data=None):
+        return ["train", *self.small(data), *extra, "--out", self.out]
+
+    # ---- flags ----
+    def test_flag_unknown(self):
+        self.expect(self.train("--micro-bach", "8"), "usage", "did you mean --micro-batch?")
+
+    def test_flag_missing_value(self):
+        self.expect(["train", "--lr"], "usage", "--lr")
+
+    def test_flag_not_a_number(self):
+        self.expect(self.train("--lr", "fast"), "config", "--lr expects a number, got 'fast'")
+
+    def test_flag_unknown_model(self):
+        self.expect(self.train("--model", "resnet"), "config", "model 'resnet' is not known")
+
+    def test_flag_unknown_optimizer(self):
+        self.expect(self.train("--optimizer", "lamb"), "config", "optimizer 'lamb' is not known")
+
+    def test_flag_zero_epochs(self):
+        self.expect(self.train("--epochs", "0"), "config", "--epochs must be positive")
+
+    def test_flag_step_schedule_without_milestones(self):
+        self.expect(self.train("--schedule", "step"), "config", "needs --step-milestones")
+
+    def test_flag_momentum_out_of_range(self):
+        self.expect(self.train("--momentum", "1.5"), "config", "--momentum must be in [0, 1)")
+
+    def test_flag_interval_without_unit(self):
+        self.expect(self.train("--warmup", "12"), "config", "has no unit")
+
+    def test_flag_fractional_updates(self):
+        self.expect(self.train("--warmup", "2.5u"), "config", "not a whole number")
+
+    def test_flag_zero_checkpoint_cadence(self):
+        self.expect(self.train("--checkpoint-every", "0u"), "config", "is zero")
+
+    def test_flag_bad_checkpoint_cadence(self):
+        self.expect(self.train("--checkpoint-every", "3hours"), "config", "interval '3hours'")
+
+    def test_flag_negative_hidden_width(self):
+        self.expect(self.train("--hidden", "64,-3"), "config", "--hidden width -3")
+
+    def test_flag_negative_threads(self):
+        self.expect(self.train("--threads", "-1"), "config", "--threads")
+
+    def test_flag_negative_seed(self):
+        self.expect(self.train("--seed", "-5"), "config", "non-negative integer")
+
+    def test_flag_unknown_progress_mode(self):
+        self.expect(self.train("--progress", "loud"), "config", "--progress 'loud'")
+
+    def test_flag_zero_timeout(self):
+        self.expect(self.train("--dist-timeout", "0"), "config", "--dist-timeout must be positive")
+
+    def test_flag_zero_kept_checkpoints(self):
+        self.expect(self.train("--keep-checkpoints", "0"), "config", "--keep-checkpoints")
+
+    def test_flag_subset_larger_than_data(self):
+        self.expect(self.train("--train-subset", "70000"), "config", "--train-subset 70000 is larger")
+
+    def test_flag_validation_takes_everything(self):
+        self.expect(self.train("--val-size", "256"), "config", "leaves no training samples")
+
+    # ---- batch plans ----
+    def test_plan_inconsistent_triple(self):
+        self.expect(self.train("--accum-steps", "2"), "plan", "64 != micro 16 x accumulation 2")
+
+    def test_plan_indivisible(self):
+        self.expect(self.train("--global-batch", "100"), "plan", "nearest valid")
+
+    def test_plan_zero_micro(self):
+        self.expect(self.train("--micro-batch", "0"), "plan", "--micro-batch must be a positive integer")
+
+    def test_plan_micro_larger_than_data(self):
+        self.expect(self.train("--micro-batch", "64", "--train-subset", "32"), "plan", "larger than the dataset")
+
+    def test_plan_drop_leaves_nothing(self):
+        self.expect(self.train("--last-window", "drop", "--train-subset", "40"), "plan", "leaves no update")
+
+    def test_plan_command_errors_too(self):
+        self.expect(["plan", "--global-batch", "1000", "--micro-batch", "64"], "plan", "--global-batch 960")
+
+    # ---- TOML configuration ----
+    def write_config(self, text):
+        path = os.path.join(self.dir, "c.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_config_unknown_key(self):
+        self.expect(self.train("--config", self.write_config("micro-bach = 8\n")), "config", "did you mean 'micro-batch'?")
+
+    def test_config_syntax(self):
+        self.expect(self.train("--config", self.write_config("lr = = 3\n")), "config", "line 1")
+
+    def test_config_wrong_type(self):
+        self.expect(self.train("--config", self.write_config('global-batch = "many"\n')), "config",
+                    "--global-batch expects an integer")
+
+    def test_config_nested_table(self):
+        self.expect(self.train("--config", self.write_config("[model]\nname = 'mlp'\n")), "config", "unsupported type")
+
+    def test_config_missing_file(self):
+        self.expect(self.train("--config", os.path.join(self.dir, "none.toml")), "config", "does not exist")
+
+    # ---- IDX datasets ----
+    def broken_dataset(self, name, blob, plain=False):
+        directory = os.path.join(self.dir, "data")
+        write_dataset(directory)
+        path = os.path.join(directory, name + ".gz")
+        if plain:
+            with open(path, "wb") as f:
+                f.write(blob)
+        else:
+            write_gz(path, blob)
+        return directory
+
+    def test_idx_missing_directory(self):
+        self.expect(self.train(data=os.path.join(self.dir, "nowhere")), "data", "not found")
+
+    def test_idx_truncated_gzip(self):
+        directory = os.path.join(self.dir, "data")
+        write_dataset(directory)
+        path = os.path.join(directory, "train-images-idx3-ubyte.gz")
+        with open(path, "r+b") as f:
+            f.truncate(300)
+        self.expect(self.train(data=directory), "data", "train-images-idx3-ubyte.gz")
+
+    def test_idx_bad_magic(self):
+        directory = self.broken_dataset("train-labels-idx1-ubyte", b"\x01\x02\x08\x01" + struct.pack(">I", 256) + bytes(256))
+        self.expect(self.train(data=directory), "data", "bad magic")
+
+    def test_idx_label_out_of_range(self):
+        directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [3] * 255 + [42]))
+        self.expect(self.train(data=directory), "data", "label 42 of sample 255")
+
+    def test_idx_count_mismatch(self):
+        directory = self.broken_dataset("t10k-labels-idx1-ubyte", idx_bytes([63], [1] * 63))
+        self.expect(self.train(data=directory), "data", "holds 64 images but")
+
+    def test_idx_trailing_bytes(self):
+        directory = self.broken_dataset("t10k-labels-idx1-ubyte", idx_bytes([64], [1] * 64) + b"extra")
+        self.expect(self.train(data=directory), "data", "bytes after the declared data")
+
+    def test_idx_header_lies_about_size(self):
+        directory = self.broken_dataset("train-images-idx3-ubyte", idx_bytes([256, 28, 28], bytes(1000)))
+        self.expect(self.train(data=directory), "data", "is truncated: header declares")
+
+    def test_idx_swapped_files(self):
+        directory = self.broken_dataset("train-images-idx3-ubyte", idx_bytes([256], [1] * 256))
+        self.expect(self.train(data=directory), "data", "images need 3")
+
+    def test_idx_not_gzip_at_all(self):
+        directory = self.broken_dataset("train-labels-idx1-ubyte", b"\x1f\x8b\x08\x00garbage-not-deflate", plain=True)
+        self.expect(self.train(data=directory), "data", "train-labels-idx1-ubyte.gz")
+
+    # ---- safetensors weights ----
+    def weights_file(self, blob):
+        path = os.path.join(self.dir, "w.safetensors")
+        with open(path, "wb") as f:
+            f.write(blob)
+        return path
+
+    def test_weights_junk(self):
+        self.expect(self.train("--init-weights", self.weights_file(b"\xff" * 64)), "format", "safetensors file")
+
+    def test_weights_header_length_lies(self):
+        blob = safetensors_bytes({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 8, header_length=1 << 40)
+        self.expect(self.train("--init-weights", self.weights_file(blob)), "format", "-byte header but holds")
+
+    def test_weights_truncated_data(self):
+        blob = safetensors_bytes({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 8)
+        self.expect(self.train("--init-weights", self.weights_file(blob)), "format", "truncated file?")
+
+    def test_weights_shape_and_dtype_disagree(self):
+        blob = safetensors_bytes({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, 8)
+        self.expect(self.train("--init-weights", self.weights_file(blob)), "format", "need 12")
+
+    def test_weights_of_another_model(self):
+        blob = safetensors_bytes({"1.weight": {"dtype": "F32", "shape": [8, 784], "data_offsets": [0, 25088]}}, 25088)
+        self.expect(self.train("--init-weights", self.weights_file(blob)), "format", "shape [8, 784]")
+
+    def test_weights_integer_parameters(self):
+        tensors, offset = {}, 0
+        for name, shape in [("1.weight", [16, 784]), ("1.bias", [16]), ("3.weight", [10, 16]), ("3.bias", [10])]:
+            size = 8 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+            tensors[name] = {"dtype": "I64", "shape": shape, "data_offsets": [offset, offset + size]}
+            offset += size
+        self.expect(self.train("--init-weights", self.weights_file(safetensors_bytes(tensors, offset))), "format",
+                    "dtype Long")
+
+    def test_weights_missing_file(self):
+        self.expect(self.train("--init-weights", os.path.join(self.dir, "none.safetensors")), "format", "does not exist")
+
+    # ---- checkpoints (the victim run must not change) ----
+    def victim_copy(self):
+        copy = os.path.join(self.dir, "victim")
+        shutil.copytree(self.victim, copy)
+        return copy
+
+    def newest_checkpoint(self, run):
+        root = os.path.join(run, "checkpoints")
+        return os.path.join(root, sorted(d for d in os.listdir(root) if d.startswith("step_"))[-1])
+
+    def expect_resume_error(self, run, fragment, *extra):
+        self.out = os.path.join(self.dir, "never-created")
+        self.expect(["train", "--resume", run, *extra], "format", fragment, victim=run)
+
+    def test_resume_missing(self):
+        self.expect_resume_error(os.path.join(self.dir, "none"), "is not a directory")
+
+    def test_resume_without_checkpoints(self):
+        empty = os.path.join(self.dir, "empty")
+        os.makedirs(empty)
+        self.expect_resume_error(empty, "has no complete checkpoint")
+
+    def test_resume_other_global_batch(self):
+        self.expect_resume_error(self.victim_copy(), "global_batch_size = 64", "--global-batch", "128")
+
+    def test_resume_other_model(self):
+        self.expect_resume_error(self.victim_copy(), 'model = "mlp"', "--model", "cnn")
+
+    def test_resume_corrupt_state(self):
+        run = self.victim_copy()
+        with open(os.path.join(self.newest_checkpoint(run), "state.json"), "w") as f:
+            f.write("{ cut")
+        self.expect_resume_error(run, "unreadable state.json")
+
+    def test_resume_future_format(self):
+        run = self.victim_copy()
+        path = os.path.join(self.newest_checkpoint(run), "state.json")
+        with open(path) as f:
+            state = json.load(f)
+        state["format_version"] = 99
+        with open(path, "w") as f:
+            json.dump(state, f)
+        self.expect_resume_error(run, "format version 99")
+
+    def test_resume_corrupt_optimizer_state(self):
+        run = self.victim_copy()
+        with open(os.path.join(self.newest_checkpoint(run), "optimizer.pt"), "wb") as f:
+            f.write(b"not an archive")
+        self.expect_resume_error(run, "unreadable optimizer.pt")
+
+    def test_resume_truncated_weights(self):
+        run = self.victim_copy()
+        path = os.path.join(self.newest_checkpoint(run), "weights.safetensors")
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 10)
+        self.expect_resume_error(run, "safetensors file")
+
+    # ---- run directories ----
+    def test_existing_run_is_never_overwritten(self):
+        run = self.victim_copy()
+        self.out = os.path.join(self.dir, "never-created")
+        self.expect(["train", *self.small(), "--out", run], "io", "already holds a run", victim=run)
+
+    def test_run_directory_under_a_file(self):
+        blocker = os.path.join(self.dir, "file")
+        open(blocker, "w").close()
+        self.expect(["train", *self.small(), "--out", os.path.join(blocker, "run")], "io", "cannot create")
+
+    # ---- launcher environments ----
+    def test_env_rank_outside_world(self):
+        self.expect(self.train(), "distributed", "RANK=2 is not below WORLD_SIZE=2", code=3,
+                    env={"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+
+    def test_env_bad_port(self):
+        self.expect(self.train(), "distributed", "is not a TCP port", code=3,
+                    env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "http"})
+
+    def test_launch_without_command(self):
+        self.expect(["launch", "--nproc", "2"], "usage", "no command to launch")
+
+
+def load_tests(loader, tests, pattern):
+    suite = loader.loadTestsFromTestCase(BadInputCorpus)
+    assert suite.countTestCases() >= 40, "the corpus must keep at least 40 cases"
+    return suite
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
