@@ -313,9 +313,13 @@ TrainResult run_training(const TrainConfig& config) {
       ++at.step;
       ++at.update_in_epoch;
       at.samples_seen += stats.items;
-      at.epoch_loss_sum += stats.loss * double(stats.items);
-      at.epoch_correct += stats.correct;
-      at.epoch_items += stats.items;
+      if (!stats.non_finite) {
+        // A skipped update consumed its samples but taught nothing: the epoch's training
+        // loss and accuracy are those of the updates that were applied.
+        at.epoch_loss_sum += stats.loss * double(stats.items);
+        at.epoch_correct += stats.correct;
+        at.epoch_items += stats.items;
+      }
       stop = stats.stop_requested;
       if (stats.non_finite) {
         ++skipped_updates;
