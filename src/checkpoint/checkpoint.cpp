@@ -43,7 +43,8 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"train_seconds", p.train_seconds},
           {"epoch_loss_sum", p.epoch_loss_sum},
           {"epoch_correct", p.epoch_correct},
-          {"epoch_items", p.epoch_items}};
+          {"epoch_items", p.epoch_items},
+          {"micro_step", p.micro_step}};
 }
 
 TrainingProgress progress_from(const nlohmann::json& j) {
@@ -56,6 +57,7 @@ TrainingProgress progress_from(const nlohmann::json& j) {
   p.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
   p.epoch_correct = j.at("epoch_correct").get<int64_t>();
   p.epoch_items = j.at("epoch_items").get<int64_t>();
+  p.micro_step = j.at("micro_step").get<int64_t>();
   return p;
 }
 
@@ -77,10 +79,11 @@ nlohmann::json checkpoint_identity(const std::string& model, const std::vector<i
 
 void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
                       const nlohmann::json& identity, torch::nn::Module& model,
-                      torch::optim::Optimizer& optimizer, int64_t keep) {
+                      torch::optim::Optimizer& optimizer, int64_t keep,
+                      const PartialWindow* window) {
   const std::string root = run_dir + "/checkpoints";
   ensure_directory(root);
-  const std::string name = checkpoint_directory_name(progress.step);
+  const std::string name = checkpoint_directory_name(progress.step, progress.micro_step);
   const std::string final_dir = root + "/" + name;
   const std::string temporary = root + "/.tmp-" + name + "-" + std::to_string(::getpid());
   std::error_code error;
@@ -99,6 +102,20 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
                             {"producer", "bigbatch"},
                             {"progress", progress_json(progress)},
                             {"identity", identity}};
+    if (progress.micro_step > 0) {
+      BB_INTERNAL_ASSERT(window != nullptr, "a mid-window checkpoint needs its partial window");
+      NamedTensors gradients;
+      for (size_t i = 0; i < window->gradients.size(); ++i) {
+        gradients.emplace_back("gradient." + std::to_string(i), window->gradients[i]);
+      }
+      save_safetensors(temporary + "/window.safetensors", gradients, {{"producer", "bigbatch"}});
+      state["window"] = {{"micro_batch_size", window->micro_batch_size},
+                         {"world_size", window->world_size},
+                         {"micro_steps", window->micro_steps},
+                         {"items", window->items},
+                         {"loss_sum", window->loss_sum},
+                         {"correct", window->correct}};
+    }
     atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
     fsync_path(temporary, true);
     // A checkpoint of the same step (a resumed run passing it again) is replaced whole.
@@ -123,7 +140,8 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
 }
 
 TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& identity,
-                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                 PartialWindow* window) {
   nlohmann::json state = nlohmann::json::parse(read_text_file(dir + "/state.json"), nullptr,
                                                /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || !state.contains("format_version")) {
@@ -168,6 +186,36 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   } catch (const std::exception& e) {
     bad_checkpoint(dir, "has an unreadable optimizer.pt: " + first_line(e.what()),
                    "resume from an earlier checkpoint");
+  }
+  if (progress.micro_step > 0 && window) {
+    try {
+      const auto& w = state.at("window");
+      window->micro_batch_size = w.at("micro_batch_size").get<int64_t>();
+      window->world_size = w.at("world_size").get<int64_t>();
+      window->micro_steps = w.at("micro_steps").get<int64_t>();
+      window->items = w.at("items").get<int64_t>();
+      window->loss_sum = w.at("loss_sum").get<double>();
+      window->correct = w.at("correct").get<int64_t>();
+    } catch (const std::exception&) {
+      bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",
+                     "resume from an earlier checkpoint");
+    }
+    const NamedTensors gradients = load_safetensors(dir + "/window.safetensors");
+    const auto parameters = model.parameters();
+    if (gradients.size() != parameters.size()) {
+      bad_checkpoint(dir,
+                     "holds " + std::to_string(gradients.size()) + " window gradients for " +
+                         std::to_string(parameters.size()) + " parameters",
+                     "resume from an earlier checkpoint");
+    }
+    window->gradients.clear();
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      if (gradients[i].second.sizes() != parameters[i].sizes()) {
+        bad_checkpoint(dir, "holds a window gradient of the wrong shape",
+                       "resume from an earlier checkpoint");
+      }
+      window->gradients.push_back(gradients[i].second);
+    }
   }
   return progress;
 }

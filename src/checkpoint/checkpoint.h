@@ -38,6 +38,21 @@ struct TrainingProgress {
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0;
   int64_t epoch_items = 0;
+  // Micro-steps of the next update already done (0 at an update boundary). A checkpoint taken
+  // inside a window also holds that window's accumulated gradients and totals.
+  int64_t micro_step = 0;
+};
+
+// The part of a window accumulated before a mid-window checkpoint. Valid only for the plan it
+// was accumulated under: the micro-batch size and world size are recorded with it.
+struct PartialWindow {
+  int64_t micro_batch_size = 0;
+  int64_t world_size = 1;
+  int64_t micro_steps = 0;
+  int64_t items = 0;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<torch::Tensor> gradients;  // in parameter order
 };
 
 // What must match for a checkpoint to be resumed: a JSON object of named fields. The world
@@ -48,14 +63,19 @@ nlohmann::json checkpoint_identity(const std::string& model, const std::vector<i
                                    int64_t global_batch, uint64_t seed, bool shuffle,
                                    const std::string& optimizer);
 
+// `window` is required when progress.micro_step > 0.
 void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
                       const nlohmann::json& identity, torch::nn::Module& model,
-                      torch::optim::Optimizer& optimizer, int64_t keep);
+                      torch::optim::Optimizer& optimizer, int64_t keep,
+                      const PartialWindow* window = nullptr);
 
 // Loads weights and optimizer state after checking the format version and the identity;
 // any difference is a bigbatch::Error (Format) naming the field, the checkpoint's value and
 // the current one.
+// A mid-window checkpoint's partial window goes to `window` (when given); the caller decides
+// whether it still applies (same micro-batch and world size) or the window is replayed.
 TrainingProgress read_checkpoint(const std::string& checkpoint_dir, const nlohmann::json& identity,
-                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                 PartialWindow* window = nullptr);
 
 }  // namespace bigbatch

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "report/files.h"
 
 namespace bigbatch {
@@ -15,9 +16,14 @@ namespace {
 constexpr const char* kPrefix = "step_";
 }
 
-std::string checkpoint_directory_name(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "%s%06lld", kPrefix, static_cast<long long>(step));
+std::string checkpoint_directory_name(int64_t step, int64_t micro_step) {
+  char name[48];
+  if (micro_step > 0) {
+    std::snprintf(name, sizeof name, "%s%06lld_%04lld", kPrefix, static_cast<long long>(step),
+                  static_cast<long long>(micro_step));
+  } else {
+    std::snprintf(name, sizeof name, "%s%06lld", kPrefix, static_cast<long long>(step));
+  }
   return name;
 }
 
@@ -32,10 +38,17 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
     // Temporary directories (".tmp-step_N-PID") are skipped: only a rename completes one.
     if (name.rfind(kPrefix, 0) != 0 || !fs::exists(entry.path() / "state.json"))
       continue;
-    const std::string digits = name.substr(std::string(kPrefix).size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    // step_000123 or step_000123_0005 (mid-window): digits only, or it is not ours.
+    const auto parts = split(name.substr(std::string(kPrefix).size()), '_');
+    const auto all_digits = [](const std::string& s) {
+      return !s.empty() && s.size() < 12 && std::all_of(s.begin(), s.end(), ::isdigit);
+    };
+    if (parts.size() > 2 || !std::all_of(parts.begin(), parts.end(), all_digits))
       continue;
-    found.emplace_back(std::stoll(digits), entry.path().string());
+    const int64_t micro = parts.size() == 2 ? std::stoll(parts[1]) : 0;
+    if (micro >= 1000000)
+      continue;
+    found.emplace_back(std::stoll(parts[0]) * 1000000 + micro, entry.path().string());
   }
   std::sort(found.begin(), found.end());
   return found;

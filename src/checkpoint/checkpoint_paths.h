@@ -11,9 +11,11 @@
 
 namespace bigbatch {
 
-std::string checkpoint_directory_name(int64_t step);  // "step_000123"
+// "step_000123" at an update boundary; "step_000123_0005" five micro-steps into update 124.
+std::string checkpoint_directory_name(int64_t step, int64_t micro_step = 0);
 
-// Complete checkpoints (those with a state.json) of a run, oldest first.
+// Complete checkpoints (those with a state.json) of a run, oldest first, keyed by
+// step x 1,000,000 + micro-step.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 
 // `path` is a run directory (its newest complete checkpoint is taken) or a checkpoint

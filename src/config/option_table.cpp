@@ -241,7 +241,8 @@ std::vector<OptionSpec> build_table() {
                             &TrainConfig::progress));
   t.push_back(string_option(
       "checkpoint-every",
-      "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples) or 30min; "
+      "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples), 30min, or 40micro "
+      "(micro-steps, also inside a window); "
       "one is always written at the end",
       "CADENCE", &TrainConfig::checkpoint_every));
   t.push_back(int_option(

@@ -106,6 +106,18 @@ Cadence Cadence::parse(const std::string& raw) {
       return cadence;
     }
   }
+  const std::string micro = "micro";
+  if (text.size() > micro.size() &&
+      text.compare(text.size() - micro.size(), micro.size(), micro) == 0) {
+    const auto value = parse_int(text.substr(0, text.size() - micro.size()));
+    if (!value || *value <= 0) {
+      throw Error(ErrorKind::Config,
+                  "cadence '" + raw + "' is not a positive whole number of micro-steps",
+                  "write e.g. 40micro");
+    }
+    cadence.micro_steps = *value;
+    return cadence;
+  }
   cadence.amount = Interval::parse(text);
   if (cadence.amount->is_zero()) {
     throw Error(ErrorKind::Config, "cadence '" + raw + "' is zero", "write e.g. 200u, 1e or 30min");
@@ -116,6 +128,8 @@ Cadence Cadence::parse(const std::string& raw) {
 std::string Cadence::to_string() const {
   if (amount)
     return amount->to_string();
+  if (micro_steps > 0)
+    return std::to_string(micro_steps) + "micro";
   return format_double(seconds / 60.0) + "min";
 }
 

@@ -40,13 +40,15 @@ class Interval {
 };
 
 // How often something recurring happens (checkpoints): an amount of training ("200u", "1e",
-// "120000s") or wall-clock time ("30min", "2h").
+// "120000s"), wall-clock time ("30min", "2h"), or micro-steps ("40micro", which may fall inside
+// an accumulation window).
 struct Cadence {
   std::optional<Interval> amount;
-  double seconds = 0;  // > 0 for a time cadence
+  double seconds = 0;       // > 0 for a time cadence
+  int64_t micro_steps = 0;  // > 0 for "40micro": inside accumulation windows too
 
   static Cadence parse(const std::string& text);
-  bool is_set() const { return amount.has_value() || seconds > 0; }
+  bool is_set() const { return amount.has_value() || seconds > 0 || micro_steps > 0; }
   std::string to_string() const;
 };
 

@@ -93,6 +93,26 @@ void AccumulationEngine::apply(double lr) {
   discard();
 }
 
+WindowState AccumulationEngine::window_state() const {
+  return {micro_steps_, items_, loss_sum_.item<double>(), correct_.item<int64_t>()};
+}
+
+void AccumulationEngine::restore_window(const WindowState& state,
+                                        const std::vector<torch::Tensor>& gradients) {
+  BB_INTERNAL_ASSERT(gradients.size() == parameters_.size(),
+                     "window gradients do not match the parameters");
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!parameters_[i].grad().defined())
+      parameters_[i].mutable_grad() = torch::zeros_like(parameters_[i]);
+    parameters_[i].mutable_grad().copy_(gradients[i]);
+  }
+  micro_steps_ = state.micro_steps;
+  items_ = state.items;
+  loss_sum_.fill_(state.loss_sum);
+  correct_.fill_(state.correct);
+}
+
 void AccumulationEngine::discard() {
   for (auto& p : parameters_)
     p.mutable_grad().zero_();

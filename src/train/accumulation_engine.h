@@ -37,6 +37,15 @@ struct UpdateStats {
   bool non_finite = false;      // loss or gradient was inf/NaN: the update was skipped
 };
 
+// What a window has accumulated so far (besides the gradients in .grad): enough to continue
+// it exactly after a restart.
+struct WindowState {
+  int64_t micro_steps = 0;
+  int64_t items = 0;
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+
 class AccumulationEngine {
  public:
   AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
@@ -59,6 +68,10 @@ class AccumulationEngine {
 
   // Throws the window away without touching the weights or the optimizer state.
   void discard();
+
+  // The window in progress, and its restoration (gradients in parameter order) on resume.
+  WindowState window_state() const;
+  void restore_window(const WindowState& state, const std::vector<torch::Tensor>& gradients);
 
   // finish_gradients(), then apply() — or discard() when the loss or the gradient is not
   // finite (stats.non_finite): one bad window must not poison the weights or the momentum.

@@ -235,12 +235,23 @@ TrainResult run_training(const TrainConfig& config) {
       config.model, config.hidden, config.dataset, data.train.size(), run.plan.global_batch_size,
       config.seed, config.shuffle, to_string(config.optimizer));
   TrainingProgress at;
+  PartialWindow partial;
   if (resuming) {
     // Every rank reads the checkpoint (a shared file system across machines is assumed).
-    at = read_checkpoint(config.resume, identity, *model, *optimizer);
+    at = read_checkpoint(config.resume, identity, *model, *optimizer, &partial);
     say("resumed from " + config.resume + " at update " + std::to_string(at.step) + " (epoch " +
         std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
         " samples seen); batch plan " + run.plan.describe());
+    if (at.micro_step > 0 && (partial.micro_batch_size != run.plan.micro_batch_size ||
+                              partial.world_size != world_size)) {
+      // The partial gradient belongs to another cut of the window: redo the window instead,
+      // on the same samples, so the mathematics is unchanged.
+      say("the checkpoint is " + std::to_string(at.micro_step) + " micro-steps into update " +
+          std::to_string(at.step + 1) + " under micro " + std::to_string(partial.micro_batch_size) +
+          " x world " + std::to_string(partial.world_size) +
+          "; that window is replayed from its start with the new plan");
+      at.micro_step = 0;
+    }
     if (is_main) {
       write_run_description();
       // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
@@ -252,6 +263,10 @@ TrainResult run_training(const TrainConfig& config) {
     metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
 
   AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
+  if (at.micro_step > 0) {
+    engine.restore_window({partial.micro_steps, partial.items, partial.loss_sum, partial.correct},
+                          partial.gradients);
+  }
   BatchAssembler assembler(data.train, run.plan.micro_batch_size);
   model->train();
   if (config.threads == 0) {
@@ -279,11 +294,28 @@ TrainResult run_training(const TrainConfig& config) {
       cadence.amount ? std::max<int64_t>(1, cadence.amount->to_updates(run.plan, run.epoch)) : 0;
   int64_t last_checkpoint_step = at.step;
   auto last_checkpoint_time = Clock::now();
+  int64_t micro_steps_since_checkpoint = 0;
+  auto checkpoint_inside_window = [&] {
+    const WindowState state = engine.window_state();
+    PartialWindow window{run.plan.micro_batch_size,
+                         world_size,
+                         state.micro_steps,
+                         state.items,
+                         state.loss_sum,
+                         state.correct,
+                         {}};
+    for (const auto& p : model->parameters())
+      window.gradients.push_back(p.grad());
+    write_checkpoint(result.run_dir, at, identity, *model, *optimizer, config.keep_checkpoints,
+                     &window);
+    micro_steps_since_checkpoint = 0;
+  };
   auto checkpoint = [&](const TrainingProgress& p) {
     if (is_main)
       write_checkpoint(result.run_dir, p, identity, *model, *optimizer, config.keep_checkpoints);
     last_checkpoint_step = p.step;
     last_checkpoint_time = Clock::now();
+    micro_steps_since_checkpoint = 0;
   };
   auto checkpoint_due = [&](int64_t step) {
     if (cadence_updates > 0 && step - last_checkpoint_step >= cadence_updates)
@@ -305,9 +337,44 @@ TrainResult run_training(const TrainConfig& config) {
       const int64_t calls_before = reducer->calls();
       const UpdateWindow window = window_for_update(run.plan, run.epoch, at.update_in_epoch, rank);
       const double lr = run.schedule.lr_at(at.step);
+      // The micro-steps of this update (from where a mid-window checkpoint left off). A single
+      // process may stop or checkpoint between them; ranks of a job do so only at update
+      // boundaries, where they meet.
+      const size_t count = window.micro_batch_sizes.size();
+      int64_t position = window.rank_begin;
+      for (int64_t i = 0; i < at.micro_step; ++i)
+        position += window.micro_batch_sizes[static_cast<size_t>(i)];
+      bool stopped_inside = false;
+      for (size_t i = static_cast<size_t>(at.micro_step); i < count; ++i) {
+        const int64_t size = window.micro_batch_sizes[i];
+        const Batch batch = assembler.gather(order, position, size);
+        engine.micro_step(batch.inputs, batch.targets,
+                          i + 1 == count ? AccumulationEngine::MicroStep::Last
+                                         : AccumulationEngine::MicroStep::Accumulate);
+        position += size;
+        ++at.micro_step;
+        ++micro_steps_since_checkpoint;
+        if (world_size > 1 || i + 1 == count)
+          continue;
+        if (interrupts.requested()) {
+          checkpoint_inside_window();
+          stopped_inside = true;
+          break;
+        }
+        if (cadence.micro_steps > 0 && micro_steps_since_checkpoint >= cadence.micro_steps)
+          checkpoint_inside_window();
+      }
+      if (stopped_inside) {
+        say("stopped by signal " + std::to_string(interrupts.signal_number()) + " inside update " +
+            std::to_string(at.step + 1) + " after micro-step " + std::to_string(at.micro_step) +
+            "; checkpoint written, continue with: bigbatch train --resume " + result.run_dir);
+        throw Interrupted(interrupts.signal_number(),
+                          "training interrupted inside update " + std::to_string(at.step + 1));
+      }
       if (interrupts.requested())
         engine.request_stop();
-      const UpdateStats stats = train_window(engine, assembler, order, window, lr);
+      const UpdateStats stats = engine.update(lr);
+      at.micro_step = 0;
       const double seconds = seconds_since(update_start);
       at.train_seconds += seconds;
       ++at.step;

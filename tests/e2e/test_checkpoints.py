@@ -201,6 +201,39 @@ class CheckpointTest(unittest.TestCase):
         self.assertIn("resumed from", resumed.stderr)
         self.assertEqual(resumed.returncode, 4, resumed.stderr)
 
+    def test_mid_window_checkpoints_resume_bit_identical_or_replay_under_a_new_plan(self):
+        small = ["--model", "mlp", "--hidden", "64", "--train-subset", "2000", "--global-batch", "128",
+                 "--micro-batch", "16", "--epochs", "2", "--threads", "1", "--progress", "off"]
+        plain = self.path("mid-plain")
+        subprocess.run([BINARY, "train", *small, "--out", plain], check=True, capture_output=True)
+        checkpointed = self.path("mid-checkpointed")
+        subprocess.run([BINARY, "train", *small, "--checkpoint-every", "5micro", "--keep-checkpoints", "1000",
+                        "--out", checkpointed], check=True, capture_output=True)
+        # Checkpointing itself changes nothing.
+        self.assertEqual(read(os.path.join(plain, "weights.safetensors"), "rb"),
+                         read(os.path.join(checkpointed, "weights.safetensors"), "rb"))
+        inside = [c for c in checkpoints(checkpointed) if c.count("_") == 2]
+        self.assertGreater(len(inside), 20)
+        for i, name in enumerate(random.Random(3).sample(inside, 3)):
+            run_dir = self.path(f"mid-resume-{i}")
+            shutil.copytree(checkpointed, run_dir)
+            for other in checkpoints(run_dir):
+                if other != name:
+                    shutil.rmtree(os.path.join(run_dir, "checkpoints", other))
+            os.remove(os.path.join(run_dir, "weights.safetensors"))
+            state = json.loads(read(os.path.join(run_dir, "checkpoints", name, "state.json")))
+            self.assertGreater(state["progress"]["micro_step"], 0)
+            self.assertTrue(os.path.exists(os.path.join(run_dir, "checkpoints", name, "window.safetensors")))
+            extra = ["--micro-batch", "32"] if i == 2 else []
+            result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            if i < 2:
+                self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                                 read(os.path.join(plain, "weights.safetensors"), "rb"), name)
+            else:
+                self.assertIn("replayed from its start with the new plan", result.stderr)
+                self.assertAlmostEqual(metrics(run_dir)[-1]["test_loss"], metrics(plain)[-1]["test_loss"], delta=1e-4)
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)

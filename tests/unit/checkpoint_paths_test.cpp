@@ -27,6 +27,7 @@ class CheckpointPathsTest : public ::testing::Test {
 
 TEST_F(CheckpointPathsTest, NamesAreZeroPadded) {
   EXPECT_EQ(checkpoint_directory_name(123), "step_000123");
+  EXPECT_EQ(checkpoint_directory_name(123, 5), "step_000123_0005");
 }
 
 TEST_F(CheckpointPathsTest, FindsTheNewestCompleteCheckpoint) {
@@ -34,12 +35,14 @@ TEST_F(CheckpointPathsTest, FindsTheNewestCompleteCheckpoint) {
   make("step_000100", true);
   make("step_000200", false);         // a crash before state.json: not complete
   make(".tmp-step_000300-77", true);  // an unfinished write: never taken
+  make("step_000100_0003", true);     // three micro-steps into update 101: the newest
   make("step_abc", true);             // not ours
   const auto all = list_checkpoints(run_.string());
-  ASSERT_EQ(all.size(), 2u);
-  EXPECT_EQ(all[0].first, 10);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].first, 10 * 1000000);
+  EXPECT_EQ(fs::path(all[1].second).filename(), "step_000100");
   const std::string latest = find_latest_checkpoint(run_.string());
-  EXPECT_EQ(fs::path(latest).filename(), "step_000100");
+  EXPECT_EQ(fs::path(latest).filename(), "step_000100_0003");
   EXPECT_EQ(find_latest_checkpoint(latest), latest);
   EXPECT_EQ(fs::path(run_directory_of_checkpoint(latest)), run_);
   EXPECT_EQ(fs::path(run_directory_of_checkpoint(latest + "/")), run_);

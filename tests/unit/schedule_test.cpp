@@ -175,6 +175,10 @@ TEST(Cadence, AmountsOfTrainingOrWallClockTime) {
   EXPECT_DOUBLE_EQ(Cadence::parse("30min").seconds, 1800);
   EXPECT_DOUBLE_EQ(Cadence::parse("1.5h").seconds, 5400);
   EXPECT_EQ(Cadence::parse("30min").to_string(), "30min");
+  EXPECT_EQ(Cadence::parse("40micro").micro_steps, 40);
+  EXPECT_EQ(Cadence::parse("40micro").to_string(), "40micro");
+  EXPECT_THROW(Cadence::parse("0micro"), Error);
+  EXPECT_THROW(Cadence::parse("2.5micro"), Error);
   EXPECT_FALSE(Cadence{}.is_set());
   for (const char* text : {"0u", "0", "-5min", "min", "h", "10", "3 hours"}) {
     EXPECT_THROW(Cadence::parse(text), Error) << text;
