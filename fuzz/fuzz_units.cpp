@@ -1,5 +1,5 @@
-// libFuzzer target: the small parsers of user text (intervals, cadences, numbers, batch
-// plans from arbitrary sizes) never crash: a value or a bigbatch::Error.
+// libFuzzer target: the small parsers of user text (intervals, cadences, numbers) and the batch
+// plan's arithmetic on full-range sizes never crash or overflow: a value or a bigbatch::Error.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,27 +22,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bigbatch::parse_int(text);
   bigbatch::parse_double(text);
-  if (size >= 4 * sizeof(int32_t)) {
-    int32_t v[4];
-    std::memcpy(v, data, sizeof v);
-    try {
-      bigbatch::BatchRequest request;
-      if (v[0] != 0)
-        request.global_batch_size = v[0];
-      if (v[1] != 0)
-        request.micro_batch_size = v[1];
-      if (v[2] % 3 != 0)
-        request.accumulation_steps = v[2] % 4096;
-      request.world_size = 1 + (v[3] & 7);
-      const auto plan = bigbatch::BatchPlan::resolve(request);
-      const auto epoch =
-          bigbatch::plan_epoch(plan, 1 + (v[3] >> 8 & 0xFFFFF),
-                               v[3] < 0 ? bigbatch::LastWindow::Drop : bigbatch::LastWindow::Keep);
-      for (int64_t rank = 0; rank < plan.world_size; ++rank) {
-        bigbatch::window_for_update(plan, epoch, epoch.updates_per_epoch - 1, rank);
-      }
-    } catch (const bigbatch::Error&) {
+  if (size < 5 * sizeof(int64_t))
+    return 0;
+  int64_t v[5];
+  std::memcpy(v, data, sizeof v);
+  try {
+    bigbatch::BatchRequest request;
+    if (v[0] != 0)
+      request.global_batch_size = v[0];
+    if (v[1] != 0)
+      request.micro_batch_size = v[1];
+    if (v[2] != 0)
+      request.accumulation_steps = v[2];
+    request.world_size = v[3];
+    const auto plan = bigbatch::BatchPlan::resolve(request);
+    // Windows list their micro-batches: keep the enumeration below small.
+    if (plan.world_size > 64 || plan.accumulation_steps > (1 << 16))
+      return 0;
+    const auto policy = v[4] < 0 ? bigbatch::LastWindow::Drop : bigbatch::LastWindow::Keep;
+    const auto epoch = bigbatch::plan_epoch(plan, v[4] & 0xFFFFFFFFFF, policy);
+    for (int64_t rank = 0; rank < plan.world_size; ++rank) {
+      bigbatch::window_for_update(plan, epoch, epoch.updates_per_epoch - 1, rank);
     }
+    bigbatch::Interval::parse("3e").to_updates(plan, epoch);
+    bigbatch::Interval::parse("1Gs").to_updates(plan, epoch);
+  } catch (const bigbatch::Error&) {
   }
   return 0;
 }

@@ -28,12 +28,31 @@ std::string BatchPlan::describe() const {
 
 namespace {
 
+// Far beyond any real batch, and small enough that micro x accumulation x world cannot
+// overflow int64 (2^31 x 2^31 x 2^20 < 2^63 would not hold, so the product is checked too).
+constexpr int64_t kMaxSize = int64_t{1} << 31;
+
 void require_positive(const std::optional<int64_t>& value, const char* flag) {
   if (value && *value <= 0) {
     throw Error(ErrorKind::Plan,
                 std::string(flag) + " must be a positive integer, got " + std::to_string(*value),
                 std::string("pass ") + flag + " 1 or larger");
   }
+  if (value && *value > kMaxSize) {
+    throw Error(ErrorKind::Plan, std::string(flag) + " " + std::to_string(*value) + " is too large",
+                "batch sizes go up to 2^31");
+  }
+}
+
+int64_t checked_product(int64_t a, int64_t b, int64_t c) {
+  int64_t ab = 0, abc = 0;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc) || abc > kMaxSize) {
+    throw Error(ErrorKind::Plan,
+                "micro " + std::to_string(a) + " x accumulation " + std::to_string(b) + " x world " +
+                    std::to_string(c) + " is too large a global batch",
+                "global batches go up to 2^31");
+  }
+  return abc;
 }
 
 // Divisors of n closest to `near` from below and above (excluding `near` itself).
@@ -101,9 +120,9 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   require_positive(request.global_batch_size, "--global-batch");
   require_positive(request.micro_batch_size, "--micro-batch");
   require_positive(request.accumulation_steps, "--accum-steps");
-  if (request.world_size <= 0) {
+  if (request.world_size <= 0 || request.world_size > (int64_t{1} << 20)) {
     throw Error(ErrorKind::Plan,
-                "world size must be a positive integer, got " + std::to_string(request.world_size),
+                "world size must be a positive integer up to 2^20, got " + std::to_string(request.world_size),
                 "check WORLD_SIZE or --world-size");
   }
 
@@ -120,7 +139,7 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   BatchPlan plan;
   plan.world_size = world;
   if (global && micro && accum) {
-    const int64_t product = *micro * *accum * world;
+    const int64_t product = checked_product(*micro, *accum, world);
     if (product != *global) {
       std::string hint = "drop one of the three flags to have it derived";
       if (*global % (*micro * world) == 0) {
@@ -150,7 +169,7 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
     BB_INTERNAL_ASSERT(micro && accum, "resolve() filled in defaults for fewer than two sizes");
     plan.micro_batch_size = *micro;
     plan.accumulation_steps = *accum;
-    plan.global_batch_size = *micro * *accum * world;
+    plan.global_batch_size = checked_product(*micro, *accum, world);
     plan.derived = "global_batch_size";
   }
   return plan;

@@ -59,6 +59,8 @@ Interval Interval::parse(const std::string& raw) {
   if (*value < 0)
     bad_interval(raw, "is negative");
   const double scaled = *value * multiplier;
+  // Far beyond any run, and small enough that every conversion to updates stays exact in int64.
+  if (scaled > 1e15) bad_interval(raw, "is too large (at most 1e15)");
   if (unit != Unit::Epochs && scaled != std::floor(scaled)) {
     bad_interval(raw, "is not a whole number of updates or samples");
   }
@@ -66,6 +68,11 @@ Interval Interval::parse(const std::string& raw) {
 }
 
 int64_t Interval::to_updates(const BatchPlan& plan, const EpochPlan& epoch) const {
+  // Epochs times updates per epoch can still exceed int64 for absurd inputs.
+  if (unit_ == Unit::Epochs && value_ * double(epoch.updates_per_epoch) > 1e15) {
+    throw Error(ErrorKind::Config, "interval '" + to_string() + "' is more than 1e15 updates",
+                "use a smaller interval");
+  }
   switch (unit_) {
     case Unit::Updates:
       return static_cast<int64_t>(value_);

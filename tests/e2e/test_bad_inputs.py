@@ -113,7 +113,7 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--optimizer", "lamb"), "config", "optimizer 'lamb' is not known")
 
     def test_flag_zero_epochs(self):
-        self.expect(self.train("--epochs", "0"), "config", "--epochs must be positive")
+        self.expect(self.train("--epochs", "0"), "config", "--epochs must be from 1 to 1e9")
 
     def test_flag_step_schedule_without_milestones(self):
         self.expect(self.train("--schedule", "step"), "config", "needs --step-milestones")

@@ -104,6 +104,13 @@ TEST(BatchPlan, IndivisibleGlobalBatchSuggestsNearestChoices) {
   EXPECT_NE(message.find("--micro-batch 50 or --micro-batch 100"), std::string::npos) << message;
 }
 
+TEST(BatchPlan, AbsurdSizesAreErrorsNotOverflows) {
+  EXPECT_NE(plan_error(std::nullopt, int64_t{1} << 40, 4).find("too large"), std::string::npos);
+  EXPECT_NE(plan_error(std::nullopt, int64_t{1} << 30, int64_t{1} << 30).find("too large a global batch"),
+            std::string::npos);
+  EXPECT_NE(plan_error(256, 32, std::nullopt, int64_t{1} << 40).find("up to 2^20"), std::string::npos);
+}
+
 TEST(BatchPlan, IndivisibleAcrossRanksIsAnError) {
   const std::string message = plan_error(1000, 10, std::nullopt, 3);
   EXPECT_NE(message.find("x world 3 = 30"), std::string::npos) << message;

@@ -151,6 +151,10 @@ TEST_F(IntervalTest, ConvertsEveryUnitThroughThePlan) {
   EXPECT_EQ(Interval::parse("0").to_updates(plan_, epoch_), 0);
 }
 
+TEST_F(IntervalTest, HugeEpochCountsAreErrorsNotOverflows) {
+  EXPECT_THROW(Interval::parse("1e14e").to_updates(plan_, epoch_), Error);
+}
+
 TEST_F(IntervalTest, SiPrefixes) {
   EXPECT_DOUBLE_EQ(Interval::parse("1.2Ms").value(), 1.2e6);
   EXPECT_DOUBLE_EQ(Interval::parse("50ku").value(), 50000);
@@ -164,7 +168,7 @@ TEST_F(IntervalTest, RoundTripsThroughText) {
 }
 
 TEST_F(IntervalTest, RejectsBadText) {
-  for (const char* text : {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u"}) {
+  for (const char* text : {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u", "1e300u", "2e16s"}) {
     EXPECT_THROW(Interval::parse(text), Error) << text;
   }
 }
