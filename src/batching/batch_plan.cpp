@@ -48,8 +48,8 @@ int64_t checked_product(int64_t a, int64_t b, int64_t c) {
   int64_t ab = 0, abc = 0;
   if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc) || abc > kMaxSize) {
     throw Error(ErrorKind::Plan,
-                "micro " + std::to_string(a) + " x accumulation " + std::to_string(b) + " x world " +
-                    std::to_string(c) + " is too large a global batch",
+                "micro " + std::to_string(a) + " x accumulation " + std::to_string(b) +
+                    " x world " + std::to_string(c) + " is too large a global batch",
                 "global batches go up to 2^31");
   }
   return abc;
@@ -122,7 +122,8 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   require_positive(request.accumulation_steps, "--accum-steps");
   if (request.world_size <= 0 || request.world_size > (int64_t{1} << 20)) {
     throw Error(ErrorKind::Plan,
-                "world size must be a positive integer up to 2^20, got " + std::to_string(request.world_size),
+                "world size must be a positive integer up to 2^20, got " +
+                    std::to_string(request.world_size),
                 "check WORLD_SIZE or --world-size");
   }
 

@@ -79,7 +79,7 @@ nlohmann::json checkpoint_identity(const std::string& model, const std::vector<i
 
 void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
                       const nlohmann::json& identity, torch::nn::Module& model,
-                      torch::optim::Optimizer& optimizer, int64_t keep,
+                      torch::optim::Optimizer& optimizer, int64_t keep, const nlohmann::json& plan,
                       const PartialWindow* window) {
   const std::string root = run_dir + "/checkpoints";
   ensure_directory(root);
@@ -93,15 +93,26 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
     save_weights(temporary + "/weights.safetensors", model,
                  {{"format", "pt"}, {"producer", "bigbatch"}});
     {
+      // Serialised in memory, then written by our own atomic writer: libtorch's file writer
+      // throws from its destructor when the disk fills up, which would abort the process.
       torch::serialize::OutputArchive archive;
       optimizer.save(archive);
-      archive.save_to(temporary + "/optimizer.pt");
-      fsync_path(temporary + "/optimizer.pt", false);
+      std::string bytes;
+      archive.save_to([&bytes](const void* data, size_t size) {
+        bytes.append(static_cast<const char*>(data), size);
+        return size;
+      });
+      atomic_write_file(temporary + "/optimizer.pt", bytes);
     }
     nlohmann::json state = {{"format_version", kCheckpointFormatVersion},
                             {"producer", "bigbatch"},
                             {"progress", progress_json(progress)},
-                            {"identity", identity}};
+                            {"identity", identity},
+                            {"plan", plan}};
+    // Nothing in the current models draws random numbers while training, but a resumed run
+    // must continue the generator exactly once something does (dropout, augmentation).
+    save_safetensors(temporary + "/rng.safetensors",
+                     {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}}, {});
     if (progress.micro_step > 0) {
       BB_INTERNAL_ASSERT(window != nullptr, "a mid-window checkpoint needs its partial window");
       NamedTensors gradients;
@@ -186,6 +197,21 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   } catch (const std::exception& e) {
     bad_checkpoint(dir, "has an unreadable optimizer.pt: " + first_line(e.what()),
                    "resume from an earlier checkpoint");
+  }
+  if (path_exists(dir + "/rng.safetensors")) {
+    const NamedTensors rng = load_safetensors(dir + "/rng.safetensors");
+    if (rng.size() != 1 || rng[0].first != "cpu_generator" ||
+        rng[0].second.scalar_type() != torch::kUInt8) {
+      bad_checkpoint(dir, "has an rng.safetensors without the CPU generator state",
+                     "resume from an earlier checkpoint");
+    }
+    try {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      generator.set_state(rng[0].second);
+    } catch (const std::exception& e) {
+      bad_checkpoint(dir, "has an unusable generator state: " + first_line(e.what()),
+                     "resume from an earlier checkpoint");
+    }
   }
   if (progress.micro_step > 0 && window) {
     try {

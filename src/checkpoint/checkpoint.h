@@ -4,6 +4,7 @@
 //   RUN/checkpoints/step_000123/
 //     weights.safetensors   model parameters and buffers
 //     optimizer.pt          optimizer state (libtorch archive: momentum / Adam moments)
+//     rng.safetensors       libtorch's CPU generator state
 //     state.json            format version, progress counters, what the run was (model,
 //                           dataset, batch plan, seed, ...)
 //
@@ -66,7 +67,7 @@ nlohmann::json checkpoint_identity(const std::string& model, const std::vector<i
 // `window` is required when progress.micro_step > 0.
 void write_checkpoint(const std::string& run_dir, const TrainingProgress& progress,
                       const nlohmann::json& identity, torch::nn::Module& model,
-                      torch::optim::Optimizer& optimizer, int64_t keep,
+                      torch::optim::Optimizer& optimizer, int64_t keep, const nlohmann::json& plan,
                       const PartialWindow* window = nullptr);
 
 // Loads weights and optimizer state after checking the format version and the identity;

@@ -56,7 +56,8 @@ void TrainConfig::validate() const {
   check(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
         "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
   check(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");
-  check(epochs > 0 && epochs <= 1000000000, "--epochs must be from 1 to 1e9, got " + std::to_string(epochs),
+  check(epochs > 0 && epochs <= 1000000000,
+        "--epochs must be from 1 to 1e9, got " + std::to_string(epochs),
         "use --epochs 1 or more, or bound the run with --max-updates");
   check(!max_updates || *max_updates >= 0, "--max-updates must be zero or positive",
         "use --max-updates 0 to write the initial weights only");

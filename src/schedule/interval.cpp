@@ -60,7 +60,8 @@ Interval Interval::parse(const std::string& raw) {
     bad_interval(raw, "is negative");
   const double scaled = *value * multiplier;
   // Far beyond any run, and small enough that every conversion to updates stays exact in int64.
-  if (scaled > 1e15) bad_interval(raw, "is too large (at most 1e15)");
+  if (scaled > 1e15)
+    bad_interval(raw, "is too large (at most 1e15)");
   if (unit != Unit::Epochs && scaled != std::floor(scaled)) {
     bad_interval(raw, "is not a whole number of updates or samples");
   }

@@ -307,12 +307,13 @@ TrainResult run_training(const TrainConfig& config) {
     for (const auto& p : model->parameters())
       window.gradients.push_back(p.grad());
     write_checkpoint(result.run_dir, at, identity, *model, *optimizer, config.keep_checkpoints,
-                     &window);
+                     plan_json(run), &window);
     micro_steps_since_checkpoint = 0;
   };
   auto checkpoint = [&](const TrainingProgress& p) {
     if (is_main)
-      write_checkpoint(result.run_dir, p, identity, *model, *optimizer, config.keep_checkpoints);
+      write_checkpoint(result.run_dir, p, identity, *model, *optimizer, config.keep_checkpoints,
+                       plan_json(run));
     last_checkpoint_step = p.step;
     last_checkpoint_time = Clock::now();
     micro_steps_since_checkpoint = 0;

@@ -234,6 +234,36 @@ class CheckpointTest(unittest.TestCase):
                 self.assertIn("replayed from its start with the new plan", result.stderr)
                 self.assertAlmostEqual(metrics(run_dir)[-1]["test_loss"], metrics(plain)[-1]["test_loss"], delta=1e-4)
 
+    def test_disk_full_is_a_clear_error_and_earlier_checkpoints_stay_intact(self):
+        mount_point = self.path("small-disk")
+        os.makedirs(mount_point)
+        # A 700 kB file system: room for one checkpoint of this mlp (~415 kB), not two.
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", mount_point],
+                                 capture_output=True)
+        if mounted.returncode != 0:
+            self.skipTest("cannot mount a small tmpfs here (needs root)")
+        try:
+            run_dir = os.path.join(mount_point, "run")
+            small = ["--model", "mlp", "--hidden", "64", "--train-subset", "2000", "--global-batch", "128",
+                     "--epochs", "2", "--threads", "1", "--progress", "off", "--checkpoint-every", "4u"]
+            result = subprocess.run([BINARY, "train", *small, "--out", run_dir], capture_output=True, text=True)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
+            self.assertEqual(len(errors), 1, result.stderr)
+            self.assertIn("error[io]", errors[0])
+            self.assertIn("No space left on device", errors[0])
+            self.assertEqual(checkpoints(run_dir), ["step_000004"])
+            self.assert_checkpoints_complete(run_dir)
+            leftovers = [d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".tmp")]
+            self.assertEqual(leftovers, [])
+            # The surviving checkpoint resumes (on a disk with room).
+            rescued = self.path("rescued")
+            shutil.copytree(run_dir, rescued)
+        finally:
+            subprocess.run(["umount", mount_point], check=True)
+        resumed = subprocess.run([BINARY, "train", "--resume", rescued], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)

@@ -168,7 +168,8 @@ TEST_F(IntervalTest, RoundTripsThroughText) {
 }
 
 TEST_F(IntervalTest, RejectsBadText) {
-  for (const char* text : {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u", "1e300u", "2e16s"}) {
+  for (const char* text :
+       {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u", "1e300u", "2e16s"}) {
     EXPECT_THROW(Interval::parse(text), Error) << text;
   }
 }
