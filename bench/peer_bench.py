@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""bigbatch against its peers (issue 6), side by side in one run: PyTorch in Python and a
+hand-written libtorch loop doing the same work (model, micro-batch, accumulation, SGD with
+momentum, thread count), and the machine's fp32 GEMM ceiling. Each cell runs the three peers
+alternately, --repeats times; the table shows medians, min-max and the ratios.
+
+The peers run with the environment bigbatch gives itself (OpenBLAS kernels for this CPU,
+passive OpenMP waiting), so the ratios measure the engines, not the environment.
+
+Usage: bench/peer_bench.py BUILD_DIR [--repeats 3] [--threads 1 2] [--models mlp cnn cnn-bn]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+
+TARGET_SAMPLES = {"mlp": 40000, "cnn": 6000, "cnn-bn": 5000}
+ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
+           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+
+
+def bigbatch(build, workdir, model, micro, accum, threads, updates, tag):
+    out = os.path.join(workdir, tag)
+    subprocess.run([os.path.join(build, "bigbatch"), "train", "--model", model, "--micro-batch", str(micro),
+                    "--accum-steps", str(accum), "--threads", str(threads), "--max-updates", str(updates + 3),
+                    "--epochs", "1000", "--lr", "0.05", "--no-nesterov", "--weight-decay", "0", "--schedule",
+                    "constant", "--progress", "off", "--out", out],
+                   check=True, capture_output=True, env=ENV)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        steady = [r for r in map(json.loads, f) if "loss" in r][3:]  # the peers warm up 3 updates too
+    return sum(r["items"] for r in steady) / sum(1 / r["updates_per_s"] for r in steady)
+
+
+def peer(command):
+    result = subprocess.run(command, check=True, capture_output=True, text=True, env=ENV)
+    return json.loads(result.stdout)["samples_per_s"]
+
+
+def flops_per_sample(model):
+    """Forward + backward (3x forward) FLOPs of one sample: 2 per multiply-add."""
+    if model == "mlp":
+        macs = 784 * 512 + 512 * 256 + 256 * 10
+    else:
+        macs = 26 * 26 * 32 * 9 + 11 * 11 * 64 * 32 * 9 + 1600 * 128 + 128 * 10
+    return 3 * 2 * macs
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("build")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "cnn-bn"])
+    parser.add_argument("--micros", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--accums", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args()
+    build = os.path.abspath(args.build)
+    handwritten = os.path.join(build, "bench", "handwritten_loop")
+    python_peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "pytorch_loop.py")
+    workdir = tempfile.mkdtemp(prefix="bigbatch_peer_bench_")
+    torch_version = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True).stdout.strip()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; libtorch/PyTorch {torch_version}; "
+          f"OPENBLAS_CORETYPE={ENV['OPENBLAS_CORETYPE']} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
+    ceilings = {}
+    for threads in args.threads:
+        ceilings[threads] = statistics.median(
+            json.loads(subprocess.run([handwritten, "--gemm", "--threads", str(threads)], check=True,
+                                      capture_output=True, text=True, env=ENV).stdout)["gemm_gflops"]
+            for _ in range(3))
+        print(f"raw: fp32 GEMM 2048^3, {threads} thread(s): {ceilings[threads]:.1f} GFLOP/s")
+
+    rows = []
+    tag = 0
+    for threads in args.threads:
+        for model in args.models:
+            for micro in args.micros:
+                for accum in args.accums:
+                    updates = max(5, TARGET_SAMPLES[model] // (micro * accum))
+                    runs = {"bigbatch": [], "python": [], "handwritten": []}
+                    for repeat in range(args.repeats):
+                        tag += 1
+                        common = ["--model", model, "--micro", str(micro), "--accum", str(accum), "--threads",
+                                  str(threads), "--updates", str(updates)]
+                        runs["bigbatch"].append(bigbatch(build, workdir, model, micro, accum, threads, updates,
+                                                         f"run{tag}"))
+                        runs["python"].append(peer(["/usr/bin/python3", python_peer, *common]))
+                        runs["handwritten"].append(peer([handwritten, *common]))
+                        print(f"raw: {model} micro {micro} x{accum} {threads}t repeat {repeat}: " +
+                              ", ".join(f"{k} {v[-1]:.0f}" for k, v in runs.items()))
+                    med = {k: statistics.median(v) for k, v in runs.items()}
+                    mfu = med["bigbatch"] * flops_per_sample(model) / (ceilings[threads] * 1e9)
+                    rows.append((model, micro, accum, threads, med, runs, mfu))
+
+    print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | Python | hand-written | "
+          "bigbatch / Python | bigbatch / hand-written | of GEMM ceiling |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for model, micro, accum, threads, med, runs, mfu in rows:
+        b = runs["bigbatch"]
+        print(f"| {model} | {micro} | {accum} | {threads} | {med['bigbatch']:.0f} ({min(b):.0f}-{max(b):.0f}) | "
+              f"{med['python']:.0f} | {med['handwritten']:.0f} | {med['bigbatch'] / med['python']:.2f}x | "
+              f"{med['bigbatch'] / med['handwritten']:.2f}x | {100 * mfu:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+// The peer a C++ user would write from libtorch's examples: an nn::Sequential, SGD with
+// momentum, and the standard accumulation loop (loss / accum; backward; step every accum),
+// on in-memory data gathered by index_select. It also measures the machine's fp32 GEMM
+// ceiling. Prints one JSON object. Benchmarks only; never part of the product.
+//
+//   handwritten_loop --model cnn --micro 64 --accum 8 --threads 1 --updates 30
+//   handwritten_loop --gemm --threads 1
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+torch::nn::Sequential make(const std::string& name) {
+  torch::nn::Sequential m;
+  if (name == "mlp") {
+    m->push_back(torch::nn::Flatten());
+    m->push_back(torch::nn::Linear(784, 512));
+    m->push_back(torch::nn::ReLU());
+    m->push_back(torch::nn::Linear(512, 256));
+    m->push_back(torch::nn::ReLU());
+    m->push_back(torch::nn::Linear(256, 10));
+    return m;
+  }
+  const bool bn = name == "cnn-bn";
+  m->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).bias(!bn)));
+  if (bn) m->push_back(torch::nn::BatchNorm2d(32));
+  m->push_back(torch::nn::ReLU());
+  m->push_back(torch::nn::MaxPool2d(2));
+  m->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).bias(!bn)));
+  if (bn) m->push_back(torch::nn::BatchNorm2d(64));
+  m->push_back(torch::nn::ReLU());
+  m->push_back(torch::nn::MaxPool2d(2));
+  m->push_back(torch::nn::Flatten());
+  m->push_back(torch::nn::Linear(1600, 128));
+  m->push_back(torch::nn::ReLU());
+  m->push_back(torch::nn::Linear(128, 10));
+  return m;
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "cnn";
+  int64_t micro = 64, accum = 1, threads = 1, updates = 30;
+  bool gemm = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return std::string(argv[++i]); };
+    if (a == "--model") model = next();
+    else if (a == "--micro") micro = std::stoll(next());
+    else if (a == "--accum") accum = std::stoll(next());
+    else if (a == "--threads") threads = std::stoll(next());
+    else if (a == "--updates") updates = std::stoll(next());
+    else if (a == "--gemm") gemm = true;
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+  if (gemm) {
+    const int64_t n = 2048;
+    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+    for (int i = 0; i < 2; ++i) torch::mm(a, b);
+    const int reps = 5;
+    const double start = now();
+    for (int i = 0; i < reps; ++i) torch::mm(a, b);
+    const double flops = 2.0 * n * n * n * reps / (now() - start);
+    std::printf("{\"gemm_gflops\": %.1f}\n", flops / 1e9);
+    return 0;
+  }
+  torch::manual_seed(0);
+  auto net = make(model);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const int64_t n = 60000;
+  auto images = torch::randn({n, 1, 28, 28});
+  auto labels = torch::randint(0, 10, {n}, torch::kInt64);
+  auto order = torch::randperm(n, torch::kInt64);
+  int64_t position = 0;
+  auto run_update = [&] {
+    for (int64_t k = 0; k < accum; ++k) {
+      if (position + micro > n) position = 0;
+      auto index = order.narrow(0, position, micro);
+      position += micro;
+      auto loss = torch::nn::functional::cross_entropy(net->forward(images.index_select(0, index)),
+                                                       labels.index_select(0, index)) /
+                  static_cast<double>(accum);
+      loss.backward();
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  };
+  for (int i = 0; i < 3; ++i) run_update();  // warm-up
+  const double start = now();
+  for (int64_t i = 0; i < updates; ++i) run_update();
+  const double seconds = now() - start;
+  std::printf("{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f}\n", double(updates * accum * micro) / seconds,
+              double(updates) / seconds);
+  return 0;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""The peer a PyTorch user would write: nn.Sequential, SGD with momentum, the standard
+accumulation loop (loss / accum; backward; step every accum), in-memory data. Prints JSON.
+Benchmarks only; never part of the product.
+
+Usage: pytorch_loop.py --model cnn --micro 64 --accum 8 --threads 1 --updates 30
+"""
+import argparse
+import json
+import time
+
+import torch
+
+
+def make(name):
+    nn = torch.nn
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    bn = name == "cnn-bn"
+    layers = [nn.Conv2d(1, 32, 3, bias=not bn)] + ([nn.BatchNorm2d(32)] if bn else []) + [nn.ReLU(), nn.MaxPool2d(2)]
+    layers += [nn.Conv2d(32, 64, 3, bias=not bn)] + ([nn.BatchNorm2d(64)] if bn else []) + [nn.ReLU(), nn.MaxPool2d(2)]
+    layers += [nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10)]
+    return nn.Sequential(*layers)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--micro", type=int, default=64)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--updates", type=int, default=30)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    net = make(a.model)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    n = 60000
+    images, labels = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    order = torch.randperm(n)
+    position = 0
+
+    def update():
+        nonlocal position
+        for _ in range(a.accum):
+            if position + a.micro > n:
+                position = 0
+            index = order[position:position + a.micro]
+            position += a.micro
+            loss = torch.nn.functional.cross_entropy(net(images[index]), labels[index]) / a.accum
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for _ in range(3):
+        update()
+    start = time.perf_counter()
+    for _ in range(a.updates):
+        update()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"samples_per_s": a.updates * a.accum * a.micro / seconds, "updates_per_s": a.updates / seconds}))
+
+
+if __name__ == "__main__":
+    main()
