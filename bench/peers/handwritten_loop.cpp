@@ -28,11 +28,13 @@ torch::nn::Sequential make(const std::string& name) {
   }
   const bool bn = name == "cnn-bn";
   m->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).bias(!bn)));
-  if (bn) m->push_back(torch::nn::BatchNorm2d(32));
+  if (bn)
+    m->push_back(torch::nn::BatchNorm2d(32));
   m->push_back(torch::nn::ReLU());
   m->push_back(torch::nn::MaxPool2d(2));
   m->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).bias(!bn)));
-  if (bn) m->push_back(torch::nn::BatchNorm2d(64));
+  if (bn)
+    m->push_back(torch::nn::BatchNorm2d(64));
   m->push_back(torch::nn::ReLU());
   m->push_back(torch::nn::MaxPool2d(2));
   m->push_back(torch::nn::Flatten());
@@ -42,7 +44,9 @@ torch::nn::Sequential make(const std::string& name) {
   return m;
 }
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -53,21 +57,29 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(argv[++i]); };
-    if (a == "--model") model = next();
-    else if (a == "--micro") micro = std::stoll(next());
-    else if (a == "--accum") accum = std::stoll(next());
-    else if (a == "--threads") threads = std::stoll(next());
-    else if (a == "--updates") updates = std::stoll(next());
-    else if (a == "--gemm") gemm = true;
+    if (a == "--model")
+      model = next();
+    else if (a == "--micro")
+      micro = std::stoll(next());
+    else if (a == "--accum")
+      accum = std::stoll(next());
+    else if (a == "--threads")
+      threads = std::stoll(next());
+    else if (a == "--updates")
+      updates = std::stoll(next());
+    else if (a == "--gemm")
+      gemm = true;
   }
   torch::set_num_threads(static_cast<int>(threads));
   if (gemm) {
     const int64_t n = 2048;
     auto a = torch::randn({n, n}), b = torch::randn({n, n});
-    for (int i = 0; i < 2; ++i) torch::mm(a, b);
+    for (int i = 0; i < 2; ++i)
+      torch::mm(a, b);
     const int reps = 5;
     const double start = now();
-    for (int i = 0; i < reps; ++i) torch::mm(a, b);
+    for (int i = 0; i < reps; ++i)
+      torch::mm(a, b);
     const double flops = 2.0 * n * n * n * reps / (now() - start);
     std::printf("{\"gemm_gflops\": %.1f}\n", flops / 1e9);
     return 0;
@@ -82,7 +94,8 @@ int main(int argc, char** argv) {
   int64_t position = 0;
   auto run_update = [&] {
     for (int64_t k = 0; k < accum; ++k) {
-      if (position + micro > n) position = 0;
+      if (position + micro > n)
+        position = 0;
       auto index = order.narrow(0, position, micro);
       position += micro;
       auto loss = torch::nn::functional::cross_entropy(net->forward(images.index_select(0, index)),
@@ -93,11 +106,13 @@ int main(int argc, char** argv) {
     optimizer.step();
     optimizer.zero_grad();
   };
-  for (int i = 0; i < 3; ++i) run_update();  // warm-up
+  for (int i = 0; i < 3; ++i)
+    run_update();  // warm-up
   const double start = now();
-  for (int64_t i = 0; i < updates; ++i) run_update();
+  for (int64_t i = 0; i < updates; ++i)
+    run_update();
   const double seconds = now() - start;
-  std::printf("{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f}\n", double(updates * accum * micro) / seconds,
-              double(updates) / seconds);
+  std::printf("{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f}\n",
+              double(updates * accum * micro) / seconds, double(updates) / seconds);
   return 0;
 }

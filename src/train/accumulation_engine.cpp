@@ -17,7 +17,10 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
       parameters_.push_back(p);
   }
   reducer_.attach(parameters_);
-  loss_sum_ = torch::zeros({}, torch::kFloat64);
+  // The window's loss sum in the loss's own dtype: one add per micro-step, and float32 is
+  // ample for a window's sum (it only feeds metrics).
+  loss_sum_ =
+      torch::zeros({}, parameters_.empty() ? torch::kFloat32 : parameters_.front().scalar_type());
   correct_ = torch::zeros({}, torch::kInt64);
 }
 
@@ -27,13 +30,27 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   auto loss = torch::nn::functional::cross_entropy(
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   // Kept as tensors so that nothing synchronises with the device inside the window.
-  loss_sum_ += loss.detach().to(torch::kFloat64);
-  correct_ += logits.detach().argmax(1).eq(targets).sum();
+  loss_sum_.add_(loss.detach());
+  correct_.add_(logits.detach().argmax(1).eq(targets).sum());
   items_ += targets.size(0);
   ++micro_steps_;
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
-  loss.backward();
+  if (expected_items_ > 0) {
+    // The window's size is known: scaling the summed loss (a scalar) makes backward produce
+    // the mean gradient directly, and saves a pass over every gradient at the end.
+    (loss * (1.0 / double(expected_items_))).backward();
+  } else {
+    loss.backward();
+  }
+}
+
+void AccumulationEngine::begin_window(int64_t global_items) {
+  // Inside a window only to re-announce it (a window restored from a checkpoint).
+  BB_INTERNAL_ASSERT(expected_items_ == 0 || expected_items_ == global_items,
+                     "begin_window() changed the window");
+  BB_INTERNAL_ASSERT(global_items > 0, "a window needs items");
+  expected_items_ = global_items;
 }
 
 WindowTotals AccumulationEngine::local_totals() const {
@@ -58,6 +75,11 @@ UpdateStats AccumulationEngine::finish_gradients() {
   const WindowTotals local = local_totals();
   const WindowTotals global = reducer_.reduce(gradients, local);
   BB_INTERNAL_ASSERT(global.items > 0, "an update window with no items on any rank");
+  // With begin_window() the count was known and already applied; the reduced count checks
+  // that every rank fed exactly the samples the plan says.
+  BB_INTERNAL_ASSERT(expected_items_ == 0 || global.items == double(expected_items_),
+                     "the window saw " + std::to_string(global.items) + " items, the plan says " +
+                         std::to_string(expected_items_));
 
   UpdateStats stats;
   stats.items = static_cast<int64_t>(global.items);
@@ -66,14 +88,15 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.loss = global.loss_sum / global.items;
   stats.stop_requested = global.stop > 0;
 
-  // Normalise once, by what was really seen on all ranks.
-  std::vector<torch::Tensor> norms;
-  norms.reserve(gradients.size());
-  for (auto& g : gradients) {
-    g.div_(global.items);
-    norms.push_back(g.norm().to(torch::kFloat64));
+  // Normalise once, by what was really seen on all ranks (unless the scaled loss already did).
+  if (expected_items_ == 0) {
+    for (auto& g : gradients)
+      g.div_(global.items);
   }
-  stats.grad_norm = norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+  // One fused call for all the per-tensor norms: at small micro-batches the per-op dispatch
+  // cost matters as much as the arithmetic.
+  stats.grad_norm =
+      gradients.empty() ? 0.0 : torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
   // Both are global (reduced) values, so every rank reaches the same verdict.
   stats.non_finite = !std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm);
   if (stats.non_finite)
@@ -114,16 +137,25 @@ void AccumulationEngine::restore_window(const WindowState& state,
 }
 
 void AccumulationEngine::discard() {
-  for (auto& p : parameters_)
-    p.mutable_grad().zero_();
+  for (auto& p : parameters_) {
+    if (reducer_.keeps_gradient_storage()) {
+      p.mutable_grad().zero_();  // views into the reducer's buckets: keep them
+    } else {
+      // Released: the next window's first backward then hands over its gradient instead of
+      // adding it to zeros, two passes over every gradient fewer per update.
+      p.mutable_grad() = torch::Tensor();
+    }
+  }
   loss_sum_.zero_();
   correct_.zero_();
   items_ = 0;
   micro_steps_ = 0;
+  expected_items_ = 0;
 }
 
 UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
                          const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
+  engine.begin_window(window.size);
   int64_t position = window.rank_begin;
   const size_t count = window.micro_batch_sizes.size();
   for (size_t i = 0; i < count; ++i) {

@@ -51,6 +51,14 @@ class AccumulationEngine {
   AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
                      GradientReducer& reducer, EngineOptions options);
 
+  // Announces the window's item count over all ranks when it is known in advance (the batch
+  // plan always knows it for sample-counted data): the engine then scales each micro-step's
+  // summed loss by 1 / count, backward yields the mean gradient directly, and the reduced
+  // count becomes a check of the plan. Without it (counts known only after the window, such
+  // as tokens of variable-length sequences), the summed gradient is divided after reduction.
+  // Either way the result is the exact mean over the window.
+  void begin_window(int64_t global_items);
+
   enum class MicroStep { Accumulate, Last };
 
   // Forward and backward of one micro-batch; gradients add up in .grad. Marking the window's
@@ -103,6 +111,7 @@ class AccumulationEngine {
   torch::Tensor correct_;
   int64_t items_ = 0;
   int64_t micro_steps_ = 0;
+  int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact
   bool stop_requested_ = false;
 };
 

@@ -37,6 +37,9 @@ class GradientReducer {
   virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
   // Makes every rank hold rank 0's values (initial weights and buffers).
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
+  // True when the reducer owns the gradients' memory (they are views into its buckets): the
+  // engine then zeroes them between windows instead of releasing them.
+  virtual bool keeps_gradient_storage() const { return false; }
   virtual int64_t world_size() const = 0;
   virtual int64_t rank() const = 0;
   // Collective calls issued so far; metrics report the count per update.

@@ -345,6 +345,7 @@ TrainResult run_training(const TrainConfig& config) {
       int64_t position = window.rank_begin;
       for (int64_t i = 0; i < at.micro_step; ++i)
         position += window.micro_batch_sizes[static_cast<size_t>(i)];
+      engine.begin_window(window.size);
       bool stopped_inside = false;
       for (size_t i = static_cast<size_t>(at.micro_step); i < count; ++i) {
         const int64_t size = window.micro_batch_sizes[i];

@@ -34,10 +34,11 @@ double max_relative_difference(const std::vector<torch::Tensor>& a,
   return worst;
 }
 
+// Gradients as tensors; a released gradient (undefined) reads as zeros.
 std::vector<torch::Tensor> gradients_of(torch::nn::Sequential& model) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters())
-    out.push_back(p.grad().clone());
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   return out;
 }
 
