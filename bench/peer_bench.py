@@ -40,12 +40,13 @@ def peer(command):
 
 
 def flops_per_sample(model):
-    """Forward + backward (3x forward) FLOPs of one sample: 2 per multiply-add."""
+    """Exact training FLOPs of one sample (2 per multiply-add): forward, weight gradients, and
+    input gradients for every layer but the first (nothing needs the gradient of the data)."""
     if model == "mlp":
-        macs = 784 * 512 + 512 * 256 + 256 * 10
+        layers = [784 * 512, 512 * 256, 256 * 10]
     else:
-        macs = 26 * 26 * 32 * 9 + 11 * 11 * 64 * 32 * 9 + 1600 * 128 + 128 * 10
-    return 3 * 2 * macs
+        layers = [26 * 26 * 32 * 9, 11 * 11 * 64 * 32 * 9, 1600 * 128, 128 * 10]
+    return 2 * (2 * sum(layers) + sum(layers[1:]))
 
 
 def main():
