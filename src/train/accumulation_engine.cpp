@@ -153,19 +153,30 @@ void AccumulationEngine::discard() {
   expected_items_ = 0;
 }
 
-UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
-                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
+bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
+                     const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
+                     const std::function<bool(int64_t micro_steps_done)>& after_micro_step) {
   engine.begin_window(window.size);
-  int64_t position = window.rank_begin;
   const size_t count = window.micro_batch_sizes.size();
-  for (size_t i = 0; i < count; ++i) {
+  int64_t position = window.rank_begin;
+  for (size_t i = 0; i < static_cast<size_t>(first); ++i)
+    position += window.micro_batch_sizes[i];
+  for (size_t i = static_cast<size_t>(first); i < count; ++i) {
     const int64_t size = window.micro_batch_sizes[i];
     const Batch batch = assembler.gather(order, position, size);
     engine.micro_step(batch.inputs, batch.targets,
                       i + 1 == count ? AccumulationEngine::MicroStep::Last
                                      : AccumulationEngine::MicroStep::Accumulate);
     position += size;
+    if (after_micro_step && !after_micro_step(static_cast<int64_t>(i) + 1))
+      return false;
   }
+  return true;
+}
+
+UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
+                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
+  run_micro_steps(engine, assembler, order, window, 0, {});
   return engine.update(lr);
 }
 

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "batching/batch_plan.h"
@@ -114,6 +115,13 @@ class AccumulationEngine {
   int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact
   bool stop_requested_ = false;
 };
+
+// Runs this rank's micro-steps of `window` from micro-step `first` (non-zero after a
+// mid-window resume), calling `after_micro_step` (if set) with the count done after each;
+// returns false as soon as it returns false (the window is then left open for a checkpoint).
+bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
+                     const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
+                     const std::function<bool(int64_t micro_steps_done)>& after_micro_step);
 
 // Runs the micro-steps of one update window (this rank's share of `window`, positions into
 // `order`) through `engine` and applies the update at `lr`.

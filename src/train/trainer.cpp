@@ -341,32 +341,22 @@ TrainResult run_training(const TrainConfig& config) {
       // The micro-steps of this update (from where a mid-window checkpoint left off). A single
       // process may stop or checkpoint between them; ranks of a job do so only at update
       // boundaries, where they meet.
-      const size_t count = window.micro_batch_sizes.size();
-      int64_t position = window.rank_begin;
-      for (int64_t i = 0; i < at.micro_step; ++i)
-        position += window.micro_batch_sizes[static_cast<size_t>(i)];
-      engine.begin_window(window.size);
-      bool stopped_inside = false;
-      for (size_t i = static_cast<size_t>(at.micro_step); i < count; ++i) {
-        const int64_t size = window.micro_batch_sizes[i];
-        const Batch batch = assembler.gather(order, position, size);
-        engine.micro_step(batch.inputs, batch.targets,
-                          i + 1 == count ? AccumulationEngine::MicroStep::Last
-                                         : AccumulationEngine::MicroStep::Accumulate);
-        position += size;
-        ++at.micro_step;
-        ++micro_steps_since_checkpoint;
-        if (world_size > 1 || i + 1 == count)
-          continue;
-        if (interrupts.requested()) {
-          checkpoint_inside_window();
-          stopped_inside = true;
-          break;
-        }
-        if (cadence.micro_steps > 0 && micro_steps_since_checkpoint >= cadence.micro_steps)
-          checkpoint_inside_window();
-      }
-      if (stopped_inside) {
+      const int64_t count = static_cast<int64_t>(window.micro_batch_sizes.size());
+      const bool completed =
+          run_micro_steps(engine, assembler, order, window, at.micro_step, [&](int64_t done) {
+            at.micro_step = done;
+            ++micro_steps_since_checkpoint;
+            if (world_size > 1 || done == count)
+              return true;
+            if (interrupts.requested()) {
+              checkpoint_inside_window();
+              return false;
+            }
+            if (cadence.micro_steps > 0 && micro_steps_since_checkpoint >= cadence.micro_steps)
+              checkpoint_inside_window();
+            return true;
+          });
+      if (!completed) {
         say("stopped by signal " + std::to_string(interrupts.signal_number()) + " inside update " +
             std::to_string(at.step + 1) + " after micro-step " + std::to_string(at.micro_step) +
             "; checkpoint written, continue with: bigbatch train --resume " + result.run_dir);
