@@ -120,12 +120,10 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
         gradients.emplace_back("gradient." + std::to_string(i), window->gradients[i]);
       }
       save_safetensors(temporary + "/window.safetensors", gradients, {{"producer", "bigbatch"}});
-      state["window"] = {{"micro_batch_size", window->micro_batch_size},
-                         {"world_size", window->world_size},
-                         {"micro_steps", window->micro_steps},
-                         {"items", window->items},
-                         {"loss_sum", window->loss_sum},
-                         {"correct", window->correct}};
+      state["window"] = {
+          {"micro_batch_size", window->micro_batch_size}, {"world_size", window->world_size},
+          {"micro_steps", window->totals.micro_steps},    {"items", window->totals.items},
+          {"loss_sum", window->totals.loss_sum},          {"correct", window->totals.correct}};
     }
     atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
     fsync_path(temporary, true);
@@ -218,10 +216,10 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
       const auto& w = state.at("window");
       window->micro_batch_size = w.at("micro_batch_size").get<int64_t>();
       window->world_size = w.at("world_size").get<int64_t>();
-      window->micro_steps = w.at("micro_steps").get<int64_t>();
-      window->items = w.at("items").get<int64_t>();
-      window->loss_sum = w.at("loss_sum").get<double>();
-      window->correct = w.at("correct").get<int64_t>();
+      window->totals.micro_steps = w.at("micro_steps").get<int64_t>();
+      window->totals.items = w.at("items").get<int64_t>();
+      window->totals.loss_sum = w.at("loss_sum").get<double>();
+      window->totals.correct = w.at("correct").get<int64_t>();
     } catch (const std::exception&) {
       bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",
                      "resume from an earlier checkpoint");

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint_paths.h"
+#include "train/accumulation_engine.h"
 
 namespace bigbatch {
 
@@ -49,10 +50,7 @@ struct TrainingProgress {
 struct PartialWindow {
   int64_t micro_batch_size = 0;
   int64_t world_size = 1;
-  int64_t micro_steps = 0;
-  int64_t items = 0;
-  double loss_sum = 0;
-  int64_t correct = 0;
+  WindowState totals;                    // the engine's own account of the window
   std::vector<torch::Tensor> gradients;  // in parameter order
 };
 

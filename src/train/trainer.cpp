@@ -264,8 +264,7 @@ TrainResult run_training(const TrainConfig& config) {
 
   AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
   if (at.micro_step > 0) {
-    engine.restore_window({partial.micro_steps, partial.items, partial.loss_sum, partial.correct},
-                          partial.gradients);
+    engine.restore_window(partial.totals, partial.gradients);
   }
   BatchAssembler assembler(data.train, run.plan.micro_batch_size);
   model->train();
@@ -296,14 +295,7 @@ TrainResult run_training(const TrainConfig& config) {
   auto last_checkpoint_time = Clock::now();
   int64_t micro_steps_since_checkpoint = 0;
   auto checkpoint_inside_window = [&] {
-    const WindowState state = engine.window_state();
-    PartialWindow window{run.plan.micro_batch_size,
-                         world_size,
-                         state.micro_steps,
-                         state.items,
-                         state.loss_sum,
-                         state.correct,
-                         {}};
+    PartialWindow window{run.plan.micro_batch_size, world_size, engine.window_state(), {}};
     for (const auto& p : model->parameters())
       window.gradients.push_back(p.grad());
     write_checkpoint(result.run_dir, at, identity, *model, *optimizer, config.keep_checkpoints,
