@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -97,6 +98,12 @@ int run_plan(TrainConfig config, int64_t dataset_size, int64_t world_size, bool 
   return kExitOk;
 }
 
+int run_fit(const TrainConfig& config, bool json) {
+  const FitReport report = run_fit(config);
+  std::cout << (json ? report.json + "\n" : report.text);
+  return report.max_micro_batch > 0 ? kExitOk : kExitOutOfMemory;
+}
+
 int run_train(const TrainConfig& config) {
   const TrainResult result = run_training(config);
   if (!result.is_main_rank)
@@ -187,6 +194,14 @@ int run(int argc, char** argv) {
                    "TOML file whose keys are these flags' names; flags override it")
       ->type_name("FILE");
 
+  CLI::App* fit = app.add_subcommand(
+      "fit", "measure the largest and the fastest micro-batch that fit a memory budget");
+  FlagValues fit_flags;
+  register_options(*fit, kFitCommand, fit_flags);
+  bool fit_json = false;
+  fit->add_flag("--json", fit_json,
+                "print {budget_bytes, max_micro_batch, fastest_micro_batch, table} as JSON");
+
   CLI::App* launch = app.add_subcommand("launch",
                                         "start and supervise the local workers of a data-parallel "
                                         "job: launch --nproc N -- COMMAND...");
@@ -228,6 +243,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const std::string command = plan->parsed()     ? "plan"
                                 : train->parsed()  ? "train"
+                                : fit->parsed()    ? "fit"
                                 : launch->parsed() ? "launch"
                                                    : "";
     std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
@@ -244,6 +260,10 @@ int run(int argc, char** argv) {
     }
     if (launch->parsed())
       return run_launcher(launch_options);
+    if (fit->parsed()) {
+      apply_flags(config, kFitCommand, fit_flags);
+      return run_fit(config, fit_json);
+    }
     BB_INTERNAL_ASSERT(train->parsed(), "a subcommand is required");
     if (train_flags.handles.at("resume")->count() > 0) {
       return run_train(resume_config(config_path, train_flags));
@@ -258,7 +278,14 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "bigbatch: error[%s]: %s\n", to_string(e.kind()), e.what());
     if (e.kind() == ErrorKind::Distributed)
       return kExitDistributed;
+    if (e.kind() == ErrorKind::Memory)
+      return kExitOutOfMemory;
     return e.kind() == ErrorKind::Diverged ? kExitDiverged : kExitBadInput;
+  } catch (const c10::OutOfMemoryError& e) {
+    // Outside the micro-steps (which back off): the optimizer step, evaluation, model set-up.
+    std::fprintf(stderr, "bigbatch: error[memory]: %s; raise --memory-budget\n",
+                 e.what_without_backtrace());
+    return kExitOutOfMemory;
   } catch (const std::exception& e) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.
     std::string message = e.what();

@@ -6,7 +6,8 @@
 //   data or weight files, checkpoints, run directory), 3 a data-parallel job failed (launcher
 //   environment, rendezvous, a peer rank that died or timed out), 4 training diverged
 //   (non-finite losses or gradients --max-bad-updates times in a row; a checkpoint is
-//   written), 128 + N stopped by signal N (SIGINT 130,
+//   written), 5 out of memory (the budget cannot hold a micro-batch of 1, or an allocation
+//   outside the micro-steps failed), 128 + N stopped by signal N (SIGINT 130,
 //   SIGTERM 143) after writing a checkpoint. `launch` returns its failing worker's code.
 namespace bigbatch::cli {
 
@@ -15,6 +16,7 @@ inline constexpr int kExitInternalError = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDistributed = 3;
 inline constexpr int kExitDiverged = 4;
+inline constexpr int kExitOutOfMemory = 5;
 
 int run(int argc, char** argv);
 

@@ -7,6 +7,7 @@ Usage: pytorch_loop.py --model cnn --micro 64 --accum 8 --threads 1 --updates 30
 """
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -53,13 +54,16 @@ def main():
         optimizer.step()
         optimizer.zero_grad()
 
+    rss_setup = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before any update
     for _ in range(3):
         update()
     start = time.perf_counter()
     for _ in range(a.updates):
         update()
     seconds = time.perf_counter() - start
-    print(json.dumps({"samples_per_s": a.updates * a.accum * a.micro / seconds, "updates_per_s": a.updates / seconds}))
+    print(json.dumps({"samples_per_s": a.updates * a.accum * a.micro / seconds, "updates_per_s": a.updates / seconds,
+                      "rss_setup_bytes": rss_setup,
+                      "rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
 if __name__ == "__main__":

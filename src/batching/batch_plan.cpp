@@ -21,9 +21,12 @@ LastWindow parse_last_window(const std::string& text) {
 }
 
 std::string BatchPlan::describe() const {
-  return std::to_string(global_batch_size) + " = micro " + std::to_string(micro_batch_size) +
-         " x accumulation " + std::to_string(accumulation_steps) + " x world " +
-         std::to_string(world_size);
+  std::string text = std::to_string(global_batch_size) + " = micro " +
+                     std::to_string(micro_batch_size) + " x accumulation " +
+                     std::to_string(accumulation_steps) + " x world " + std::to_string(world_size);
+  if (has_uneven_micro_batches())
+    text += " (each window's last micro-batch: " + std::to_string(last_micro_batch_size()) + ")";
+  return text;
 }
 
 namespace {
@@ -114,7 +117,46 @@ int64_t derive_factor(int64_t global, int64_t part, int64_t world, const char* p
               "nearest valid: " + join(hints, ", or "));
 }
 
+// The per-rank batch: the global batch split evenly across ranks, or an error naming the
+// nearest global batches that split.
+int64_t per_rank_share(int64_t global, int64_t world) {
+  if (global % world == 0)
+    return global / world;
+  throw Error(ErrorKind::Plan,
+              "global batch " + std::to_string(global) + " is not divisible by world " +
+                  std::to_string(world) + ", so ranks would see different batches",
+              "nearest valid: " + alternatives("--global-batch", nearest_multiples(global, world)));
+}
+
+// Micro-steps a rank needs for `per_rank` samples at `micro` per pass (the last may be smaller).
+int64_t micro_steps_for(int64_t per_rank, int64_t micro, int64_t world) {
+  if (micro > per_rank) {
+    throw Error(ErrorKind::Plan,
+                "micro batch " + std::to_string(micro) + " is larger than the per-rank batch " +
+                    std::to_string(per_rank) + " (global " + std::to_string(per_rank * world) +
+                    " / world " + std::to_string(world) + ")",
+                "use --micro-batch " + std::to_string(per_rank) + " or less");
+  }
+  return (per_rank + micro - 1) / micro;
+}
+
 }  // namespace
+
+int64_t BatchPlan::per_rank_batch_size() const {
+  return global_batch_size / world_size;
+}
+
+int64_t BatchPlan::last_micro_batch_size() const {
+  return per_rank_batch_size() - micro_batch_size * (accumulation_steps - 1);
+}
+
+BatchPlan BatchPlan::with_micro_batch(int64_t micro) const {
+  BatchRequest request;
+  request.global_batch_size = global_batch_size;
+  request.micro_batch_size = micro;
+  request.world_size = world_size;
+  return resolve(request);
+}
 
 BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   require_positive(request.global_batch_size, "--global-batch");
@@ -141,10 +183,14 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   plan.world_size = world;
   if (global && micro && accum) {
     const int64_t product = checked_product(*micro, *accum, world);
-    if (product != *global) {
+    // Consistent also when the last micro-batch is the smaller one (global 1000 = 16 x 63 + 8).
+    const bool uneven_fits = *global % world == 0 && *micro <= *global / world &&
+                             micro_steps_for(*global / world, *micro, world) == *accum;
+    if (product != *global && !uneven_fits) {
       std::string hint = "drop one of the three flags to have it derived";
-      if (*global % (*micro * world) == 0) {
-        hint += ", or use --accum-steps " + std::to_string(*global / (*micro * world));
+      if (*global % world == 0 && *micro <= *global / world) {
+        hint += ", or use --accum-steps " +
+                std::to_string(micro_steps_for(*global / world, *micro, world));
       }
       throw Error(ErrorKind::Plan,
                   "global batch " + std::to_string(*global) + " != micro " +
@@ -156,9 +202,10 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
     plan.accumulation_steps = *accum;
     plan.global_batch_size = *global;
   } else if (global && micro) {
+    // The micro-batch need not divide the per-rank batch: each window's last micro-batch takes
+    // the rest, and the engine weights it by its true item count.
     plan.micro_batch_size = *micro;
-    plan.accumulation_steps =
-        derive_factor(*global, *micro, world, "--micro-batch", "accumulation steps");
+    plan.accumulation_steps = micro_steps_for(per_rank_share(*global, world), *micro, world);
     plan.global_batch_size = *global;
     plan.derived = "accumulation_steps";
   } else if (global && accum) {

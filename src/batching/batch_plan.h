@@ -4,8 +4,11 @@
 //   global_batch_size = micro_batch_size x accumulation_steps x world_size
 //
 // The user states any two of global / micro / accumulation; the plan derives the third and
-// says which one it derived. Sizes that do not fit together are a bigbatch::Error naming the
-// values and the nearest valid choices: nothing is ever rounded silently.
+// says which one it derived. Given a global batch and a micro-batch that does not divide the
+// per-rank batch, each window ends with one smaller micro-batch (1000 = 64 x 15 + 40): the
+// engine weights every sample equally, so this changes no mathematics. Sizes that do not fit
+// together are a bigbatch::Error naming the values and the nearest valid choices: nothing is ever
+// rounded silently.
 //
 //   BatchRequest request;
 //   request.global_batch_size = 1024;
@@ -46,9 +49,17 @@ struct BatchPlan {
   // "accumulation_steps".
   std::string derived;
 
-  int64_t per_rank_batch_size() const { return micro_batch_size * accumulation_steps; }
-  // "256 = micro 32 x accumulation 8 x world 1"
+  // Samples per rank in a full window: micro x accumulation, or less when the window's last
+  // micro-batch is smaller (a micro-batch need not divide the per-rank batch).
+  int64_t per_rank_batch_size() const;
+  int64_t last_micro_batch_size() const;
+  bool has_uneven_micro_batches() const { return last_micro_batch_size() != micro_batch_size; }
+  // "256 = micro 32 x accumulation 8 x world 1", plus the last micro-batch when it is smaller.
   std::string describe() const;
+
+  // The same global batch and world cut into micro-batches of `micro`, accumulation re-derived:
+  // what the out-of-memory back-off switches to.
+  BatchPlan with_micro_batch(int64_t micro) const;
 
   // Fills in what the request leaves open: with fewer than two sizes given, the global batch
   // defaults to kDefaultGlobalBatchSize and then the micro batch to kDefaultMicroBatchSize.

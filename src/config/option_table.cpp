@@ -84,8 +84,8 @@ OptionSpec double_option(std::string name, std::string help, double TrainConfig:
 }
 
 OptionSpec switch_option(std::string name, std::string help, bool TrainConfig::*field,
-                         bool value_when_set) {
-  OptionSpec s{name, std::move(help), "", kTrainCommand, nullptr, nullptr};
+                         bool value_when_set, unsigned commands = kTrainCommand) {
+  OptionSpec s{name, std::move(help), "", commands, nullptr, nullptr};
   s.set = [name, field, value_when_set](TrainConfig& c, const std::string& t) {
     c.*field = to_bool(name, t) ? value_when_set : !value_when_set;
   };
@@ -96,8 +96,8 @@ OptionSpec switch_option(std::string name, std::string help, bool TrainConfig::*
 }
 
 OptionSpec string_option(std::string name, std::string help, std::string value_hint,
-                         std::string TrainConfig::*field) {
-  OptionSpec s{name, std::move(help), std::move(value_hint), kTrainCommand, nullptr, nullptr};
+                         std::string TrainConfig::*field, unsigned commands = kTrainCommand) {
+  OptionSpec s{name, std::move(help), std::move(value_hint), commands, nullptr, nullptr};
   s.set = [field](TrainConfig& c, const std::string& t) { c.*field = t; };
   s.get = [field](const TrainConfig& c) -> std::optional<ConfigValue> {
     if ((c.*field).empty())
@@ -121,12 +121,14 @@ OptionSpec enum_option(std::string name, std::string help, std::string value_hin
 
 std::vector<OptionSpec> build_table() {
   const unsigned both = kTrainCommand | kPlanCommand;
+  // What `bigbatch fit` measures: the model, its input, the optimizer's state, the threads.
+  const unsigned train_and_fit = kTrainCommand | kFitCommand;
   std::vector<OptionSpec> t;
   t.push_back(string_option("model", "model: mlp, cnn, cnn-bn (BatchNorm) or cnn-gn (GroupNorm)",
-                            "NAME", &TrainConfig::model));
+                            "NAME", &TrainConfig::model, train_and_fit));
   {
     OptionSpec s{"hidden", "mlp hidden layer widths, comma-separated",
-                 "W1,W2",  kTrainCommand,
+                 "W1,W2",  train_and_fit,
                  nullptr,  nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.hidden = to_int_list("hidden", text); };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.hidden; };
@@ -134,7 +136,7 @@ std::vector<OptionSpec> build_table() {
   }
   t.push_back(string_option("dataset",
                             "fashion-mnist, or idx:DIR for any directory of MNIST-format files",
-                            "NAME", &TrainConfig::dataset));
+                            "NAME", &TrainConfig::dataset, train_and_fit));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
                          &TrainConfig::train_subset));
   t.push_back(int_option("val-size", "hold out the last N training samples for validation",
@@ -142,15 +144,66 @@ std::vector<OptionSpec> build_table() {
   t.push_back(optional_int_option("global-batch",
                                   "effective batch per update (micro x accumulation x ranks)",
                                   &TrainConfig::global_batch, both));
-  t.push_back(optional_int_option("micro-batch", "samples per forward/backward pass on one rank",
-                                  &TrainConfig::micro_batch, both));
+  {
+    OptionSpec s{"micro-batch",
+                 "samples per forward/backward pass on one rank; auto: the fastest size whose "
+                 "measured peak fits --memory-budget",
+                 "N|auto",
+                 both,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.micro_batch_auto = trim(text) == "auto";
+      c.micro_batch.reset();
+      if (!c.micro_batch_auto)
+        c.micro_batch = to_int("micro-batch", text);
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (c.micro_batch_auto)
+        return std::string("auto");
+      if (!c.micro_batch)
+        return std::nullopt;
+      return *c.micro_batch;
+    };
+    t.push_back(s);
+  }
   t.push_back(optional_int_option("accum-steps", "micro-steps accumulated per update",
                                   &TrainConfig::accum_steps, both));
   t.push_back(enum_option("last-window",
                           "short final window of an epoch: keep (exact mean) or drop", "keep|drop",
                           &TrainConfig::last_window, &parse_last_window, both));
+  t.push_back(switch_option("strict-batch",
+                            "make any change to the effective batch an error (a short last "
+                            "window, an out-of-memory back-off that cannot keep it)",
+                            &TrainConfig::strict_batch, true, both));
+  {
+    OptionSpec s{"memory-budget",
+                 "tensor memory a training process may use, e.g. 512MiB or 2GiB; an allocation "
+                 "beyond it is an out-of-memory error (which training backs off from)",
+                 "SIZE",
+                 kTrainCommand | kFitCommand,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      const auto bytes = parse_byte_size(text);
+      if (!bytes || *bytes <= 0)
+        bad_value("memory-budget", text, "a size with a unit such as 512MiB or 2GiB");
+      c.memory_budget = *bytes;
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (c.memory_budget == 0)
+        return std::nullopt;
+      return exact_byte_size(c.memory_budget);
+    };
+    t.push_back(s);
+  }
+  t.push_back(double_option("fit-margin",
+                            "safety margin of the micro-batch fit: the chosen size's measured "
+                            "peak stays under budget x (1 - margin)",
+                            &TrainConfig::fit_margin, kTrainCommand | kFitCommand));
   t.push_back(enum_option("optimizer", "sgd (momentum, nesterov) or adamw", "sgd|adamw",
-                          &TrainConfig::optimizer, &parse_optimizer_kind));
+                          &TrainConfig::optimizer, &parse_optimizer_kind,
+                          kTrainCommand | kFitCommand));
   t.push_back(
       double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
   t.push_back(optional_int_option(
@@ -158,7 +211,7 @@ std::vector<OptionSpec> build_table() {
       &TrainConfig::lr_ref_batch, both));
   t.push_back(enum_option("lr-scaling", "scale the rate to the global batch: none, linear or sqrt",
                           "none|linear|sqrt", &TrainConfig::lr_scaling, &parse_lr_scaling, both));
-  t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum));
+  t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum, train_and_fit));
   t.push_back(switch_option("nesterov", "Nesterov momentum (SGD)", &TrainConfig::nesterov, true));
   t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)",
                             &TrainConfig::nesterov, false));
@@ -213,7 +266,7 @@ std::vector<OptionSpec> build_table() {
                                   "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));
   {
-    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", kTrainCommand, nullptr,
+    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", train_and_fit, nullptr,
                  nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       const int64_t v = to_int("seed", text);
@@ -229,7 +282,7 @@ std::vector<OptionSpec> build_table() {
   t.push_back(switch_option("no-shuffle", "keep the dataset's file order in every epoch",
                             &TrainConfig::shuffle, false));
   t.push_back(int_option("threads", "intra-op threads (0: auto, the CPUs this process may use)",
-                         &TrainConfig::threads));
+                         &TrainConfig::threads, train_and_fit));
   t.push_back(
       string_option("out", "run directory (default runs/<timestamp>)", "DIR", &TrainConfig::out));
   t.push_back(string_option("init-weights", "start from these weights (safetensors)", "FILE",

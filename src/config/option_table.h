@@ -23,7 +23,7 @@ namespace bigbatch {
 using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
                                  std::vector<std::string>>;
 
-enum CommandMask : unsigned { kTrainCommand = 1u, kPlanCommand = 2u };
+enum CommandMask : unsigned { kTrainCommand = 1u, kPlanCommand = 2u, kFitCommand = 4u };
 
 struct OptionSpec {
   std::string name;  // flag --name and TOML key name

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace bigbatch {
 
 namespace {
@@ -25,8 +27,23 @@ LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const
 }  // namespace
 
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
+  if (config.micro_batch_auto) {
+    throw Error(ErrorKind::Plan,
+                "--micro-batch auto is measured when training starts, not planned ahead",
+                "run 'bigbatch fit --model " + config.model +
+                    " --memory-budget SIZE' to see the size it would pick, then plan with it");
+  }
   const BatchPlan plan = BatchPlan::resolve(config.batch_request(world_size));
   const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
+  if (config.strict_batch && epoch.last_window_size > 0) {
+    throw Error(ErrorKind::Plan,
+                "--strict-batch: the last update of each epoch would have " +
+                    std::to_string(epoch.last_window_size) + " samples, not the global batch " +
+                    std::to_string(plan.global_batch_size) + " (" + std::to_string(dataset_size) +
+                    " samples per epoch)",
+                "add --last-window drop, or choose a global batch that divides " +
+                    std::to_string(dataset_size));
+  }
   int64_t total = config.epochs * epoch.updates_per_epoch;
   if (config.max_updates)
     total = std::min(total, *config.max_updates);

@@ -71,6 +71,12 @@ void TrainConfig::validate() const {
         "e.g. --keep-checkpoints 3");
   check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");
   check(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
+  check(fit_margin >= 0 && fit_margin < 1,
+        "--fit-margin must be in [0, 1), got " + format_double(fit_margin),
+        "use e.g. --fit-margin 0.1 (keep the peak 10% under the budget)");
+  check(!micro_batch_auto || !accum_steps,
+        "--micro-batch auto derives the accumulation steps, so --accum-steps cannot be given too",
+        "drop --accum-steps and give --global-batch");
   check(schedule != ScheduleKind::Step || !step_milestones.empty(),
         "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
 }

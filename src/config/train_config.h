@@ -33,6 +33,16 @@ struct TrainConfig {
   std::optional<int64_t> micro_batch;
   std::optional<int64_t> accum_steps;
   LastWindow last_window = LastWindow::Keep;
+  // --micro-batch auto: the trainer measures the micro-batch that fits --memory-budget (see
+  // train/micro_batch_fit.h) and derives accumulation for the global batch.
+  bool micro_batch_auto = false;
+  // Any change to the effective batch (a short last window, a back-off that cannot keep it) is
+  // an error instead of a warning.
+  bool strict_batch = false;
+
+  // Memory (memory/tracking_allocator.h): 0 means no budget.
+  int64_t memory_budget = 0;  // bytes
+  double fit_margin = 0.1;    // the chosen micro-batch's peak stays under budget x (1 - margin)
 
   // Optimizer and learning rate.
   OptimizerKind optimizer = OptimizerKind::Sgd;

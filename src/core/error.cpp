@@ -20,6 +20,8 @@ const char* to_string(ErrorKind kind) {
       return "distributed";
     case ErrorKind::Diverged:
       return "diverged";
+    case ErrorKind::Memory:
+      return "memory";
   }
   return "unknown";
 }

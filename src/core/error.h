@@ -23,6 +23,7 @@ enum class ErrorKind {
   Io,           // the file system: unwritable run directory, disk full
   Distributed,  // launcher environment, rendezvous, a peer rank that failed or timed out
   Diverged,     // training produced non-finite losses or gradients too many times in a row
+  Memory,       // the memory budget cannot hold even the smallest micro-batch
 };
 
 const char* to_string(ErrorKind kind);

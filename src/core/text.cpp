@@ -1,11 +1,14 @@
 #include "core/text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <utility>
 
 namespace bigbatch {
 
@@ -82,6 +85,56 @@ std::string human_count(double value) {
     std::snprintf(buffer, sizeof buffer, "%.0f", value);
   }
   return buffer;
+}
+
+std::string human_bytes(double bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit + 1 < std::size(units)) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return buffer;
+}
+
+std::optional<int64_t> parse_byte_size(const std::string& text) {
+  const std::string t = trim(text);
+  size_t split_at = t.size();
+  while (split_at > 0 && std::isalpha(static_cast<unsigned char>(t[split_at - 1])))
+    --split_at;
+  const auto number = parse_double(trim(t.substr(0, split_at)));
+  std::string unit = t.substr(split_at);
+  for (char& c : unit)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, double> units[] = {
+      {"b", 1.0},    {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30}, {"tib", 0x1p40},
+      {"kb", 1e3},   {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12},    {"k", 0x1p10},
+      {"m", 0x1p20}, {"g", 0x1p30},   {"t", 0x1p40}};
+  if (!number || !std::isfinite(*number) || *number < 0)
+    return std::nullopt;
+  for (const auto& [name, scale] : units) {
+    if (unit != name)
+      continue;
+    const double bytes = std::round(*number * scale);
+    if (bytes > 0x1p62)
+      return std::nullopt;
+    return static_cast<int64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
+std::string exact_byte_size(int64_t bytes) {
+  static const std::pair<const char*, int64_t> units[] = {{"TiB", int64_t{1} << 40},
+                                                          {"GiB", int64_t{1} << 30},
+                                                          {"MiB", int64_t{1} << 20},
+                                                          {"KiB", int64_t{1} << 10}};
+  for (const auto& [name, scale] : units) {
+    if (bytes != 0 && bytes % scale == 0)
+      return std::to_string(bytes / scale) + name;
+  }
+  return std::to_string(bytes) + "B";
 }
 
 std::string human_duration(double seconds) {

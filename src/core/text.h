@@ -19,6 +19,13 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 // 12345 -> "12.3k"; 2500000 -> "2.5M".
 std::string human_count(double value);
+// 3 * 2^20 -> "3.0 MiB"; 512 -> "512 B" (binary units, as memory is counted).
+std::string human_bytes(double bytes);
+// "512MiB", "1.5 GiB", "64KiB", "2GB" (SI: 10^9), "100B" -> bytes. A unit is required, so a
+// bare "512" is not silently 512 bytes; std::nullopt on anything else ("12 gigs", "-1MiB").
+std::optional<int64_t> parse_byte_size(const std::string& text);
+// The exact inverse of parse_byte_size in the largest whole unit: 536870912 -> "512MiB".
+std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".
 std::string human_duration(double seconds);
 // Shortest round-trip decimal form of a double: 0.1 -> "0.1", 1e-05 -> "1e-05".

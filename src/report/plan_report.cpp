@@ -29,6 +29,10 @@ std::string format_plan_text(const ResolvedRun& run) {
   out += line("accumulation steps", std::to_string(p.accumulation_steps),
               derived_note(p, "accumulation_steps"));
   out += line("world size (ranks)", std::to_string(p.world_size));
+  if (p.has_uneven_micro_batches()) {
+    out += line("last micro-batch per window", std::to_string(p.last_micro_batch_size()),
+                "   (weighted by its true size)");
+  }
   out += "per epoch of " + std::to_string(e.dataset_size) + " samples\n";
   out +=
       line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
@@ -72,6 +76,7 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["global_batch_size"] = p.global_batch_size;
   j["micro_batch_size"] = p.micro_batch_size;
   j["accumulation_steps"] = p.accumulation_steps;
+  j["last_micro_batch_size"] = p.last_micro_batch_size();
   j["world_size"] = p.world_size;
   j["derived"] = p.derived;
   j["dataset_size"] = e.dataset_size;

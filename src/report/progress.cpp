@@ -36,7 +36,10 @@ std::string Progress::status_text(const ProgressState& s) const {
       static_cast<long long>(s.epoch), static_cast<long long>(s.epochs),
       static_cast<long long>(s.step_in_epoch), static_cast<long long>(s.updates_per_epoch), s.loss,
       human_count(s.samples_per_s).c_str(), human_duration(eta).c_str());
-  return buffer;
+  std::string text = buffer;
+  if (s.memory_bytes > 0)
+    text += " mem " + human_bytes(double(s.memory_bytes));
+  return text;
 }
 
 void Progress::update(const ProgressState& state) {

@@ -26,6 +26,7 @@ struct ProgressState {
   double loss = 0;
   double samples_per_s = 0;
   double elapsed_s = 0;
+  int64_t memory_bytes = 0;  // peak tensor memory of the last update (0: not shown)
 };
 
 class Progress {

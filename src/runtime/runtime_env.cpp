@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -95,6 +97,27 @@ int64_t default_thread_count() {
       return value;
   }
   return available_cpus();
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0)
+    return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t available_memory_bytes() {
+  std::FILE* file = std::fopen("/proc/meminfo", "r");
+  if (file == nullptr)
+    return 0;
+  char line[256];
+  long long kib = 0;
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+      break;
+  }
+  std::fclose(file);
+  return static_cast<int64_t>(kib) * 1024;
 }
 
 void tune_malloc() {

@@ -27,6 +27,13 @@ int64_t available_cpus();
 // between workers sets it), else available_cpus().
 int64_t default_thread_count();
 
+// The process's peak resident set size so far (getrusage), in bytes: what the operating system
+// saw, beside the tensor bytes the tracking allocator counts (memory/tracking_allocator.h).
+int64_t peak_rss_bytes();
+
+// Memory the kernel reports as available to new work (MemAvailable), in bytes; 0 if unknown.
+int64_t available_memory_bytes();
+
 // Keeps large activation buffers out of mmap/munmap churn (PERF_NOTES: 3.3k -> 5.3k
 // samples/s for a CNN at micro 64). Process-wide, idempotent.
 void tune_malloc();

@@ -17,6 +17,7 @@
 #include "dist/collective_reducer.h"
 #include "dist/environment.h"
 #include "io/safetensors.h"
+#include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "report/files.h"
 #include "report/metrics_writer.h"
@@ -27,6 +28,7 @@
 #include "train/accumulation_engine.h"
 #include "train/evaluate.h"
 #include "train/gradient_reducer.h"
+#include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
 #include "train/thread_tuning.h"
 
@@ -99,6 +101,50 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
   return text;
 }
 
+ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
+  ModelSpec spec;
+  spec.name = config.model;
+  spec.hidden = config.hidden;
+  spec.channels = data.inputs.size(1);
+  spec.height = data.inputs.size(2);
+  spec.width = data.inputs.size(3);
+  return spec;
+}
+
+// The dataset stays in host memory whatever the device (a GPU run copies micro-batches over),
+// so it is not part of the budget, which covers what a training step needs.
+DatasetSplits load_data_outside_budget(const TrainConfig& config) {
+  UntrackedAllocations host_data;
+  return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
+}
+
+// Counts every tensor allocation from here on, and enforces --memory-budget.
+void start_memory_accounting(const TrainConfig& config) {
+  install_tracking_allocator();
+  set_memory_budget(config.memory_budget);
+}
+
+FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
+                                  int64_t max_micro_batch, bool quiet) {
+  FitOptions options;
+  options.budget_bytes = config.memory_budget > 0 ? config.memory_budget : available_memory_bytes();
+  if (options.budget_bytes <= 0) {
+    throw Error(ErrorKind::Memory, "the available memory could not be read",
+                "give the budget with --memory-budget SIZE");
+  }
+  options.margin = config.fit_margin;
+  options.max_micro_batch = max_micro_batch;
+  if (!quiet) {
+    options.on_probe = [](int64_t micro, bool fits) {
+      std::fprintf(stderr, "fit: micro-batch %lld %s\n", static_cast<long long>(micro),
+                   fits ? "fits" : "does not fit");
+    };
+  }
+  const ModelSpec spec = model_spec(config, data);
+  return fit_micro_batch([&] { return make_model(spec); }, OptimizerSettings::from(config), data,
+                         options);
+}
+
 // Keeps the metrics lines of updates and epochs up to `step`, atomically.
 void keep_metrics_up_to(const std::string& path, int64_t step) {
   if (!path_exists(path))
@@ -119,9 +165,13 @@ void keep_metrics_up_to(const std::string& path, int64_t step) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& config) {
+TrainResult run_training(const TrainConfig& requested) {
   const auto run_start = Clock::now();
-  config.validate();
+  requested.validate();
+  // What the run resolves (a measured micro-batch, thread count) is written back here, so
+  // config.toml repeats the run exactly.
+  TrainConfig config = requested;
+  start_memory_accounting(config);
 
   // Where this process stands in the job: one process, or a rank of a launcher's job.
   const auto env = read_dist_environment(process_environment);
@@ -139,18 +189,7 @@ TrainResult run_training(const TrainConfig& config) {
   torch::set_num_threads(static_cast<int>(threads));
   tune_malloc();
 
-  DatasetSplits data =
-      load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
-  // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike.
-  const ResolvedRun run = resolve_run(config, data.train.size(), world_size);
-
-  TrainResult result;
-  result.run_dir = config.out.empty() ? default_run_directory() : config.out;
-  const bool resuming = !config.resume.empty();
-  auto write_run_description = [&] {
-    atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
-    atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
-  };
+  const DatasetSplits data = load_data_outside_budget(config);
   std::unique_ptr<GradientReducer> reducer;
   if (world_size > 1) {
     CollectiveOptions options;
@@ -160,6 +199,41 @@ TrainResult run_training(const TrainConfig& config) {
   } else {
     reducer = std::make_unique<LocalReducer>();
   }
+  if (config.micro_batch_auto) {
+    // Measured on every rank (each has the same budget); rank 0's choice is everyone's, since
+    // timings differ between processes.
+    const int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+    const FitResult fit =
+        measure_micro_batch_fit(config, data.train, std::max<int64_t>(1, global / world_size),
+                                /*quiet=*/true);
+    if (fit.max_micro_batch == 0) {
+      throw Error(ErrorKind::Memory,
+                  "not even a micro-batch of 1 fits the memory budget of " +
+                      human_bytes(double(fit.budget_bytes)) + " (with the " +
+                      format_double(100 * config.fit_margin) + "% margin) for " + config.model,
+                  "raise --memory-budget, or lower --fit-margin");
+    }
+    std::vector<torch::Tensor> choice = {torch::tensor(
+        {fit.fastest_micro_batch > 0 ? fit.fastest_micro_batch : fit.max_micro_batch})};
+    reducer->broadcast_from_first_rank(choice);
+    config.micro_batch = choice[0].item<int64_t>();
+    config.micro_batch_auto = false;
+    say("micro-batch auto: " + std::to_string(*config.micro_batch) + " (the fastest size that " +
+        "fits " + human_bytes(double(fit.usable_bytes)) + " = budget " +
+        human_bytes(double(fit.budget_bytes)) + " less the margin; largest fitting " +
+        std::to_string(fit.max_micro_batch) + "; 'bigbatch fit' shows the table)");
+  }
+  // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
+  // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
+  ResolvedRun run = resolve_run(config, data.train.size(), world_size);
+
+  TrainResult result;
+  result.run_dir = config.out.empty() ? default_run_directory() : config.out;
+  const bool resuming = !config.resume.empty();
+  auto write_run_description = [&] {
+    atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
+    atomic_write_file(result.run_dir + "/plan.txt", format_plan_text(run));
+  };
 
   say("bigbatch: " + config.model + " on " + config.dataset + " (" +
       std::to_string(data.train.size()) + " train, " + std::to_string(data.validation.size()) +
@@ -181,13 +255,7 @@ TrainResult run_training(const TrainConfig& config) {
     say("warning: " + *advice);
 
   torch::manual_seed(config.seed);
-  ModelSpec spec;
-  spec.name = config.model;
-  spec.hidden = config.hidden;
-  spec.channels = data.train.inputs.size(1);
-  spec.height = data.train.inputs.size(2);
-  spec.width = data.train.inputs.size(3);
-  auto model = make_model(spec);
+  auto model = make_model(model_spec(config, data.train));
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *model);
   // Only now, with the data, the plan and the weights accepted, does a new run directory
@@ -266,23 +334,31 @@ TrainResult run_training(const TrainConfig& config) {
   if (at.micro_step > 0) {
     engine.restore_window(partial.totals, partial.gradients);
   }
-  BatchAssembler assembler(data.train, run.plan.micro_batch_size);
+  // The batch buffer belongs to the micro-steps' memory: it is allocated inside the window
+  // that the out-of-memory back-off protects, and rebuilt smaller after a back-off.
+  std::unique_ptr<BatchAssembler> assembler;
   model->train();
   if (config.threads == 0) {
-    const ThreadChoice choice = measure_fastest_thread_count(
-        model,
-        assembler.gather(epoch_order(config.seed, 0, data.train.size(), Shuffle::Off), 0,
-                         run.plan.micro_batch_size),
-        threads);
-    threads = choice.threads;
-    torch::set_num_threads(static_cast<int>(threads));
-    say("threads: " + choice.describe());
-    if (is_main) {
-      // The resolved configuration names the measured count, so --config repeats the run exactly.
-      TrainConfig resolved = config;
-      resolved.threads = threads;
-      atomic_write_file(result.run_dir + "/config.toml", render_toml_config(resolved));
+    try {
+      BatchAssembler probe_batch(data.train, run.plan.micro_batch_size);
+      const ThreadChoice choice = measure_fastest_thread_count(
+          model,
+          probe_batch.gather(epoch_order(config.seed, 0, data.train.size(), Shuffle::Off), 0,
+                             run.plan.micro_batch_size),
+          threads);
+      threads = choice.threads;
+      say("threads: " + choice.describe());
+    } catch (const c10::OutOfMemoryError&) {
+      // The model's copy does not fit beside it; the training window's back-off handles the
+      // micro-batch itself.
+      say("threads: " + std::to_string(threads) +
+          " (not measured: a measuring copy of the model does not fit the memory budget)");
     }
+    torch::set_num_threads(static_cast<int>(threads));
+    // The resolved configuration names the count, so --config repeats the run exactly.
+    config.threads = threads;
+    if (is_main)
+      atomic_write_file(result.run_dir + "/config.toml", render_toml_config(config));
   } else {
     say("threads: " + std::to_string(threads) + " (--threads)");
   }
@@ -316,9 +392,64 @@ TrainResult run_training(const TrainConfig& config) {
     return cadence.seconds > 0 && seconds_since(last_checkpoint_time) >= cadence.seconds;
   };
 
+  // Out of memory inside a window (a budget lowered on resume, fragmentation, a larger
+  // sample): throw the partial window away, halve the micro-batch, raise accumulation, and
+  // replay the same samples. The global batch, the samples and the mathematics stay the same
+  // (except BatchNorm's statistics, which follow the micro-batch).
+  int64_t backoffs = 0;
+  auto back_off = [&](const c10::OutOfMemoryError& oom) {
+    engine.discard();
+    at.micro_step = 0;
+    const std::string what = oom.what_without_backtrace();
+    const int64_t from = run.plan.micro_batch_size;
+    if (world_size > 1) {
+      throw Error(ErrorKind::Memory,
+                  "rank " + std::to_string(rank) + " ran out of memory at micro-batch " +
+                      std::to_string(from) + " (" + what + ")",
+                  "lower --micro-batch or raise --memory-budget (ranks do not back off together "
+                  "yet)");
+    }
+    if (from == 1) {
+      throw Error(ErrorKind::Memory,
+                  "out of memory at micro-batch 1, the smallest there is (" + what + ")",
+                  "raise --memory-budget, or train a smaller model");
+    }
+    const int64_t to = from / 2;
+    const bool batch_norm = uses_batch_statistics(*model);
+    if (batch_norm && config.strict_batch) {
+      throw Error(ErrorKind::Memory,
+                  "--strict-batch: out of memory at micro-batch " + std::to_string(from) +
+                      ", and backing off would change " + config.model +
+                      "'s normalisation batch to " + std::to_string(to),
+                  "raise --memory-budget, or start with --micro-batch " + std::to_string(to));
+    }
+    run.plan = run.plan.with_micro_batch(to);
+    run.epoch = plan_epoch(run.plan, data.train.size(), config.last_window);
+    assembler.reset();  // the next window allocates the smaller buffer
+    ++backoffs;
+    say("warning: out of memory in update " + std::to_string(at.step + 1) + " at micro-batch " +
+        std::to_string(from) + " (" + what + "); backing off to " + run.plan.describe() +
+        ": the same global batch, the window replayed from its first sample");
+    if (batch_norm) {
+      say("warning: " + config.model + " now normalises over micro-batches of " +
+          std::to_string(to) + " instead of " + std::to_string(from) +
+          ", which changes its updates (use cnn-gn to be independent of the micro-batch)");
+    }
+    if (is_main) {
+      metrics->write({{"event", "oom_backoff"},
+                      {"step", at.step},
+                      {"micro_batch_from", from},
+                      {"micro_batch", to},
+                      {"accumulation_steps", run.plan.accumulation_steps},
+                      {"global_batch", run.plan.global_batch_size},
+                      {"error", what}});
+    }
+  };
+
   InterruptGuard interrupts;
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;
+  int64_t epoch_peak_bytes = 0;
   EvalResult last_test;
   while (at.epoch < run.epochs && at.step < run.total_updates) {
     const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
@@ -334,20 +465,29 @@ TrainResult run_training(const TrainConfig& config) {
       // process may stop or checkpoint between them; ranks of a job do so only at update
       // boundaries, where they meet.
       const int64_t count = static_cast<int64_t>(window.micro_batch_sizes.size());
-      const bool completed =
-          run_micro_steps(engine, assembler, order, window, at.micro_step, [&](int64_t done) {
-            at.micro_step = done;
-            ++micro_steps_since_checkpoint;
-            if (world_size > 1 || done == count)
+      reset_peak_memory();
+      bool completed = false;
+      try {
+        if (!assembler)
+          assembler = std::make_unique<BatchAssembler>(data.train, run.plan.micro_batch_size);
+        completed =
+            run_micro_steps(engine, *assembler, order, window, at.micro_step, [&](int64_t done) {
+              at.micro_step = done;
+              ++micro_steps_since_checkpoint;
+              if (world_size > 1 || done == count)
+                return true;
+              if (interrupts.requested()) {
+                checkpoint_inside_window();
+                return false;
+              }
+              if (cadence.micro_steps > 0 && micro_steps_since_checkpoint >= cadence.micro_steps)
+                checkpoint_inside_window();
               return true;
-            if (interrupts.requested()) {
-              checkpoint_inside_window();
-              return false;
-            }
-            if (cadence.micro_steps > 0 && micro_steps_since_checkpoint >= cadence.micro_steps)
-              checkpoint_inside_window();
-            return true;
-          });
+            });
+      } catch (const c10::OutOfMemoryError& oom) {
+        back_off(oom);
+        continue;  // the same update again, cut smaller
+      }
       if (!completed) {
         say("stopped by signal " + std::to_string(interrupts.signal_number()) + " inside update " +
             std::to_string(at.step + 1) + " after micro-step " + std::to_string(at.micro_step) +
@@ -358,6 +498,8 @@ TrainResult run_training(const TrainConfig& config) {
       if (interrupts.requested())
         engine.request_stop();
       const UpdateStats stats = engine.update(lr);
+      const int64_t peak_bytes = memory_counters().peak_bytes;
+      epoch_peak_bytes = std::max(epoch_peak_bytes, peak_bytes);
       at.micro_step = 0;
       const double seconds = seconds_since(update_start);
       at.train_seconds += seconds;
@@ -395,7 +537,10 @@ TrainResult run_training(const TrainConfig& config) {
                         {"samples_per_s", double(stats.items) / seconds},
                         {"updates_per_s", 1.0 / seconds},
                         {"skipped", stats.non_finite},
-                        {"skipped_updates", skipped_updates}});
+                        {"skipped_updates", skipped_updates},
+                        {"micro_batch", run.plan.micro_batch_size},
+                        {"peak_bytes", peak_bytes},
+                        {"rss_peak_bytes", peak_rss_bytes()}});
         ProgressState state;
         state.epoch = at.epoch + 1;
         state.epochs = run.epochs;
@@ -406,6 +551,7 @@ TrainResult run_training(const TrainConfig& config) {
         state.loss = stats.loss;
         state.samples_per_s = double(at.samples_seen) / at.train_seconds;
         state.elapsed_s = at.train_seconds;
+        state.memory_bytes = peak_bytes;
         progress.update(state);
       }
       // A checkpoint at an epoch's end waits for the epoch's evaluation (below), so that a
@@ -431,16 +577,26 @@ TrainResult run_training(const TrainConfig& config) {
             {"samples_seen", at.samples_seen},
             {"train_loss", at.epoch_loss_sum / double(at.epoch_items)},
             {"train_accuracy", double(at.epoch_correct) / double(at.epoch_items)},
-            {"train_seconds", at.train_seconds}};
+            {"train_seconds", at.train_seconds},
+            {"peak_bytes", epoch_peak_bytes},
+            {"rss_peak_bytes", peak_rss_bytes()},
+            {"micro_batch", run.plan.micro_batch_size},
+            {"oom_backoffs", backoffs}};
+        // Under a budget, evaluation runs at the training micro-batch, which inference (no
+        // saved activations, no gradients) always fits.
+        const int64_t eval_batch = config.memory_budget > 0
+                                       ? std::min(kEvalBatchSize, run.plan.micro_batch_size)
+                                       : kEvalBatchSize;
         if (data.validation.size() > 0) {
-          record.update(eval_record("val", evaluate(model, data.validation, kEvalBatchSize)));
+          record.update(eval_record("val", evaluate(model, data.validation, eval_batch)));
         }
-        last_test = evaluate(model, data.test, kEvalBatchSize);
+        last_test = evaluate(model, data.test, eval_batch);
         record.update(eval_record("test", last_test));
         metrics->write(record);
         progress.message(epoch_summary(record, at));
       }
       at.epoch += 1;
+      epoch_peak_bytes = 0;
       at.update_in_epoch = 0;
       at.epoch_loss_sum = 0;
       at.epoch_correct = 0;
@@ -471,6 +627,44 @@ TrainResult run_training(const TrainConfig& config) {
   result.samples_per_s = at.train_seconds > 0 ? double(at.samples_seen) / at.train_seconds : 0;
   result.total_seconds = seconds_since(run_start);
   return result;
+}
+
+FitReport run_fit(const TrainConfig& config) {
+  config.validate();
+  if (config.memory_budget == 0) {
+    throw Error(ErrorKind::Usage, "bigbatch fit needs the budget to fit in",
+                "give --memory-budget SIZE, e.g. bigbatch fit --model " + config.model +
+                    " --memory-budget 512MiB");
+  }
+  start_memory_accounting(config);
+  torch::set_num_threads(
+      static_cast<int>(config.threads > 0 ? config.threads : default_thread_count()));
+  tune_malloc();
+  const DatasetSplits data = load_data_outside_budget(config);
+  torch::manual_seed(config.seed);
+  // Far past any size worth a single pass on one device, and a bound on the search's time.
+  constexpr int64_t kLargestProbe = 65536;
+  const FitResult fit = measure_micro_batch_fit(
+      config, data.train, std::min<int64_t>(kLargestProbe, data.train.size()), /*quiet=*/false);
+  FitReport report;
+  report.max_micro_batch = fit.max_micro_batch;
+  report.json = fit.to_json().dump(2);
+  report.text = config.model + " with " + to_string(config.optimizer) + ", budget " +
+                human_bytes(double(fit.budget_bytes)) + " (usable " +
+                human_bytes(double(fit.usable_bytes)) + " after the " +
+                format_double(100 * config.fit_margin) + "% margin), " +
+                std::to_string(torch::get_num_threads()) + " thread(s)\n" + fit.to_text();
+  if (fit.max_micro_batch == 0) {
+    report.text += "not even a micro-batch of 1 fits: raise --memory-budget\n";
+  } else {
+    report.text += "largest fitting micro-batch: " + std::to_string(fit.max_micro_batch) +
+                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch) +
+                   "\ntrain with it: bigbatch train --model " + config.model +
+                   " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
+                   " (or --micro-batch auto --memory-budget " + exact_byte_size(fit.budget_bytes) +
+                   ")\n";
+  }
+  return report;
 }
 
 }  // namespace bigbatch

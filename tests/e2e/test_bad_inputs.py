@@ -162,7 +162,10 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--accum-steps", "2"), "plan", "64 != micro 16 x accumulation 2")
 
     def test_plan_indivisible(self):
-        self.expect(self.train("--global-batch", "100"), "plan", "nearest valid")
+        self.expect(["plan", "--global-batch", "100", "--accum-steps", "3"], "plan", "nearest valid")
+
+    def test_plan_micro_larger_than_the_batch(self):
+        self.expect(self.train("--global-batch", "8"), "plan", "micro batch 16 is larger than the per-rank batch 8")
 
     def test_plan_zero_micro(self):
         self.expect(self.train("--micro-batch", "0"), "plan", "--micro-batch must be a positive integer")
@@ -174,7 +177,36 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--last-window", "drop", "--train-subset", "40"), "plan", "leaves no update")
 
     def test_plan_command_errors_too(self):
-        self.expect(["plan", "--global-batch", "1000", "--micro-batch", "64"], "plan", "--global-batch 960")
+        self.expect(["plan", "--global-batch", "1000", "--accum-steps", "64"], "plan", "--global-batch 960")
+
+    def test_plan_strict_batch_short_last_window(self):
+        self.expect(self.train("--strict-batch", "--train-subset", "100"), "plan", "--strict-batch")
+
+    # ---- memory ----
+    def test_memory_budget_without_unit(self):
+        self.expect(self.train("--memory-budget", "512"), "config", "a size with a unit such as 512MiB")
+
+    def test_memory_budget_words(self):
+        self.expect(self.train("--memory-budget", "12 gigs"), "config", "--memory-budget expects a size")
+
+    def test_memory_budget_zero(self):
+        self.expect(self.train("--memory-budget", "0MiB"), "config", "--memory-budget expects a size")
+
+    def test_micro_batch_auto_with_accumulation(self):
+        self.expect(["train", "--micro-batch", "auto", "--accum-steps", "4", "--out", self.out], "config",
+                    "--accum-steps cannot be given too")
+
+    def test_micro_batch_word(self):
+        self.expect(self.train("--micro-batch", "big"), "config", "--micro-batch expects an integer")
+
+    def test_plan_cannot_measure_auto(self):
+        self.expect(["plan", "--micro-batch", "auto"], "plan", "measured when training starts")
+
+    def test_fit_needs_a_budget(self):
+        self.expect(["fit", "--model", "mlp"], "usage", "bigbatch fit needs the budget")
+
+    def test_fit_margin_out_of_range(self):
+        self.expect(["fit", "--memory-budget", "1GiB", "--fit-margin", "1.5"], "config", "--fit-margin must be in [0, 1)")
 
     # ---- TOML configuration ----
     def write_config(self, text):

@@ -87,7 +87,7 @@ class PlanTest(CliTestCase):
     def test_bad_plans_are_one_line_errors(self):
         self.assert_one_line_error(run("plan", "--global-batch", "256", "--micro-batch", "32", "--accum-steps", "4"),
                                    "256 != micro 32 x accumulation 4")
-        self.assert_one_line_error(run("plan", "--global-batch", "1000", "--micro-batch", "64"),
+        self.assert_one_line_error(run("plan", "--global-batch", "1000", "--accum-steps", "64"),
                                    "--global-batch 960 or --global-batch 1024")
         self.assert_one_line_error(run("plan", "--micro-batch", "0"), "--micro-batch must be a positive integer")
         self.assert_one_line_error(run("plan", "--micro-batch", "-3"), "--micro-batch must be a positive integer")

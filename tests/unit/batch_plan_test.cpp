@@ -97,11 +97,44 @@ TEST(BatchPlan, NonPositiveSizesAreErrors) {
 }
 
 TEST(BatchPlan, IndivisibleGlobalBatchSuggestsNearestChoices) {
-  const std::string message = plan_error(1000, 64, std::nullopt);
+  const std::string message = plan_error(1000, std::nullopt, 64);
   EXPECT_NE(message.find("not divisible"), std::string::npos) << message;
   EXPECT_NE(message.find("--global-batch 960 or --global-batch 1024"), std::string::npos)
       << message;
-  EXPECT_NE(message.find("--micro-batch 50 or --micro-batch 100"), std::string::npos) << message;
+  EXPECT_NE(message.find("--accum-steps 50 or --accum-steps 100"), std::string::npos) << message;
+}
+
+TEST(BatchPlan, MicroBatchNeedNotDivideThePerRankBatch) {
+  const BatchPlan plan = resolve(1000, 64, std::nullopt);
+  EXPECT_EQ(plan.accumulation_steps, 16);
+  EXPECT_EQ(plan.per_rank_batch_size(), 1000);
+  EXPECT_EQ(plan.last_micro_batch_size(), 40);
+  EXPECT_TRUE(plan.has_uneven_micro_batches());
+  EXPECT_NE(plan.describe().find("last micro-batch: 40"), std::string::npos) << plan.describe();
+  // The three sizes given together are consistent in the same way.
+  EXPECT_EQ(resolve(1000, 64, 16).last_micro_batch_size(), 40);
+  EXPECT_NE(plan_error(1000, 64, 15).find("or use --accum-steps 16"), std::string::npos);
+
+  // Every window then covers its samples with micro-batches of 64 and one of 40, on each rank.
+  const BatchPlan two = resolve(1000, 64, std::nullopt, 2);
+  EXPECT_EQ(two.accumulation_steps, 8);
+  EXPECT_EQ(two.last_micro_batch_size(), 52);
+  const EpochPlan epoch = plan_epoch(two, 3000, LastWindow::Keep);
+  EXPECT_EQ(epoch.micro_steps_per_epoch, 3 * 8);
+  const UpdateWindow w = window_for_update(two, epoch, 1, 1);
+  EXPECT_EQ(w.rank_begin, 1500);
+  EXPECT_EQ(w.micro_batch_sizes, (std::vector<int64_t>{64, 64, 64, 64, 64, 64, 64, 52}));
+
+  EXPECT_FALSE(resolve(256, 32, std::nullopt).has_uneven_micro_batches());
+  // The back-off's halving keeps the global batch whatever the remainder.
+  const BatchPlan halved = resolve(1000, 64, std::nullopt).with_micro_batch(32);
+  EXPECT_EQ(halved.global_batch_size, 1000);
+  EXPECT_EQ(halved.accumulation_steps, 32);
+  EXPECT_EQ(halved.last_micro_batch_size(), 8);
+  EXPECT_NE(plan_error(256, 512, std::nullopt)
+                .find("micro batch 512 is larger than the per-rank "
+                      "batch 256"),
+            std::string::npos);
 }
 
 TEST(BatchPlan, AbsurdSizesAreErrorsNotOverflows) {
@@ -115,7 +148,9 @@ TEST(BatchPlan, AbsurdSizesAreErrorsNotOverflows) {
 
 TEST(BatchPlan, IndivisibleAcrossRanksIsAnError) {
   const std::string message = plan_error(1000, 10, std::nullopt, 3);
-  EXPECT_NE(message.find("x world 3 = 30"), std::string::npos) << message;
+  EXPECT_NE(message.find("not divisible by world 3"), std::string::npos) << message;
+  EXPECT_NE(message.find("--global-batch 999 or --global-batch 1002"), std::string::npos)
+      << message;
 }
 
 TEST(EpochPlan, MicroBatchLargerThanDatasetIsAnError) {

@@ -152,6 +152,27 @@ TEST(Text, HumanReadable) {
   EXPECT_EQ(format_double(0.1), "0.1");
   EXPECT_EQ(closest_match("--lrr", {"--lr", "--model"}), std::optional<std::string>("--lr"));
   EXPECT_FALSE(closest_match("--zzzzzzzz", {"--lr"}).has_value());
+  EXPECT_EQ(human_bytes(512), "512 B");
+  EXPECT_EQ(human_bytes(3 * 1048576.0), "3.0 MiB");
+  EXPECT_EQ(human_bytes(1.5 * 1073741824.0), "1.5 GiB");
+}
+
+TEST(Text, ByteSizesNeedAUnit) {
+  EXPECT_EQ(parse_byte_size("512MiB"), 512 * 1048576LL);
+  EXPECT_EQ(parse_byte_size("512 MiB"), 512 * 1048576LL);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), 1610612736LL);
+  EXPECT_EQ(parse_byte_size("64kib"), 65536);
+  EXPECT_EQ(parse_byte_size("2GB"), 2000000000LL);
+  EXPECT_EQ(parse_byte_size("100B"), 100);
+  EXPECT_EQ(parse_byte_size("1g"), 1073741824LL);
+  for (int64_t bytes : {int64_t{1} << 29, int64_t{1} << 40, int64_t{3} << 10, int64_t{1000}})
+    EXPECT_EQ(parse_byte_size(exact_byte_size(bytes)), bytes) << exact_byte_size(bytes);
+  EXPECT_EQ(exact_byte_size(int64_t{512} << 20), "512MiB");
+  // Anything else is an error, never a silent number of bytes.
+  for (const char* bad : {"12 gigs", "512", "", "MiB", "-1MiB", "1e400GiB", "1.2.3MiB", "5 MiBs",
+                          "1eMiB", "nanGiB", "99999999TiB"}) {
+    EXPECT_FALSE(parse_byte_size(bad).has_value()) << bad;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+#include "memory/tracking_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "core/text.h"
+
+namespace bigbatch {
+
+namespace {
+
+// Each block starts with a header holding its size and whether it was counted. Its length is
+// c10's alignment, so the data that follows keeps the alignment vectorised kernels expect.
+constexpr size_t kHeaderBytes = 64;
+static_assert(kHeaderBytes >= c10::gAlignment && kHeaderBytes % c10::gAlignment == 0,
+              "the header must preserve c10's alignment");
+
+struct BlockHeader {
+  int64_t bytes;
+  int64_t counted;
+};
+
+std::atomic<int64_t> g_current{0};
+std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_budget{0};
+thread_local int t_untracked_depth = 0;
+
+void raise_peak(int64_t now) {
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+// Takes `bytes` from the budget, or throws without taking anything.
+void charge(int64_t bytes) {
+  const int64_t now = g_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  const int64_t budget = g_budget.load(std::memory_order_relaxed);
+  if (budget > 0 && now > budget) {
+    g_current.fetch_sub(bytes, std::memory_order_relaxed);
+    C10_THROW_ERROR(OutOfMemoryError,
+                    "memory budget exceeded: allocating " + human_bytes(double(bytes)) + " with " +
+                        human_bytes(double(now - bytes)) + " in use would pass the budget of " +
+                        human_bytes(double(budget)));
+  }
+  raise_peak(now);
+}
+
+void release_block(void* data) {
+  if (data == nullptr)
+    return;
+  void* base = static_cast<char*>(data) - kHeaderBytes;
+  BlockHeader header;
+  std::memcpy(&header, base, sizeof header);
+  if (header.counted)
+    g_current.fetch_sub(header.bytes, std::memory_order_relaxed);
+  c10::free_cpu(base);
+}
+
+// oneDNN allocates through raw_allocate(), which requires the DataPtr's context to be its data
+// pointer and a raw_deleter(): both hold here (../shared/LIBTORCH_NOTES.md).
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) const override {
+    const c10::Device cpu(c10::DeviceType::CPU);
+    if (n == 0)
+      return {nullptr, nullptr, &release_block, cpu};
+    const bool counted = t_untracked_depth == 0;
+    const auto bytes = static_cast<int64_t>(n);
+    if (counted)
+      charge(bytes);
+    void* base = nullptr;
+    try {
+      base = c10::alloc_cpu(n + kHeaderBytes);
+    } catch (...) {
+      if (counted)
+        g_current.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
+    const BlockHeader header{bytes, counted ? 1 : 0};
+    std::memcpy(base, &header, sizeof header);
+    void* data = static_cast<char*>(base) + kHeaderBytes;
+    return {data, data, &release_block, cpu};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release_block; }
+};
+
+std::once_flag g_install_once;
+std::atomic<bool> g_installed{false};
+
+}  // namespace
+
+void install_tracking_allocator() {
+  std::call_once(g_install_once, [] {
+    static TrackingAllocator allocator;  // libtorch keeps the pointer for the process's life
+    // Priority above the default allocator's, so a later default registration cannot undo it.
+    c10::SetCPUAllocator(&allocator, /*priority=*/10);
+    g_installed = true;
+  });
+}
+
+bool tracking_allocator_installed() {
+  return g_installed;
+}
+
+MemoryCounters memory_counters() {
+  MemoryCounters counters;
+  counters.current_bytes = g_current.load(std::memory_order_relaxed);
+  counters.peak_bytes = g_peak.load(std::memory_order_relaxed);
+  counters.budget_bytes = g_budget.load(std::memory_order_relaxed);
+  return counters;
+}
+
+void reset_peak_memory() {
+  g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void set_memory_budget(int64_t bytes) {
+  g_budget.store(bytes > 0 ? bytes : 0, std::memory_order_relaxed);
+}
+
+UntrackedAllocations::UntrackedAllocations() {
+  ++t_untracked_depth;
+}
+
+UntrackedAllocations::~UntrackedAllocations() {
+  --t_untracked_depth;
+}
+
+}  // namespace bigbatch

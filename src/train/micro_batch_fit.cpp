@@ -1,0 +1,186 @@
+#include "train/micro_batch_fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "memory/tracking_allocator.h"
+#include "train/accumulation_engine.h"
+#include "train/gradient_reducer.h"
+
+namespace bigbatch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Restores the caller's budget however a probe ends.
+class BudgetScope {
+ public:
+  explicit BudgetScope(int64_t bytes) : previous_(memory_counters().budget_bytes) {
+    set_memory_budget(bytes);
+  }
+  ~BudgetScope() { set_memory_budget(previous_); }
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+ private:
+  int64_t previous_;
+};
+
+FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSettings& settings,
+               const TensorDataset& data, const std::vector<int64_t>& order,
+               const FitOptions& options) {
+  FitProbe result;
+  result.micro_batch = micro;
+  BudgetScope budget(options.budget_bytes);
+  reset_peak_memory();
+  try {
+    auto model = make_model();
+    model->train();
+    auto optimizer = make_optimizer(settings, model->parameters());
+    LocalReducer reducer;
+    AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+    BatchAssembler assembler(data, micro);
+    const Batch batch = assembler.gather(order, 0, micro);
+    // Two updates: the optimizer creates its state in the first, and the second runs a
+    // micro-step with weights, gradients and that state all alive — the steady state.
+    for (int update = 0; update < 2; ++update) {
+      engine.begin_window(micro);
+      engine.micro_step(batch.inputs, batch.targets, AccumulationEngine::MicroStep::Last);
+      engine.update(/*lr=*/0.0);
+    }
+    if (options.measure_speed) {
+      // Accumulating micro-steps, as a window of any length runs them.
+      int64_t steps = 0;
+      const auto start = Clock::now();
+      double elapsed = 0;
+      do {
+        engine.micro_step(batch.inputs, batch.targets);
+        ++steps;
+        elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      } while (steps < 2 || elapsed < options.seconds_per_probe);
+      result.samples_per_s = double(steps * micro) / elapsed;
+      engine.discard();
+    }
+    result.peak_bytes = memory_counters().peak_bytes;
+    result.fits = result.peak_bytes <=
+                  static_cast<int64_t>(double(options.budget_bytes) * (1.0 - options.margin));
+  } catch (const c10::OutOfMemoryError&) {
+    result.fits = false;
+    result.peak_bytes = 0;
+    result.samples_per_s = 0;
+  }
+  if (options.on_probe)
+    options.on_probe(micro, result.fits);
+  return result;
+}
+
+}  // namespace
+
+FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSettings& optimizer,
+                          const TensorDataset& data, const FitOptions& options) {
+  BB_INTERNAL_ASSERT(tracking_allocator_installed(), "fit needs the tracking allocator");
+  BB_INTERNAL_ASSERT(options.budget_bytes > 0, "fit needs a budget");
+  const int64_t cap = std::min(options.max_micro_batch, data.size());
+  BB_INTERNAL_ASSERT(cap >= 1, "fit needs at least one sample");
+
+  std::vector<int64_t> order(static_cast<size_t>(cap));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::map<int64_t, FitProbe> probes;
+  auto fits = [&](int64_t micro) {
+    auto found = probes.find(micro);
+    if (found == probes.end())
+      found =
+          probes.emplace(micro, probe(micro, make_model, optimizer, data, order, options)).first;
+    return found->second.fits;
+  };
+
+  // Doubling until a size does not fit (or the cap), then a binary search between the last
+  // size that fit and the first that did not, to within 1/32 of the size (a few per cent of
+  // memory is below what fragmentation and the margin decide anyway).
+  int64_t good = 0;
+  int64_t bad = 0;
+  for (int64_t micro = 1;; micro = std::min(cap, micro * 2)) {
+    if (!fits(micro)) {
+      bad = micro;
+      break;
+    }
+    good = micro;
+    if (micro == cap)
+      break;
+  }
+  while (bad > 0 && bad - good > std::max<int64_t>(1, good / 32)) {
+    const int64_t middle = good + (bad - good) / 2;
+    if (fits(middle)) {
+      good = middle;
+    } else {
+      bad = middle;
+    }
+  }
+
+  FitResult result;
+  result.budget_bytes = options.budget_bytes;
+  result.usable_bytes = static_cast<int64_t>(double(options.budget_bytes) * (1.0 - options.margin));
+  result.max_micro_batch = good;
+  double best_speed = 0;
+  for (const auto& [micro, row] : probes) {
+    result.table.push_back(row);
+    // Sizes within 3% of the fastest count as equally fast: prefer the larger (fewer steps).
+    if (row.fits && row.samples_per_s > 0 && row.samples_per_s >= 0.97 * best_speed) {
+      if (row.samples_per_s > best_speed)
+        best_speed = std::max(best_speed, row.samples_per_s);
+      result.fastest_micro_batch = micro;
+    }
+  }
+  return result;
+}
+
+nlohmann::json FitResult::to_json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : table) {
+    rows.push_back({{"micro_batch", row.micro_batch},
+                    {"fits", row.fits},
+                    {"peak_bytes",
+                     row.peak_bytes > 0 ? nlohmann::json(row.peak_bytes) : nlohmann::json(nullptr)},
+                    {"samples_per_s", row.samples_per_s > 0 ? nlohmann::json(row.samples_per_s)
+                                                            : nlohmann::json(nullptr)}});
+  }
+  return {{"budget_bytes", budget_bytes},
+          {"usable_bytes", usable_bytes},
+          {"max_micro_batch", max_micro_batch},
+          {"fastest_micro_batch",
+           fastest_micro_batch > 0 ? nlohmann::json(fastest_micro_batch) : nlohmann::json(nullptr)},
+          {"table", rows}};
+}
+
+std::string FitResult::to_text() const {
+  std::string out;
+  char line[160];
+  std::snprintf(line, sizeof line, "%12s  %12s  %12s  %s\n", "micro batch", "peak memory",
+                "samples/s", "");
+  out += line;
+  for (const auto& row : table) {
+    const std::string peak = row.peak_bytes > 0 ? human_bytes(double(row.peak_bytes)) : "-";
+    const std::string speed = row.samples_per_s > 0 ? human_count(row.samples_per_s) : "-";
+    const char* verdict = row.fits             ? "fits"
+                          : row.peak_bytes > 0 ? "over the margin"
+                                               : "out of memory";
+    std::string mark;
+    if (row.micro_batch == max_micro_batch)
+      mark += "  <- largest";
+    if (row.micro_batch == fastest_micro_batch)
+      mark += "  <- fastest";
+    std::snprintf(line, sizeof line, "%12lld  %12s  %12s  %s%s\n",
+                  static_cast<long long>(row.micro_batch), peak.c_str(), speed.c_str(), verdict,
+                  mark.c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,64 @@
+#pragma once
+// The largest (and the fastest) micro-batch that fits a memory budget, measured rather than
+// guessed: each probe builds the model and optimizer afresh and runs real training micro-steps
+// through the AccumulationEngine — forward, backward, and an optimizer step so that its state
+// exists — under the tracking allocator with the budget enforced (memory/tracking_allocator.h).
+// Sizes double from 1 until one does not fit, then a binary search narrows the boundary.
+//
+// A size fits when no allocation was refused and its peak stays under budget x (1 - margin):
+// the margin covers what a probe does not see (evaluation, fragmentation, a later larger
+// sample). `bigbatch fit` prints the table; `--micro-batch auto` trains at the fastest fitting
+// size, since accumulation makes every micro-batch compute the same update.
+//
+//   FitOptions options{.budget_bytes = 512 << 20, .margin = 0.1, .max_micro_batch = 4096};
+//   FitResult fit = fit_micro_batch(make, settings, data.train, options);
+//   fit.max_micro_batch;  // 0: not even one sample fits
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/dataset.h"
+#include "train/optimizer.h"
+
+namespace bigbatch {
+
+struct FitOptions {
+  int64_t budget_bytes = 0;
+  double margin = 0.1;
+  int64_t max_micro_batch = 0;     // the largest size worth probing (per-rank batch, dataset)
+  bool measure_speed = true;       // time micro-steps of every fitting size
+  double seconds_per_probe = 0.3;  // timing per size (at least 2 micro-steps)
+  // Called after each probe (progress for a long search).
+  std::function<void(int64_t micro_batch, bool fits)> on_probe;
+};
+
+struct FitProbe {
+  int64_t micro_batch = 0;
+  bool fits = false;
+  int64_t peak_bytes = 0;    // tracked peak of the probe; 0 when it ran out of memory
+  double samples_per_s = 0;  // 0 when not measured
+};
+
+struct FitResult {
+  int64_t budget_bytes = 0;
+  int64_t usable_bytes = 0;         // budget x (1 - margin)
+  int64_t max_micro_batch = 0;      // largest fitting size (0: none)
+  int64_t fastest_micro_batch = 0;  // fitting size with the most samples/s (0: not measured)
+  std::vector<FitProbe> table;      // every probe, by size
+
+  nlohmann::json to_json() const;
+  std::string to_text() const;
+};
+
+using ModelFactory = std::function<torch::nn::Sequential()>;
+
+FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSettings& optimizer,
+                          const TensorDataset& data, const FitOptions& options);
+
+}  // namespace bigbatch

@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""End-to-end tests of memory as a budget: `bigbatch fit`, `--micro-batch auto`, the
+out-of-memory back-off that keeps the global batch (and the weights) exact, `--strict-batch`,
+uneven micro-batches, and the memory figures in metrics.jsonl.
+Usage: test_memory.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_distributed import max_relative_difference, metrics, read_weights  # noqa: E402
+
+BINARY = None
+ERROR_LINE = re.compile(r"^bigbatch: error\[(\w+)\]: (.*)$")
+# The default mlp (784-512-256-10) on 8192 samples: big enough that a 12 MiB budget cannot hold
+# a micro-batch of 4096 (its input alone is 12.25 MiB), small enough to run in a second.
+MLP = ["--model", "mlp", "--train-subset", "8192", "--threads", "1", "--progress", "off"]
+
+
+def bigbatch(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300)
+
+
+def updates(run_dir):
+    return [m for m in metrics(run_dir) if "loss" in m]
+
+
+class MemoryTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_memory_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def train(self, name, *args):
+        out = os.path.join(self.dir, name)
+        result = bigbatch("train", *MLP, *args, "--out", out)
+        return result, out
+
+    def assert_error(self, result, code, kind, fragment):
+        self.assertEqual(result.returncode, code, result.stderr)
+        errors = [m for m in map(ERROR_LINE.match, result.stderr.splitlines()) if m]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertEqual(errors[0].group(1), kind, result.stderr)
+        self.assertIn(fragment, errors[0].group(2))
+        self.assertNotIn("Exception raised from", result.stderr)
+
+
+class BackOffTest(MemoryTestCase):
+    def test_back_off_ends_at_the_weights_of_the_smaller_micro_batch(self):
+        backed, backed_dir = self.train("backed", "--global-batch", "4096", "--micro-batch", "4096",
+                                        "--memory-budget", "12MiB", "--epochs", "2")
+        self.assertEqual(backed.returncode, 0, backed.stderr)
+        self.assertIn("backing off to 4096 = micro 2048 x accumulation 2", backed.stderr)
+        events = [m for m in metrics(backed_dir) if m.get("event") == "oom_backoff"]
+        self.assertGreaterEqual(len(events), 2)
+        self.assertTrue(all(e["global_batch"] == 4096 for e in events))
+        final_micro = events[-1]["micro_batch"]
+        steps = updates(backed_dir)
+        self.assertEqual([m["items"] for m in steps], [4096] * 4)  # the global batch never moved
+        self.assertEqual(steps[-1]["micro_batch"], final_micro)
+
+        direct, direct_dir = self.train("direct", "--global-batch", "4096", "--micro-batch",
+                                        str(final_micro), "--epochs", "2")
+        self.assertEqual(direct.returncode, 0, direct.stderr)
+        difference = max_relative_difference(read_weights(os.path.join(backed_dir, "weights.safetensors")),
+                                             read_weights(os.path.join(direct_dir, "weights.safetensors")))
+        self.assertLess(difference, 1e-5)
+
+    def test_micro_batch_of_one_that_does_not_fit_is_a_clear_error(self):
+        # The model fits (2 MiB of weights), a single sample's step does not.
+        result, _ = self.train("floor", "--global-batch", "64", "--micro-batch", "64", "--memory-budget", "2200KiB",
+                               "--epochs", "1")
+        self.assert_error(result, 5, "memory", "micro-batch 1")
+
+    def test_model_larger_than_the_budget_is_a_clear_error(self):
+        result, out = self.train("tiny", "--memory-budget", "1MiB", "--epochs", "1")
+        self.assert_error(result, 5, "memory", "memory budget exceeded")
+        self.assertFalse(os.path.exists(out))
+
+    def test_strict_batch_refuses_to_change_batchnorm_statistics(self):
+        result, _ = self.train("strict", "--model", "cnn-bn", "--train-subset", "512", "--global-batch", "256",
+                               "--micro-batch", "256", "--memory-budget", "40MiB", "--strict-batch", "--epochs", "1")
+        self.assert_error(result, 5, "memory", "--strict-batch")
+
+    def test_batchnorm_back_off_is_announced(self):
+        result, _ = self.train("bn", "--model", "cnn-bn", "--train-subset", "512", "--global-batch", "256",
+                               "--micro-batch", "256", "--memory-budget", "40MiB", "--epochs", "1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("now normalises over micro-batches of 128 instead of 256", result.stderr)
+
+
+class FitTest(MemoryTestCase):
+    def test_fit_json_never_exceeds_the_budget(self):
+        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "32MiB", "--threads", "1", "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        fit = json.loads(result.stdout)
+        self.assertEqual(fit["budget_bytes"], 32 << 20)
+        rows = {row["micro_batch"]: row for row in fit["table"]}
+        best = fit["max_micro_batch"]
+        self.assertGreater(best, 64)
+        self.assertLessEqual(rows[best]["peak_bytes"], fit["budget_bytes"] * 0.9)
+        self.assertTrue(any(not row["fits"] and size > best for size, row in rows.items()))
+        for size, row in rows.items():
+            self.assertEqual(row["fits"], size <= best, row)
+            if row["fits"]:
+                self.assertLessEqual(row["peak_bytes"], fit["usable_bytes"])
+                self.assertGreater(row["samples_per_s"], 0)
+        self.assertIn(fit["fastest_micro_batch"], [s for s, r in rows.items() if r["fits"]])
+        # Peak memory grows with the micro-batch.
+        fitting = sorted(s for s, r in rows.items() if r["fits"])
+        self.assertGreater(rows[fitting[-1]]["peak_bytes"], rows[fitting[0]]["peak_bytes"])
+
+    def test_fit_prints_a_table_and_the_command_to_use(self):
+        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "16MiB", "--threads", "1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"micro batch\s+peak memory\s+samples/s")
+        self.assertIn("<- largest", result.stdout)
+        self.assertIn("largest fitting micro-batch:", result.stdout)
+        self.assertIn("--micro-batch auto --memory-budget 16MiB", result.stdout)
+
+    def test_fit_with_nothing_fitting_exits_non_zero(self):
+        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "1MiB", "--threads", "1", "--json")
+        self.assertEqual(result.returncode, 5, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["max_micro_batch"], 0)
+
+
+class AutoTest(MemoryTestCase):
+    def test_auto_micro_batch_fits_and_keeps_the_global_batch(self):
+        result, out = self.train("auto", "--global-batch", "2048", "--micro-batch", "auto",
+                                 "--memory-budget", "16MiB", "--epochs", "1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        chosen = int(re.search(r"micro-batch auto: (\d+)", result.stderr).group(1))
+        self.assertLessEqual(chosen, 2048)
+        steps = updates(out)
+        self.assertTrue(all(m["items"] == 2048 and m["micro_batch"] == chosen for m in steps))
+        self.assertTrue(all(m["peak_bytes"] <= 16 << 20 for m in steps))
+        # The resolved configuration repeats the run with the measured size.
+        with open(os.path.join(out, "config.toml")) as f:
+            self.assertIn(f"micro-batch = {chosen}\n", f.read())
+
+
+class MetricsTest(MemoryTestCase):
+    def test_memory_figures_are_in_metrics_and_progress(self):
+        result, out = self.train("metrics", "--global-batch", "1024", "--micro-batch", "256", "--epochs", "1",
+                                 "--progress", "lines")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stderr, r"mem \d+\.\d MiB")
+        for record in metrics(out):
+            self.assertGreater(record["peak_bytes"], 0)
+            self.assertGreater(record["rss_peak_bytes"], record["peak_bytes"])
+
+    def test_uneven_micro_batches_match_one_batch(self):
+        uneven, uneven_dir = self.train("uneven", "--global-batch", "1000", "--micro-batch", "96",
+                                        "--train-subset", "3000", "--epochs", "1")
+        self.assertEqual(uneven.returncode, 0, uneven.stderr)
+        self.assertIn("last micro-batch: 40", uneven.stderr)
+        self.assertEqual([m["micro_steps"] for m in updates(uneven_dir)], [11, 11, 11])
+        whole, whole_dir = self.train("whole", "--global-batch", "1000", "--micro-batch", "1000",
+                                      "--train-subset", "3000", "--epochs", "1")
+        self.assertEqual(whole.returncode, 0, whole.stderr)
+        difference = max_relative_difference(read_weights(os.path.join(uneven_dir, "weights.safetensors")),
+                                             read_weights(os.path.join(whole_dir, "weights.safetensors")))
+        self.assertLess(difference, 1e-5)
+
+    def test_strict_batch_refuses_a_short_last_window(self):
+        result, _ = self.train("short", "--global-batch", "1000", "--micro-batch", "100", "--strict-batch",
+                               "--epochs", "1")
+        self.assert_error(result, 2, "plan", "--strict-batch: the last update of each epoch would have 192")
+        result, _ = self.train("dropped", "--global-batch", "1000", "--micro-batch", "100", "--strict-batch",
+                               "--last-window", "drop", "--epochs", "1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,175 @@
+// Memory as a budget: the tracking allocator counts what libtorch allocates (also oneDNN's
+// raw allocations), enforces the budget with libtorch's own out-of-memory error — which must
+// reach the caller through autograd unchanged, since the engine backs off on it — and the
+// measurements behind `bigbatch fit` and the accumulation claim (peak memory does not grow
+// with accumulation steps).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <numeric>
+
+#include "data/dataset.h"
+#include "memory/tracking_allocator.h"
+#include "models/models.h"
+#include "train/accumulation_engine.h"
+#include "train/gradient_reducer.h"
+#include "train/micro_batch_fit.h"
+#include "train/optimizer.h"
+
+namespace bigbatch {
+namespace {
+
+class MemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    install_tracking_allocator();
+    set_memory_budget(0);
+    torch::set_num_threads(1);
+  }
+  void TearDown() override { set_memory_budget(0); }
+};
+
+TensorDataset random_images(int64_t n) {
+  UntrackedAllocations host_data;
+  torch::manual_seed(3);
+  return {torch::randn({n, 1, 28, 28}), torch::randint(0, 10, {n}, torch::kInt64)};
+}
+
+TEST_F(MemoryTest, CountsEveryTensorAndItsRelease) {
+  const int64_t before = memory_counters().current_bytes;
+  {
+    auto t = torch::empty({1024, 256});  // 1 MiB
+    EXPECT_EQ(memory_counters().current_bytes - before, 1 << 20);
+    reset_peak_memory();
+    { auto u = torch::empty({1024, 512}); }
+    EXPECT_EQ(memory_counters().peak_bytes - before, 3 << 20);
+  }
+  EXPECT_EQ(memory_counters().current_bytes, before);
+  reset_peak_memory();
+  EXPECT_EQ(memory_counters().peak_bytes, before);
+  {
+    UntrackedAllocations host_data;
+    auto t = torch::empty({1024, 1024});
+    EXPECT_EQ(memory_counters().current_bytes, before);
+  }
+  EXPECT_EQ(memory_counters().current_bytes, before);
+}
+
+TEST_F(MemoryTest, BudgetRaisesLibtorchsOutOfMemoryErrorAndChargesNothing) {
+  const int64_t before = memory_counters().current_bytes;
+  set_memory_budget(before + (4 << 20));
+  auto fits = torch::empty({1024, 1024});  // 4 MiB: exactly the room left
+  EXPECT_THROW(torch::empty({16}), c10::OutOfMemoryError);
+  EXPECT_EQ(memory_counters().current_bytes - before, 4 << 20);
+  set_memory_budget(0);
+  EXPECT_NO_THROW(torch::empty({16}));
+}
+
+TEST_F(MemoryTest, ConvolutionsRunOnTheTrackingAllocator) {
+  // oneDNN allocates through raw_allocate(), which needs context == data and a raw_deleter.
+  torch::manual_seed(0);
+  auto model = make_model({.name = "cnn-bn"});
+  const auto data = random_images(16);
+  reset_peak_memory();
+  const int64_t before = memory_counters().current_bytes;
+  auto loss = torch::nn::functional::cross_entropy(model->forward(data.inputs), data.targets);
+  loss.backward();
+  EXPECT_GT(memory_counters().peak_bytes - before, 16 * 32 * 28 * 28 * 4);
+}
+
+TEST_F(MemoryTest, OutOfMemoryInsideBackwardReachesTheCallerAsItself) {
+  torch::manual_seed(0);
+  auto model = make_model({.name = "cnn"});
+  const auto data = random_images(64);
+  auto loss = torch::nn::functional::cross_entropy(model->forward(data.inputs), data.targets);
+  // Room for nothing more: the first gradient buffer of backward fails.
+  set_memory_budget(memory_counters().current_bytes + 1024);
+  EXPECT_THROW(loss.backward(), c10::OutOfMemoryError);
+  set_memory_budget(0);
+}
+
+// Peak memory of `updates` windows of `accumulation` micro-steps of `micro` samples.
+int64_t training_peak(const std::string& name, int64_t micro, int64_t accumulation) {
+  torch::manual_seed(0);
+  auto model = make_model({.name = name, .hidden = {256, 128}});
+  auto optimizer = make_optimizer({}, model->parameters());
+  LocalReducer reducer;
+  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+  const auto data = random_images(micro);
+  reset_peak_memory();
+  const int64_t base = memory_counters().current_bytes;
+  for (int update = 0; update < 2; ++update) {
+    engine.begin_window(micro * accumulation);
+    for (int64_t i = 0; i < accumulation; ++i) {
+      engine.micro_step(data.inputs, data.targets,
+                        i + 1 == accumulation ? AccumulationEngine::MicroStep::Last
+                                              : AccumulationEngine::MicroStep::Accumulate);
+    }
+    engine.update(0.01);
+  }
+  return memory_counters().peak_bytes - base;
+}
+
+TEST_F(MemoryTest, PeakIsFlatInAccumulationStepsAndGrowsWithTheMicroBatch) {
+  for (const char* name : {"mlp", "cnn"}) {
+    // Accumulating: the window's gradients stay alive while the next backward computes its
+    // own, so a second micro-step costs the largest gradient once — and no further step costs
+    // anything: 2 and 16 steps peak alike.
+    const int64_t two = training_peak(name, 32, 2);
+    const int64_t sixteen = training_peak(name, 32, 16);
+    EXPECT_NEAR(double(sixteen) / double(two), 1.0, 0.01)
+        << name << ": " << two << " vs " << sixteen;
+    const int64_t larger = training_peak(name, 512, 2);
+    EXPECT_GT(larger, two + two / 4) << name;
+  }
+  // Where activations dominate (the cnn), even no accumulation at all peaks within a few per
+  // cent of 16 steps.
+  const int64_t one = training_peak("cnn", 32, 1);
+  EXPECT_NEAR(double(training_peak("cnn", 32, 16)) / double(one), 1.0, 0.03);
+}
+
+TEST_F(MemoryTest, FitNeverReturnsASizeWhosePeakExceedsTheBudget) {
+  const auto data = random_images(2048);
+  FitOptions options;
+  options.budget_bytes = 24 << 20;
+  options.margin = 0.1;
+  options.max_micro_batch = 2048;
+  options.seconds_per_probe = 0.01;
+  const FitResult fit = fit_micro_batch(
+      [] {
+        return make_model({.name = "mlp", .hidden = {512, 256}});
+      },
+      OptimizerSettings{}, data, options);
+  ASSERT_GT(fit.max_micro_batch, 1);
+  EXPECT_LT(fit.max_micro_batch, 2048);
+  EXPECT_EQ(fit.usable_bytes, int64_t(0.9 * double(24 << 20)));
+  bool saw_failure_above = false;
+  for (const auto& row : fit.table) {
+    if (row.fits) {
+      EXPECT_LE(row.peak_bytes, fit.usable_bytes) << row.micro_batch;
+      EXPECT_LE(row.micro_batch, fit.max_micro_batch);
+      EXPECT_GT(row.samples_per_s, 0);
+    } else {
+      EXPECT_GT(row.micro_batch, fit.max_micro_batch);
+      saw_failure_above = true;
+    }
+  }
+  EXPECT_TRUE(saw_failure_above);
+  EXPECT_GE(fit.fastest_micro_batch, 1);
+  EXPECT_LE(fit.fastest_micro_batch, fit.max_micro_batch);
+  // The budget the caller had is back in force.
+  EXPECT_EQ(memory_counters().budget_bytes, 0);
+
+  // A budget smaller than the model itself fits nothing, and says so.
+  options.budget_bytes = 1 << 20;
+  const FitResult none = fit_micro_batch(
+      [] {
+        return make_model({.name = "mlp", .hidden = {512, 256}});
+      },
+      OptimizerSettings{}, data, options);
+  EXPECT_EQ(none.max_micro_batch, 0);
+  EXPECT_EQ(none.fastest_micro_batch, 0);
+}
+
+}  // namespace
+}  // namespace bigbatch
