@@ -22,6 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bigbatch::parse_int(text);
   bigbatch::parse_double(text);
+  if (const auto bytes = bigbatch::parse_byte_size(text)) {
+    // What config.toml writes back must read as the same size.
+    if (bigbatch::parse_byte_size(bigbatch::exact_byte_size(*bytes)) != bytes)
+      __builtin_trap();
+  }
   if (size < 5 * sizeof(int64_t))
     return 0;
   int64_t v[5];
@@ -42,8 +47,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto policy = v[4] < 0 ? bigbatch::LastWindow::Drop : bigbatch::LastWindow::Keep;
     const auto epoch = bigbatch::plan_epoch(plan, v[4] & 0xFFFFFFFFFF, policy);
     for (int64_t rank = 0; rank < plan.world_size; ++rank) {
+      // Every rank's micro-batches cover its share exactly, none larger than the micro-batch.
+      const auto window = bigbatch::window_for_update(plan, epoch, 0, rank);
+      int64_t covered = 0;
+      for (int64_t micro : window.micro_batch_sizes) {
+        if (micro <= 0 || micro > plan.micro_batch_size)
+          __builtin_trap();
+        covered += micro;
+      }
+      if (covered != window.rank_size ||
+          int64_t(window.micro_batch_sizes.size()) > plan.accumulation_steps)
+        __builtin_trap();
       bigbatch::window_for_update(plan, epoch, epoch.updates_per_epoch - 1, rank);
     }
+    // The out-of-memory back-off keeps the global batch.
+    if (plan.micro_batch_size > 1 &&
+        plan.with_micro_batch(plan.micro_batch_size / 2).global_batch_size !=
+            plan.global_batch_size)
+      __builtin_trap();
     bigbatch::Interval::parse("3e").to_updates(plan, epoch);
     bigbatch::Interval::parse("1Gs").to_updates(plan, epoch);
   } catch (const bigbatch::Error&) {
