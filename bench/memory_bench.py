@@ -3,10 +3,11 @@
 PyTorch in Python doing the same work (bench/peers/pytorch_loop.py: same model, SGD with
 momentum, the standard accumulation loop).
 
-For each cell it reports bigbatch's tracked tensor peak (every allocation through its CPU
-allocator, per update, from metrics.jsonl) and, for both, the growth of the process's peak
-resident set over its set-up (data and model in memory, before the first update): what training
-itself added. bigbatch's set-up figure comes from the same command with --max-updates 0.
+For each cell it reports what training adds to what set-up left in memory (data and model):
+bigbatch's tracked tensor peak over the tensors alive when training starts (every allocation
+goes through its CPU allocator; per update in metrics.jsonl), and for both engines the peak
+resident set during training over the resident set when training starts (both reset Linux's
+high-water mark after set-up, so the data loader's transient buffers do not count).
 
 Usage: bench/memory_bench.py BUILD_DIR [--models mlp cnn] [--micros 16 64 256] [--accums 1 8]
 """
@@ -24,27 +25,17 @@ MIB = 1 << 20
 
 
 def bigbatch(binary, workdir, model, micro, accum, updates):
-    out = os.path.join(workdir, f"{model}-{micro}-{accum}-{updates}")
+    out = os.path.join(workdir, f"{model}-{micro}-{accum}")
     subprocess.run([binary, "train", "--model", model, "--micro-batch", str(micro), "--accum-steps", str(accum),
                     "--threads", "1", "--max-updates", str(updates), "--epochs", "1000", "--no-nesterov",
                     "--weight-decay", "0", "--schedule", "constant", "--progress", "off", "--out", out],
                    check=True, capture_output=True, env=ENV)
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        steps = [r for r in map(json.loads, f) if "loss" in r]
-    return max(r["peak_bytes"] for r in steps), max(r["rss_peak_bytes"] for r in steps)
-
-
-def bigbatch_setup_rss(binary, workdir, model):
-    """Peak RSS of the set-up alone: the same command with --max-updates 0 exits after loading
-    the data and building the model; wait4() gives that one child's peak."""
-    out = os.path.join(workdir, f"{model}-setup")
-    child = subprocess.Popen([binary, "train", "--model", model, "--max-updates", "0", "--threads", "1",
-                              "--progress", "off", "--out", out],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    assert child.returncode == 0, f"set-up run failed ({child.returncode})"
-    return usage.ru_maxrss * 1024
+        records = [json.loads(line) for line in f]
+    start = next(r for r in records if r.get("event") == "train_start")
+    steps = [r for r in records if "loss" in r]
+    return (max(r["peak_bytes"] for r in steps) - start["tensor_bytes"],
+            max(r["rss_peak_bytes"] for r in steps) - start["rss_bytes"])
 
 
 def main():
@@ -59,30 +50,27 @@ def main():
     workdir = tempfile.mkdtemp(prefix="bigbatch_memory_bench_")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; 1 thread; {UPDATES} updates per cell")
 
-    setup = {model: bigbatch_setup_rss(binary, workdir, model) for model in args.models}
-    for model, rss in setup.items():
-        print(f"raw: bigbatch {model} set-up peak RSS {rss / MIB:.1f} MiB")
     rows = []
     for model in args.models:
         for micro in args.micros:
             for accum in args.accums:
-                tensor_peak, rss_peak = bigbatch(binary, workdir, model, micro, accum, UPDATES)
+                tensor_growth, rss_growth = bigbatch(binary, workdir, model, micro, accum, UPDATES)
                 python = json.loads(subprocess.run(
                     ["/usr/bin/python3", python_peer, "--model", model, "--micro", str(micro), "--accum", str(accum),
                      "--threads", "1", "--updates", str(UPDATES)],
                     check=True, capture_output=True, text=True, env=ENV).stdout)
-                row = {"model": model, "micro": micro, "accum": accum, "tensor_peak": tensor_peak,
-                       "rss_growth": rss_peak - setup[model],
+                row = {"model": model, "micro": micro, "accum": accum, "tensor_growth": tensor_growth,
+                       "rss_growth": rss_growth,
                        "python_rss_growth": python["rss_peak_bytes"] - python["rss_setup_bytes"]}
                 print("raw: " + json.dumps(row))
                 rows.append(row)
 
-    print("\n| model | micro | accum | bigbatch tensor peak | bigbatch RSS growth | Python RSS growth | "
+    print("\n| model | micro | accum | bigbatch tensor growth | bigbatch RSS growth | Python RSS growth | "
           "Python / bigbatch (RSS growth) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ratio = r["python_rss_growth"] / r["rss_growth"] if r["rss_growth"] > 0 else float("nan")
-        print(f"| {r['model']} | {r['micro']} | {r['accum']} | {r['tensor_peak'] / MIB:.1f} MiB | "
+        print(f"| {r['model']} | {r['micro']} | {r['accum']} | {r['tensor_growth'] / MIB:.1f} MiB | "
               f"{r['rss_growth'] / MIB:.1f} MiB | {r['python_rss_growth'] / MIB:.1f} MiB | {ratio:.2f}x |")
 
 

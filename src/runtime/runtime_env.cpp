@@ -99,11 +99,48 @@ int64_t default_thread_count() {
   return available_cpus();
 }
 
+namespace {
+// A "Name:   1234 kB" line of /proc/self/status, in bytes; -1 when absent.
+int64_t proc_status_bytes(const char* name) {
+  std::FILE* file = std::fopen("/proc/self/status", "r");
+  if (file == nullptr)
+    return -1;
+  char line[256];
+  int64_t bytes = -1;
+  const size_t length = std::strlen(name);
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    long long kib = 0;
+    if (std::strncmp(line, name, length) == 0 && line[length] == ':' &&
+        std::sscanf(line + length + 1, "%lld", &kib) == 1) {
+      bytes = static_cast<int64_t>(kib) * 1024;
+      break;
+    }
+  }
+  std::fclose(file);
+  return bytes;
+}
+}  // namespace
+
+int64_t current_rss_bytes() {
+  return std::max<int64_t>(0, proc_status_bytes("VmRSS"));
+}
+
 int64_t peak_rss_bytes() {
+  const int64_t high_water = proc_status_bytes("VmHWM");
+  if (high_water >= 0)
+    return high_water;
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0)
     return 0;
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+bool reset_peak_rss() {
+  std::FILE* file = std::fopen("/proc/self/clear_refs", "w");
+  if (file == nullptr)
+    return false;
+  const bool written = std::fputs("5", file) >= 0;
+  return std::fclose(file) == 0 && written;
 }
 
 int64_t available_memory_bytes() {

@@ -27,9 +27,14 @@ int64_t available_cpus();
 // between workers sets it), else available_cpus().
 int64_t default_thread_count();
 
-// The process's peak resident set size so far (getrusage), in bytes: what the operating system
-// saw, beside the tensor bytes the tracking allocator counts (memory/tracking_allocator.h).
+// The process's resident set: now, and its peak since the start or reset_peak_rss() (Linux's
+// VmHWM; getrusage's lifetime peak where /proc is not readable), in bytes. What the operating
+// system sees, beside the tensor bytes the tracking allocator counts.
+int64_t current_rss_bytes();
 int64_t peak_rss_bytes();
+// Starts a new peak from the current resident set (Linux: /proc/self/clear_refs), so that a
+// training peak is not the data loader's transient buffers. Returns false where unsupported.
+bool reset_peak_rss();
 
 // Memory the kernel reports as available to new work (MemAvailable), in bytes; 0 if unknown.
 int64_t available_memory_bytes();

@@ -446,6 +446,16 @@ TrainResult run_training(const TrainConfig& requested) {
     }
   };
 
+  // The process's resident peak from here on is training's, not the data loader's transient
+  // buffers'; where it starts is recorded, so the growth is known.
+  reset_peak_rss();
+  if (is_main) {
+    metrics->write({{"event", "train_start"},
+                    {"step", at.step},
+                    {"tensor_bytes", memory_counters().current_bytes},
+                    {"rss_bytes", current_rss_bytes()}});
+  }
+
   InterruptGuard interrupts;
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;

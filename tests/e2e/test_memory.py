@@ -151,9 +151,14 @@ class MetricsTest(MemoryTestCase):
                                  "--progress", "lines")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stderr, r"mem \d+\.\d MiB")
-        for record in metrics(out):
-            self.assertGreater(record["peak_bytes"], 0)
+        records = metrics(out)
+        start = records[0]
+        self.assertEqual(start["event"], "train_start")
+        self.assertGreater(start["tensor_bytes"], 0)  # the weights
+        for record in records[1:]:
+            self.assertGreater(record["peak_bytes"], start["tensor_bytes"])
             self.assertGreater(record["rss_peak_bytes"], record["peak_bytes"])
+            self.assertGreaterEqual(record["rss_peak_bytes"], start["rss_bytes"] // 2)
 
     def test_uneven_micro_batches_match_one_batch(self):
         uneven, uneven_dir = self.train("uneven", "--global-batch", "1000", "--micro-batch", "96",
