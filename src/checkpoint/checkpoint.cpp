@@ -44,7 +44,12 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"epoch_loss_sum", p.epoch_loss_sum},
           {"epoch_correct", p.epoch_correct},
           {"epoch_items", p.epoch_items},
-          {"micro_step", p.micro_step}};
+          {"micro_step", p.micro_step},
+          {"noise",
+           {{"gradient_sq_ema", p.noise.gradient_sq_ema},
+            {"trace_ema", p.noise.trace_ema},
+            {"weight", p.noise.weight},
+            {"samples", p.noise.samples}}}};
 }
 
 TrainingProgress progress_from(const nlohmann::json& j) {
@@ -58,6 +63,13 @@ TrainingProgress progress_from(const nlohmann::json& j) {
   p.epoch_correct = j.at("epoch_correct").get<int64_t>();
   p.epoch_items = j.at("epoch_items").get<int64_t>();
   p.micro_step = j.at("micro_step").get<int64_t>();
+  if (j.contains("noise")) {  // absent in checkpoints written before the noise scale existed
+    const auto& n = j.at("noise");
+    p.noise.gradient_sq_ema = n.at("gradient_sq_ema").get<double>();
+    p.noise.trace_ema = n.at("trace_ema").get<double>();
+    p.noise.weight = n.at("weight").get<double>();
+    p.noise.samples = n.at("samples").get<int64_t>();
+  }
   return p;
 }
 
@@ -120,10 +132,14 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
         gradients.emplace_back("gradient." + std::to_string(i), window->gradients[i]);
       }
       save_safetensors(temporary + "/window.safetensors", gradients, {{"producer", "bigbatch"}});
-      state["window"] = {
-          {"micro_batch_size", window->micro_batch_size}, {"world_size", window->world_size},
-          {"micro_steps", window->totals.micro_steps},    {"items", window->totals.items},
-          {"loss_sum", window->totals.loss_sum},          {"correct", window->totals.correct}};
+      state["window"] = {{"micro_batch_size", window->micro_batch_size},
+                         {"world_size", window->world_size},
+                         {"micro_steps", window->totals.micro_steps},
+                         {"items", window->totals.items},
+                         {"loss_sum", window->totals.loss_sum},
+                         {"correct", window->totals.correct},
+                         {"first_items", window->totals.first_items},
+                         {"first_sq_norm", window->totals.first_sq_norm}};
     }
     atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
     fsync_path(temporary, true);
@@ -220,6 +236,8 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
       window->totals.items = w.at("items").get<int64_t>();
       window->totals.loss_sum = w.at("loss_sum").get<double>();
       window->totals.correct = w.at("correct").get<int64_t>();
+      window->totals.first_items = w.value("first_items", int64_t{0});
+      window->totals.first_sq_norm = w.value("first_sq_norm", 0.0);
     } catch (const std::exception&) {
       bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",
                      "resume from an earlier checkpoint");

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint_paths.h"
+#include "stats/gradient_noise.h"
 #include "train/accumulation_engine.h"
 
 namespace bigbatch {
@@ -43,6 +44,8 @@ struct TrainingProgress {
   // Micro-steps of the next update already done (0 at an update boundary). A checkpoint taken
   // inside a window also holds that window's accumulated gradients and totals.
   int64_t micro_step = 0;
+  // The gradient noise scale's running averages, so a resumed run continues the same estimate.
+  NoiseScaleState noise;
 };
 
 // The part of a window accumulated before a mid-window checkpoint. Valid only for the plan it

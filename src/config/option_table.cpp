@@ -203,14 +203,21 @@ std::vector<OptionSpec> build_table() {
                             &TrainConfig::fit_margin, kTrainCommand | kFitCommand));
   t.push_back(enum_option("optimizer", "sgd (momentum, nesterov) or adamw", "sgd|adamw",
                           &TrainConfig::optimizer, &parse_optimizer_kind,
-                          kTrainCommand | kFitCommand));
+                          kTrainCommand | kFitCommand | kPlanCommand));
   t.push_back(
       double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
   t.push_back(optional_int_option(
       "lr-ref-batch", "batch size the base --lr is tuned at (default: the global batch)",
       &TrainConfig::lr_ref_batch, both));
-  t.push_back(enum_option("lr-scaling", "scale the rate to the global batch: none, linear or sqrt",
-                          "none|linear|sqrt", &TrainConfig::lr_scaling, &parse_lr_scaling, both));
+  t.push_back(enum_option("lr-scaling",
+                          "scale the rate from --lr-ref-batch to the global batch: auto (linear "
+                          "for sgd, sqrt for adamw), none, linear or sqrt",
+                          "auto|none|linear|sqrt", &TrainConfig::lr_scaling, &parse_lr_scaling,
+                          both));
+  t.push_back(switch_option("adam-sqrt-adjust",
+                            "with adamw and the sqrt rule, also scale the betas and epsilon "
+                            "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k)",
+                            &TrainConfig::adam_sqrt_adjust, true, both));
   t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum, train_and_fit));
   t.push_back(switch_option("nesterov", "Nesterov momentum (SGD)", &TrainConfig::nesterov, true));
   t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)",
@@ -221,9 +228,13 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("clip-norm",
                             "clip the accumulated gradient to this global L2 norm (0: off)",
                             &TrainConfig::clip_norm));
-  t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1));
-  t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2));
-  t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps));
+  t.push_back(switch_option("no-noise-scale",
+                            "do not measure the gradient noise scale (saves one pass over the "
+                            "gradients per update)",
+                            &TrainConfig::noise_scale, false));
+  t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1, both));
+  t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2, both));
+  t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps, both));
   {
     OptionSpec s{"warmup",   "linear warmup length: 500u updates, 2e epochs, 120000s samples",
                  "INTERVAL", both,

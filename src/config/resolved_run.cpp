@@ -13,7 +13,10 @@ LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const
   s.base_lr = config.lr;
   s.reference_batch = config.lr_ref_batch.value_or(plan.global_batch_size);
   s.global_batch = plan.global_batch_size;
-  s.scaling = config.lr_scaling;
+  const bool adaptive = config.optimizer == OptimizerKind::AdamW;
+  s.scaling = resolve_lr_scaling(config.lr_scaling, adaptive);
+  if (config.lr_scaling == LrScaling::Auto)
+    s.scaling_note = std::string("auto for ") + to_string(config.optimizer);
   s.warmup_updates = config.warmup.to_updates(plan, epoch);
   s.warmup_start_factor = config.warmup_start_factor;
   s.kind = config.schedule;
@@ -49,7 +52,20 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
     total = std::min(total, *config.max_updates);
   const int64_t epochs =
       std::min(config.epochs, (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch);
-  return ResolvedRun{plan, epoch, make_schedule(config, plan, epoch, total), epochs, total};
+  ResolvedRun run{plan, epoch, make_schedule(config, plan, epoch, total), epochs, total, {}};
+  if (config.adam_sqrt_adjust) {
+    if (run.schedule.config().scaling != LrScaling::Sqrt) {
+      throw Error(ErrorKind::Config,
+                  "--adam-sqrt-adjust belongs to the square-root rule, but the rule is " +
+                      std::string(to_string(run.schedule.config().scaling)),
+                  "use --lr-scaling sqrt (or auto with adamw)");
+    }
+    const double kappa =
+        double(plan.global_batch_size) / double(run.schedule.config().reference_batch);
+    run.adam =
+        scale_adam_hyperparameters({config.adam_beta1, config.adam_beta2, config.adam_eps}, kappa);
+  }
+  return run;
 }
 
 }  // namespace bigbatch

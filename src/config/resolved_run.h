@@ -6,6 +6,7 @@
 //   ResolvedRun run = resolve_run(config, /*dataset_size=*/60000, /*world_size=*/1);
 //   double lr = run.schedule.lr_at(step);
 #include <cstdint>
+#include <optional>
 
 #include "batching/batch_plan.h"
 #include "config/train_config.h"
@@ -19,6 +20,8 @@ struct ResolvedRun {
   LrSchedule schedule;
   int64_t epochs = 0;         // epochs the run starts (the last may be partial)
   int64_t total_updates = 0;  // min(epochs x updates_per_epoch, max_updates)
+  // AdamW's hyperparameters after --adam-sqrt-adjust (unset: as configured).
+  std::optional<AdamHyperparameters> adam;
 };
 
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size);

@@ -71,6 +71,10 @@ void TrainConfig::validate() const {
         "e.g. --keep-checkpoints 3");
   check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");
   check(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
+  check(!adam_sqrt_adjust || optimizer == OptimizerKind::AdamW,
+        "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
+            std::string(to_string(optimizer)),
+        "add --optimizer adamw, or drop --adam-sqrt-adjust");
   check(fit_margin >= 0 && fit_margin < 1,
         "--fit-margin must be in [0, 1), got " + format_double(fit_margin),
         "use e.g. --fit-margin 0.1 (keep the peak 10% under the budget)");

@@ -47,12 +47,14 @@ struct TrainConfig {
   // Optimizer and learning rate.
   OptimizerKind optimizer = OptimizerKind::Sgd;
   double lr = 0.05;
-  std::optional<int64_t> lr_ref_batch;  // unset: the global batch (no scaling)
-  LrScaling lr_scaling = LrScaling::None;
+  std::optional<int64_t> lr_ref_batch;     // unset: the global batch (no scaling)
+  LrScaling lr_scaling = LrScaling::Auto;  // linear for sgd, sqrt for adamw
+  bool adam_sqrt_adjust = false;           // Malladi's beta/eps adjustments with the sqrt rule
   double momentum = 0.9;
   bool nesterov = true;
   double weight_decay = 5e-4;
-  double clip_norm = 0.0;  // 0: no clipping
+  double clip_norm = 0.0;   // 0: no clipping
+  bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

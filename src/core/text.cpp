@@ -125,6 +125,12 @@ std::optional<int64_t> parse_byte_size(const std::string& text) {
   return std::nullopt;
 }
 
+std::string format_significant(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+  return buffer;
+}
+
 std::string exact_byte_size(int64_t bytes) {
   static const std::pair<const char*, int64_t> units[] = {{"TiB", int64_t{1} << 40},
                                                           {"GiB", int64_t{1} << 30},

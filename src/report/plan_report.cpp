@@ -58,6 +58,11 @@ std::string format_plan_text(const ResolvedRun& run) {
                                      " samples per epoch");
   out += "learning rate\n";
   out += line("rule", run.schedule.describe_scaling());
+  if (run.adam) {
+    out += line("adam (sqrt rule)", "beta1 " + format_significant(run.adam->beta1) + ", beta2 " +
+                                        format_significant(run.adam->beta2) + ", eps " +
+                                        format_significant(run.adam->eps));
+  }
   out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
   out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
                               std::to_string(run.total_updates) + " updates (" +
@@ -91,6 +96,11 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["base_lr"] = run.schedule.config().base_lr;
   j["lr_ref_batch"] = run.schedule.config().reference_batch;
   j["lr_scaling"] = to_string(run.schedule.config().scaling);
+  if (run.adam) {
+    j["adam_beta1"] = run.adam->beta1;
+    j["adam_beta2"] = run.adam->beta2;
+    j["adam_eps"] = run.adam->eps;
+  }
   j["warmup_updates"] = run.schedule.config().warmup_updates;
   j["schedule"] = to_string(run.schedule.config().kind);
   j["total_updates"] = run.total_updates;

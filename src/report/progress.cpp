@@ -39,6 +39,9 @@ std::string Progress::status_text(const ProgressState& s) const {
   std::string text = buffer;
   if (s.memory_bytes > 0)
     text += " mem " + human_bytes(double(s.memory_bytes));
+  if (s.noise_scale > 0) {
+    text += " B " + human_count(double(s.global_batch)) + " B_noise " + human_count(s.noise_scale);
+  }
   return text;
 }
 

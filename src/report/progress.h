@@ -27,6 +27,8 @@ struct ProgressState {
   double samples_per_s = 0;
   double elapsed_s = 0;
   int64_t memory_bytes = 0;  // peak tensor memory of the last update (0: not shown)
+  int64_t global_batch = 0;
+  double noise_scale = 0;  // the gradient noise scale, beside the global batch (0: not shown)
 };
 
 class Progress {

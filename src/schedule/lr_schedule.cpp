@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -16,6 +17,8 @@ const char* to_string(LrScaling scaling) {
       return "linear";
     case LrScaling::Sqrt:
       return "sqrt";
+    case LrScaling::Auto:
+      return "auto";
   }
   return "?";
 }
@@ -41,8 +44,10 @@ LrScaling parse_lr_scaling(const std::string& text) {
     return LrScaling::Linear;
   if (text == "sqrt")
     return LrScaling::Sqrt;
+  if (text == "auto")
+    return LrScaling::Auto;
   throw Error(ErrorKind::Config, "learning-rate scaling rule '" + text + "' is not known",
-              "use --lr-scaling none, linear or sqrt");
+              "use --lr-scaling auto, none, linear or sqrt");
 }
 
 ScheduleKind parse_schedule_kind(const std::string& text) {
@@ -67,8 +72,37 @@ double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, L
       return base_lr * ratio;
     case LrScaling::Sqrt:
       return base_lr * std::sqrt(ratio);
+    case LrScaling::Auto:
+      break;
   }
-  return base_lr;
+  BB_INTERNAL_ASSERT(false, "the auto scaling rule must be resolved before it is applied");
+}
+
+LrScaling resolve_lr_scaling(LrScaling scaling, bool adaptive_optimizer) {
+  if (scaling != LrScaling::Auto)
+    return scaling;
+  return adaptive_optimizer ? LrScaling::Sqrt : LrScaling::Linear;
+}
+
+AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_reference,
+                                               double kappa) {
+  AdamHyperparameters scaled;
+  scaled.beta1 = 1 - kappa * (1 - at_reference.beta1);
+  scaled.beta2 = 1 - kappa * (1 - at_reference.beta2);
+  scaled.eps = at_reference.eps / std::sqrt(kappa);
+  for (const auto& [name, value, original] :
+       {std::tuple{"beta1", scaled.beta1, at_reference.beta1},
+        std::tuple{"beta2", scaled.beta2, at_reference.beta2}}) {
+    if (!(value >= 0 && value < 1)) {
+      throw Error(ErrorKind::Config,
+                  std::string("the square-root rule's Adam adjustment takes ") + name + " " +
+                      format_significant(original) + " to " + format_significant(value) +
+                      " for a batch " + format_significant(kappa) + "x the reference",
+                  std::string("use a --lr-ref-batch closer to the global batch, a larger --adam-") +
+                      name + ", or drop --adam-sqrt-adjust");
+    }
+  }
+  return scaled;
 }
 
 LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
@@ -134,7 +168,8 @@ double LrSchedule::lr_at(int64_t step) const {
 std::string LrSchedule::describe_scaling() const {
   return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
          " -> " + format_double(peak_lr_) + " @ " + std::to_string(config_.global_batch) + " (" +
-         to_string(config_.scaling) + ")";
+         to_string(config_.scaling) +
+         (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
 }
 
 std::optional<std::string> LrSchedule::advice() const {

@@ -20,7 +20,10 @@
 
 namespace bigbatch {
 
-enum class LrScaling { None, Linear, Sqrt };
+// Auto is a configuration value only: resolved per optimizer (resolve_lr_scaling) before a
+// schedule is built — linear for SGD (Goyal et al. 2017), square root for Adam-type optimizers
+// (Malladi et al. 2022).
+enum class LrScaling { None, Linear, Sqrt, Auto };
 enum class ScheduleKind { Constant, Cosine, Linear, Step };
 
 const char* to_string(LrScaling scaling);
@@ -31,11 +34,28 @@ ScheduleKind parse_schedule_kind(const std::string& text);
 // The batch-size scaling rule alone: base_lr at reference_batch -> rate at global_batch.
 double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling);
 
+// Auto -> Linear for SGD-type optimizers (adaptive = false), Sqrt for Adam-type ones; any
+// other rule is returned as given.
+LrScaling resolve_lr_scaling(LrScaling scaling, bool adaptive_optimizer);
+
+// Malladi et al.'s square-root rule for Adam in full: with the batch multiplied by kappa, besides
+// lr x sqrt(kappa), beta_i -> 1 - kappa (1 - beta_i) and eps -> eps / sqrt(kappa), so that the
+// optimizer's averaging horizon stays the same in samples. Throws bigbatch::Error (Config) when a
+// beta would leave [0, 1).
+struct AdamHyperparameters {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_reference,
+                                               double kappa);
+
 struct LrScheduleConfig {
   double base_lr = 0.1;
   int64_t reference_batch = 0;  // 0: the global batch, i.e. no scaling
   int64_t global_batch = 1;
   LrScaling scaling = LrScaling::None;
+  std::string scaling_note;  // why this rule, e.g. "auto for sgd" (shown by describe_scaling)
   int64_t warmup_updates = 0;
   double warmup_start_factor = 0.0;
   ScheduleKind kind = ScheduleKind::Constant;

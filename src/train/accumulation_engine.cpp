@@ -43,6 +43,25 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   } else {
     loss.backward();
   }
+  if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last)
+    read_first_gradient(targets.size(0));
+}
+
+void AccumulationEngine::read_first_gradient(int64_t items) {
+  // .grad now holds this micro-batch's summed gradient, scaled by 1 / expected items when the
+  // window announced its size: rescale its squared norm to that of the micro-batch's mean.
+  std::vector<torch::Tensor> gradients;
+  for (const auto& p : parameters_) {
+    if (p.grad().defined())
+      gradients.push_back(p.grad());
+  }
+  if (gradients.empty())
+    return;
+  const double norm = torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
+  const double scale =
+      expected_items_ > 0 ? double(expected_items_) / double(items) : 1.0 / double(items);
+  first_items_ = items;
+  first_sq_norm_ = norm * norm * scale * scale;
 }
 
 void AccumulationEngine::begin_window(int64_t global_items) {
@@ -87,6 +106,8 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.correct = static_cast<int64_t>(global.correct);
   stats.loss = global.loss_sum / global.items;
   stats.stop_requested = global.stop > 0;
+  stats.small_batch_items = first_items_;
+  stats.small_batch_sq_norm = first_sq_norm_;
 
   // Normalise once, by what was really seen on all ranks (unless the scaled loss already did).
   if (expected_items_ == 0) {
@@ -117,7 +138,8 @@ void AccumulationEngine::apply(double lr) {
 }
 
 WindowState AccumulationEngine::window_state() const {
-  return {micro_steps_, items_, loss_sum_.item<double>(), correct_.item<int64_t>()};
+  return {micro_steps_, items_,        loss_sum_.item<double>(), correct_.item<int64_t>(),
+          first_items_, first_sq_norm_};
 }
 
 void AccumulationEngine::restore_window(const WindowState& state,
@@ -132,6 +154,8 @@ void AccumulationEngine::restore_window(const WindowState& state,
   }
   micro_steps_ = state.micro_steps;
   items_ = state.items;
+  first_items_ = state.first_items;
+  first_sq_norm_ = state.first_sq_norm;
   loss_sum_.fill_(state.loss_sum);
   correct_.fill_(state.correct);
 }
@@ -151,6 +175,8 @@ void AccumulationEngine::discard() {
   items_ = 0;
   micro_steps_ = 0;
   expected_items_ = 0;
+  first_items_ = 0;
+  first_sq_norm_ = 0;
 }
 
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,

@@ -26,6 +26,9 @@ namespace bigbatch {
 
 struct EngineOptions {
   double clip_norm = 0.0;  // 0: no clipping
+  // Reads the squared norm of the first micro-step's gradient (one pass over the gradients,
+  // no extra memory) for the gradient noise scale (stats/gradient_noise.h).
+  bool measure_noise = true;
 };
 
 struct UpdateStats {
@@ -36,6 +39,10 @@ struct UpdateStats {
   int64_t micro_steps = 0;
   bool stop_requested = false;  // some rank asked to stop after this update
   bool non_finite = false;      // loss or gradient was inf/NaN: the update was skipped
+  // The first micro-step's mean gradient on this rank, a smaller batch nested in the update's
+  // (0 items: not measured — one micro-step, a resumed window, or measure_noise off).
+  int64_t small_batch_items = 0;
+  double small_batch_sq_norm = 0;
 };
 
 // What a window has accumulated so far (besides the gradients in .grad): enough to continue
@@ -45,6 +52,9 @@ struct WindowState {
   int64_t items = 0;
   double loss_sum = 0;
   int64_t correct = 0;
+  // The first micro-step's gradient measurement (the noise scale's small batch), if taken.
+  int64_t first_items = 0;
+  double first_sq_norm = 0;
 };
 
 class AccumulationEngine {
@@ -102,6 +112,7 @@ class AccumulationEngine {
 
  private:
   WindowTotals local_totals() const;
+  void read_first_gradient(int64_t items);
 
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;
@@ -114,6 +125,8 @@ class AccumulationEngine {
   int64_t micro_steps_ = 0;
   int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact
   bool stop_requested_ = false;
+  int64_t first_items_ = 0;  // the first micro-step's items, when its gradient norm was read
+  double first_sq_norm_ = 0;
 };
 
 // Runs this rank's micro-steps of `window` from micro-step `first` (non-zero after a

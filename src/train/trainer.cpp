@@ -25,6 +25,7 @@
 #include "report/progress.h"
 #include "runtime/interrupts.h"
 #include "runtime/runtime_env.h"
+#include "stats/gradient_noise.h"
 #include "train/accumulation_engine.h"
 #include "train/evaluate.h"
 #include "train/gradient_reducer.h"
@@ -298,7 +299,16 @@ TrainResult run_training(const TrainConfig& requested) {
     return result;
   }
 
-  auto optimizer = make_optimizer(OptimizerSettings::from(config), model->parameters());
+  OptimizerSettings optimizer_settings = OptimizerSettings::from(config);
+  if (run.adam) {
+    optimizer_settings.adam_beta1 = run.adam->beta1;
+    optimizer_settings.adam_beta2 = run.adam->beta2;
+    optimizer_settings.adam_eps = run.adam->eps;
+    say("adamw under the square-root rule (--adam-sqrt-adjust): beta1 " +
+        format_significant(run.adam->beta1) + ", beta2 " + format_significant(run.adam->beta2) +
+        ", eps " + format_significant(run.adam->eps));
+  }
+  auto optimizer = make_optimizer(optimizer_settings, model->parameters());
   const nlohmann::json identity = checkpoint_identity(
       config.model, config.hidden, config.dataset, data.train.size(), run.plan.global_batch_size,
       config.seed, config.shuffle, to_string(config.optimizer));
@@ -330,7 +340,8 @@ TrainResult run_training(const TrainConfig& requested) {
   if (is_main)
     metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
 
-  AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{config.clip_norm});
+  AccumulationEngine engine(model, *optimizer, *reducer,
+                            EngineOptions{config.clip_norm, config.noise_scale});
   if (at.micro_step > 0) {
     engine.restore_window(partial.totals, partial.gradients);
   }
@@ -456,6 +467,10 @@ TrainResult run_training(const TrainConfig& requested) {
                     {"rss_bytes", current_rss_bytes()}});
   }
 
+  // The gradient noise scale from the two batch sizes every accumulating update has.
+  NoiseScaleTracker noise;
+  noise.restore(at.noise);
+
   InterruptGuard interrupts;
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;
@@ -516,6 +531,13 @@ TrainResult run_training(const TrainConfig& requested) {
       ++at.step;
       ++at.update_in_epoch;
       at.samples_seen += stats.items;
+      if (!stats.non_finite && stats.small_batch_items > 0 &&
+          stats.small_batch_items < stats.items) {
+        noise.add({double(stats.small_batch_items), stats.small_batch_sq_norm, double(stats.items),
+                   stats.grad_norm * stats.grad_norm});
+        at.noise = noise.state();
+      }
+      const std::optional<double> noise_scale = noise.noise_scale();
       if (!stats.non_finite) {
         // A skipped update consumed its samples but taught nothing: the epoch's training
         // loss and accuracy are those of the updates that were applied.
@@ -549,6 +571,8 @@ TrainResult run_training(const TrainConfig& requested) {
                         {"skipped", stats.non_finite},
                         {"skipped_updates", skipped_updates},
                         {"micro_batch", run.plan.micro_batch_size},
+                        {"grad_noise_scale",
+                         noise_scale ? nlohmann::json(*noise_scale) : nlohmann::json(nullptr)},
                         {"peak_bytes", peak_bytes},
                         {"rss_peak_bytes", peak_rss_bytes()}});
         ProgressState state;
@@ -562,6 +586,8 @@ TrainResult run_training(const TrainConfig& requested) {
         state.samples_per_s = double(at.samples_seen) / at.train_seconds;
         state.elapsed_s = at.train_seconds;
         state.memory_bytes = peak_bytes;
+        state.global_batch = run.plan.global_batch_size;
+        state.noise_scale = noise_scale.value_or(0);
         progress.update(state);
       }
       // A checkpoint at an epoch's end waits for the epoch's evaluation (below), so that a
@@ -591,7 +617,9 @@ TrainResult run_training(const TrainConfig& requested) {
             {"peak_bytes", epoch_peak_bytes},
             {"rss_peak_bytes", peak_rss_bytes()},
             {"micro_batch", run.plan.micro_batch_size},
-            {"oom_backoffs", backoffs}};
+            {"oom_backoffs", backoffs},
+            {"grad_noise_scale",
+             noise.noise_scale() ? nlohmann::json(*noise.noise_scale()) : nlohmann::json(nullptr)}};
         // Under a budget, evaluation runs at the training micro-batch, which inference (no
         // saved activations, no gradients) always fits.
         const int64_t eval_batch = config.memory_budget > 0
@@ -627,6 +655,12 @@ TrainResult run_training(const TrainConfig& requested) {
   if ((cadence.is_set() || resuming) && last_checkpoint_step != at.step)
     checkpoint(at);
 
+  if (const auto b_noise = noise.noise_scale()) {
+    say(critical_batch_verdict(double(run.plan.global_batch_size), *b_noise));
+  } else if (noise.state().samples == 0) {
+    say("gradient noise scale: not measured (it needs two batch sizes per update: accumulation "
+        "steps of 2 or more)");
+  }
   save_final(at.step);
   result.is_main_rank = is_main;
   result.updates = at.step;

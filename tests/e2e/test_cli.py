@@ -121,6 +121,33 @@ class TrainTest(CliTestCase):
         self.assertGreater(epochs[-1]["test_accuracy"], 0.5)
         self.assertIn("accumulation steps           4", read(os.path.join(out, "plan.txt")))
 
+    def test_gradient_noise_scale_is_measured_and_judged(self):
+        out = self.path("gns")
+        result = run("train", *SMALL, "--train-subset", "2048", "--progress", "lines", "--out", out, check=True)
+        records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
+        last = [r for r in records if "loss" in r][-1]
+        self.assertGreater(last["grad_noise_scale"], 0)
+        self.assertRegex(result.stderr, r"global batch 128 is (well below|near|far above) the measured critical "
+                                        r"batch \(gradient noise scale B_noise ~ \d+")
+        self.assertRegex(result.stderr, r"B 128 B_noise \d+")
+        # Without accumulation an update has only one batch size: nothing to measure, and it says so.
+        single = self.path("single")
+        result = run("train", *SMALL, "--micro-batch", "128", "--out", single, check=True)
+        records = [json.loads(line) for line in read(os.path.join(single, "metrics.jsonl")).splitlines()]
+        self.assertIsNone([r for r in records if "loss" in r][-1]["grad_noise_scale"])
+        self.assertIn("gradient noise scale: not measured", result.stderr)
+
+    def test_lr_scaling_auto_follows_the_optimizer(self):
+        sgd = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.1", "--json",
+                             check=True).stdout)
+        self.assertEqual((sgd["lr_scaling"], sgd["lr"]), ("linear", 0.4))
+        adam = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.001",
+                              "--optimizer", "adamw", "--adam-sqrt-adjust", "--json", check=True).stdout)
+        self.assertEqual(adam["lr_scaling"], "sqrt")
+        self.assertAlmostEqual(adam["lr"], 0.002)
+        self.assertAlmostEqual(adam["adam_beta1"], 0.6)
+        self.assertAlmostEqual(adam["adam_eps"], 5e-9)
+
     def test_config_file_reproduces_the_run_bit_for_bit(self):
         first = self.path("first")
         run("train", *SMALL, "--out", first, check=True)
@@ -160,7 +187,7 @@ class TrainTest(CliTestCase):
         result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)
         self.assertIn("epoch 2/2 update 4/4", result.stderr)
         self.assertNotIn("\r", result.stderr)
-        self.assertIn("lr 0.05 @ 128 -> 0.05 @ 128 (none)", result.stderr)
+        self.assertIn("lr 0.05 @ 128 -> 0.05 @ 128 (linear; auto for sgd)", result.stderr)
 
     def test_batchnorm_under_accumulation_is_announced(self):
         result = run("train", "--model", "cnn-bn", "--train-subset", "128", "--global-batch", "64",

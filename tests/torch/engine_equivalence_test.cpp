@@ -268,6 +268,76 @@ TEST(Engine, NonFiniteWindowIsDiscardedWithoutTouchingWeightsOrMomentum) {
   EXPECT_FALSE(engine.update(0.1).non_finite);
 }
 
+TEST(Engine, FirstMicroStepIsTheNoiseScalesSmallBatch) {
+  const auto data = synthetic_dataset(64);
+  // The first micro-batch's mean gradient, computed on its own.
+  double expected = 0;
+  for (const auto& g : window_gradient("mlp", data, {16}))
+    expected += g.pow(2).sum().item<double>();
+  for (const bool announced : {true, false}) {
+    auto model = seeded_model("mlp");
+    auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+    LocalReducer reducer;
+    AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+    if (announced)
+      engine.begin_window(64);
+    for (int64_t begin = 0; begin < 64; begin += 16) {
+      engine.micro_step(data.inputs.slice(0, begin, begin + 16),
+                        data.targets.slice(0, begin, begin + 16),
+                        begin == 48 ? AccumulationEngine::MicroStep::Last
+                                    : AccumulationEngine::MicroStep::Accumulate);
+    }
+    const UpdateStats stats = engine.update(0.1);
+    EXPECT_EQ(stats.small_batch_items, 16);
+    EXPECT_NEAR(stats.small_batch_sq_norm, expected, 1e-5 * expected) << announced;
+    EXPECT_LT(stats.grad_norm * stats.grad_norm, stats.small_batch_sq_norm);  // averaging helps
+  }
+  // One micro-step has no smaller batch inside it; and the measurement can be switched off.
+  for (const bool measure : {true, false}) {
+    auto model = seeded_model("mlp");
+    auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+    LocalReducer reducer;
+    AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{0.0, measure});
+    engine.micro_step(
+        data.inputs.slice(0, 0, 32), data.targets.slice(0, 0, 32),
+        measure ? AccumulationEngine::MicroStep::Last : AccumulationEngine::MicroStep::Accumulate);
+    if (!measure)
+      engine.micro_step(data.inputs.slice(0, 32, 64), data.targets.slice(0, 32, 64));
+    EXPECT_EQ(engine.update(0.1).small_batch_items, 0);
+  }
+}
+
+TEST(Engine, RisingLearningRateInjectsNoMomentumJump) {
+  // Goyal et al.'s remark 2: with momentum kept as v = m v + lr g (their eq. 10), changing the
+  // rate needs v <- m (lr_new / lr_old) v + lr_new g. libtorch's SGD (as PyTorch's) keeps
+  // u = m u + g and steps by lr u (eq. 9), which is that corrected trajectory by construction:
+  // a warmup's rising rate scales the whole step, not only the newest gradient.
+  torch::manual_seed(5);
+  auto weight = torch::randn({16}, torch::requires_grad());
+  OptimizerSettings settings;
+  settings.momentum = 0.9;
+  auto optimizer = make_optimizer(settings, {weight});
+  const std::vector<double> rates = {0.01, 0.02, 0.04, 0.08, 0.16, 0.16};
+  auto corrected = weight.detach().clone();
+  auto uncorrected = weight.detach().clone();
+  auto v_corrected = torch::zeros({16});
+  auto v_uncorrected = torch::zeros({16});
+  double previous = rates[0];
+  for (double lr : rates) {
+    const auto g = torch::randn({16});
+    weight.mutable_grad() = g.clone();
+    set_learning_rate(*optimizer, lr);
+    optimizer->step();
+    v_corrected = 0.9 * (lr / previous) * v_corrected + lr * g;
+    corrected -= v_corrected;
+    v_uncorrected = 0.9 * v_uncorrected + lr * g;
+    uncorrected -= v_uncorrected;
+    previous = lr;
+  }
+  EXPECT_LT((weight.detach() - corrected).abs().max().item<double>(), 1e-6);
+  EXPECT_GT((weight.detach() - uncorrected).abs().max().item<double>(), 1e-3);
+}
+
 TEST(Engine, ApplyClearsTheWindow) {
   const auto data = synthetic_dataset(32);
   auto model = seeded_model("mlp");

@@ -126,6 +126,34 @@ TEST(ResolvedRun, DefaultJobOnFashionMnist) {
   EXPECT_EQ(run.total_updates, config.epochs * 235);
 }
 
+TEST(ResolvedRun, AutoScalingIsLinearForSgdAndSqrtForAdamw) {
+  TrainConfig config;
+  config.global_batch = 1024;
+  config.lr_ref_batch = 256;
+  config.lr = 0.1;
+  ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.schedule.config().scaling, LrScaling::Linear);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.4);
+  EXPECT_NE(run.schedule.describe_scaling().find("linear; auto for sgd"), std::string::npos);
+  EXPECT_FALSE(run.adam.has_value());
+
+  config.optimizer = OptimizerKind::AdamW;
+  config.lr = 1e-3;
+  run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.schedule.config().scaling, LrScaling::Sqrt);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 2e-3);
+  EXPECT_FALSE(run.adam.has_value());  // the betas only with --adam-sqrt-adjust
+  config.adam_sqrt_adjust = true;
+  run = resolve_run(config, 60000, 1);
+  ASSERT_TRUE(run.adam.has_value());
+  EXPECT_NEAR(run.adam->beta1, 0.6, 1e-12);
+
+  config.lr_scaling = LrScaling::Linear;  // the adjustment belongs to the sqrt rule
+  EXPECT_THROW(resolve_run(config, 60000, 1), Error);
+  config.optimizer = OptimizerKind::Sgd;  // and to Adam
+  EXPECT_THROW(config.validate(), Error);
+}
+
 TEST(ResolvedRun, MaxUpdatesBoundsTheRun) {
   TrainConfig config;
   config.max_updates = 300;

@@ -121,9 +121,33 @@ TEST(LrSchedule, RejectsImpossibleSettings) {
   EXPECT_THROW(LrSchedule{c}, Error);
 }
 
+TEST(LrSchedule, AutoRulePerOptimizer) {
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*adaptive_optimizer=*/false), LrScaling::Linear);
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*adaptive_optimizer=*/true), LrScaling::Sqrt);
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::None, true), LrScaling::None);
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::Linear, true), LrScaling::Linear);
+}
+
+TEST(LrSchedule, SquareRootRuleAdjustsAdam) {
+  // LARGE_BATCH.md's oracle: kappa = 4, (1e-3, 0.9, 0.999, 1e-8) -> (2e-3, 0.6, 0.996, 5e-9).
+  EXPECT_DOUBLE_EQ(scale_lr(1e-3, 256, 1024, LrScaling::Sqrt), 2e-3);
+  const AdamHyperparameters scaled = scale_adam_hyperparameters({0.9, 0.999, 1e-8}, 4);
+  EXPECT_NEAR(scaled.beta1, 0.6, 1e-12);
+  EXPECT_NEAR(scaled.beta2, 0.996, 1e-12);
+  EXPECT_NEAR(scaled.eps, 5e-9, 1e-20);
+  // A batch 32x the reference would take beta1 0.9 below zero: an error naming it.
+  try {
+    scale_adam_hyperparameters({0.9, 0.999, 1e-8}, 32);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beta1 0.9 to -2.2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LrSchedule, NamesParse) {
   EXPECT_EQ(parse_schedule_kind("cosine"), ScheduleKind::Cosine);
   EXPECT_EQ(parse_lr_scaling("sqrt"), LrScaling::Sqrt);
+  EXPECT_EQ(parse_lr_scaling("auto"), LrScaling::Auto);
   EXPECT_THROW(parse_schedule_kind("exponential"), Error);
   EXPECT_THROW(parse_lr_scaling("quadratic"), Error);
 }

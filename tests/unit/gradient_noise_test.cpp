@@ -1,0 +1,109 @@
+// The gradient noise scale's estimators against the oracles of ../shared/LARGE_BATCH.md and a
+// synthetic linear regression whose gradient covariance is known in closed form.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "stats/gradient_noise.h"
+
+namespace bigbatch {
+namespace {
+
+TEST(GradientNoise, EstimatorsMatchTheWorkedOracle) {
+  // Per-example gradients [1, 3]: B_small = 1 (mean squared norm 5), B_big = 2 (|mean|^2 = 4).
+  const NoiseEstimate e = estimate_noise({1, 5, 2, 4});
+  EXPECT_DOUBLE_EQ(e.trace, 2);        // Bessel-corrected sample variance
+  EXPECT_DOUBLE_EQ(e.gradient_sq, 3);  // |G|^2 with the variance's share removed
+}
+
+TEST(GradientNoise, TrackerSmoothsEachEstimateAndDebiases) {
+  NoiseScaleTracker tracker(0.9);
+  EXPECT_FALSE(tracker.noise_scale().has_value());
+  tracker.add({1, 5, 2, 4});
+  // One sample: the bias-corrected averages are the sample itself.
+  EXPECT_NEAR(tracker.trace(), 2, 1e-12);
+  EXPECT_NEAR(tracker.gradient_sq(), 3, 1e-12);
+  EXPECT_NEAR(*tracker.noise_scale(), 2.0 / 3.0, 1e-12);
+  // A negative |G|^2 estimate (noise) is averaged, not trusted alone.
+  NoiseScaleTracker noisy;
+  noisy.add({1, 1, 2, 4});  // |G|^2 = 7, tr = -6
+  EXPECT_FALSE(noisy.noise_scale().has_value());
+  // The state survives a checkpoint.
+  NoiseScaleTracker resumed(0.9);
+  resumed.restore(tracker.state());
+  EXPECT_EQ(*resumed.noise_scale(), *tracker.noise_scale());
+}
+
+TEST(GradientNoise, MatchesTheAnalyticNoiseScaleOfALinearRegression) {
+  // Loss (w.x - y)^2 / 2 with x ~ N(0, I_n), y = w*.x + eps, eps ~ N(0, s^2). At w = w* + d the
+  // per-example gradient g = x x^T d - eps x has mean G = d and (Isserlis) covariance
+  // Sigma = d d^T + (|d|^2 + s^2) I, so B_simple = tr(Sigma) / |G|^2 = 1 + n (1 + s^2 / |d|^2).
+  constexpr int n = 10;
+  const double s2 = 1.0;
+  std::vector<double> d(n, 0.0);
+  d[0] = 0.6;
+  d[1] = 0.8;                                      // |d| = 1
+  const double analytic = 1 + n * (1 + s2 / 1.0);  // 21
+
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto mean_gradient = [&](int batch) {
+    std::vector<double> sum(n, 0.0);
+    std::vector<double> x(n);
+    for (int i = 0; i < batch; ++i) {
+      double dot = 0;
+      for (int j = 0; j < n; ++j) {
+        x[j] = normal(rng);
+        dot += x[j] * d[j];
+      }
+      const double residual = dot - std::sqrt(s2) * normal(rng);
+      for (int j = 0; j < n; ++j)
+        sum[j] += residual * x[j];
+    }
+    for (double& v : sum)
+      v /= batch;
+    return sum;
+  };
+  auto sq_norm = [](const std::vector<double>& v) {
+    double total = 0;
+    for (double x : v)
+      total += x * x;
+    return total;
+  };
+
+  // As the engine sees it: a micro-batch of 32 nested in an update of 256 (8 x 32).
+  NoiseScaleTracker tracker(0.999);
+  for (int update = 0; update < 4000; ++update) {
+    const auto first = mean_gradient(32);
+    const auto rest = mean_gradient(224);
+    std::vector<double> whole(n);
+    for (int j = 0; j < n; ++j)
+      whole[j] = (32 * first[j] + 224 * rest[j]) / 256;
+    tracker.add({32, sq_norm(first), 256, sq_norm(whole)});
+  }
+  std::printf("noise scale %.3f (analytic %.1f), |G|^2 %.4f (analytic 1)\n", *tracker.noise_scale(),
+              analytic, tracker.gradient_sq());
+  // Stated tolerance: 10% (about four standard errors of this many averaged updates).
+  EXPECT_NEAR(*tracker.noise_scale(), analytic, 0.10 * analytic);
+  EXPECT_NEAR(tracker.gradient_sq(), 1.0, 0.15);
+}
+
+TEST(GradientNoise, TradeoffAndVerdict) {
+  const BatchTradeoff at_noise = batch_tradeoff(1000, 1000);
+  EXPECT_DOUBLE_EQ(at_noise.steps_factor, 2);
+  EXPECT_DOUBLE_EQ(at_noise.samples_factor, 2);
+  // (S/S_min - 1)(E/E_min - 1) = 1 for any batch.
+  for (double batch : {16.0, 256.0, 4096.0}) {
+    const BatchTradeoff t = batch_tradeoff(batch, 700);
+    EXPECT_NEAR((t.steps_factor - 1) * (t.samples_factor - 1), 1, 1e-12);
+  }
+  EXPECT_NE(critical_batch_verdict(64, 2000).find("well below"), std::string::npos);
+  EXPECT_NE(critical_batch_verdict(1024, 2000).find("near"), std::string::npos);
+  EXPECT_NE(critical_batch_verdict(65536, 2000).find("far above"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bigbatch
