@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -104,6 +105,22 @@ int run_fit(const TrainConfig& config, bool json) {
   return report.max_micro_batch > 0 ? kExitOk : kExitOutOfMemory;
 }
 
+int run_verify(const TrainConfig& config) {
+  // The classic bug on purpose, so verify's own tests can see it caught (never for users).
+  const char* broken = std::getenv("BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS");
+  const VerifyReport report = run_verify(config, broken != nullptr && std::string(broken) == "1");
+  std::cout << report.text;
+  switch (report.verdict) {
+    case VerifyVerdict::Exact:
+      return kExitOk;
+    case VerifyVerdict::BatchNorm:
+      return kExitVerifyBatchNorm;
+    case VerifyVerdict::Unexpected:
+      return kExitVerifyUnexpected;
+  }
+  return kExitInternalError;
+}
+
 int run_train(const TrainConfig& config) {
   const TrainResult result = run_training(config);
   if (!result.is_main_rank)
@@ -202,6 +219,16 @@ int run(int argc, char** argv) {
   fit->add_flag("--json", fit_json,
                 "print {budget_bytes, max_micro_batch, fastest_micro_batch, table} as JSON");
 
+  CLI::App* verify = app.add_subcommand(
+      "verify",
+      "check that this configuration's accumulation equals one big batch: gradients and weights "
+      "after one update, per tensor (exit 0 exact, 6 BatchNorm, 7 unexpected)");
+  FlagValues verify_flags;
+  register_options(*verify, kTrainCommand, verify_flags);
+  std::string verify_config_path;
+  verify->add_option("--config", verify_config_path, "TOML file whose keys are train's flags")
+      ->type_name("FILE");
+
   CLI::App* launch = app.add_subcommand("launch",
                                         "start and supervise the local workers of a data-parallel "
                                         "job: launch --nproc N -- COMMAND...");
@@ -244,6 +271,7 @@ int run(int argc, char** argv) {
     const std::string command = plan->parsed()     ? "plan"
                                 : train->parsed()  ? "train"
                                 : fit->parsed()    ? "fit"
+                                : verify->parsed() ? "verify"
                                 : launch->parsed() ? "launch"
                                                    : "";
     std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
@@ -260,6 +288,12 @@ int run(int argc, char** argv) {
     }
     if (launch->parsed())
       return run_launcher(launch_options);
+    if (verify->parsed()) {
+      if (!verify_config_path.empty())
+        load_toml_config(config, verify_config_path);
+      apply_flags(config, kTrainCommand, verify_flags);
+      return run_verify(config);
+    }
     if (fit->parsed()) {
       apply_flags(config, kFitCommand, fit_flags);
       return run_fit(config, fit_json);

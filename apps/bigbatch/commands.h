@@ -17,6 +17,9 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDistributed = 3;
 inline constexpr int kExitDiverged = 4;
 inline constexpr int kExitOutOfMemory = 5;
+// `bigbatch verify`: accumulation differs from one batch — explained by BatchNorm (6), or not (7).
+inline constexpr int kExitVerifyBatchNorm = 6;
+inline constexpr int kExitVerifyUnexpected = 7;
 
 int run(int argc, char** argv);
 

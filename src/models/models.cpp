@@ -70,14 +70,20 @@ torch::nn::Sequential make_model(const ModelSpec& spec) {
               "use --model mlp, cnn, cnn-bn or cnn-gn");
 }
 
-bool uses_batch_statistics(torch::nn::Module& model) {
-  for (const auto& module : model.modules(/*include_self=*/true)) {
+std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_modules()) {
+    const auto& module = item.value();
     if (module->as<torch::nn::BatchNorm1d>() || module->as<torch::nn::BatchNorm2d>() ||
         module->as<torch::nn::BatchNorm3d>()) {
-      return true;
+      names.push_back(item.key());
     }
   }
-  return false;
+  return names;
+}
+
+bool uses_batch_statistics(torch::nn::Module& model) {
+  return !batch_statistics_layers(model).empty();
 }
 
 int64_t parameter_count(torch::nn::Module& model) {

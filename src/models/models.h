@@ -27,6 +27,8 @@ torch::nn::Sequential make_model(const ModelSpec& spec);
 // True when the model normalises over the batch: accumulation then differs from one big
 // batch (statistics per micro-batch), which the trainer says out loud.
 bool uses_batch_statistics(torch::nn::Module& model);
+// The names of those layers ("1", "5" in a Sequential), as in the weights files.
+std::vector<std::string> batch_statistics_layers(torch::nn::Module& model);
 
 int64_t parameter_count(torch::nn::Module& model);
 

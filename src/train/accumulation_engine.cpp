@@ -36,7 +36,9 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   ++micro_steps_;
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
-  if (expected_items_ > 0) {
+  if (options_.per_micro_batch_mean_for_tests) {
+    (loss * (1.0 / double(targets.size(0)))).backward();
+  } else if (expected_items_ > 0) {
     // The window's size is known: scaling the summed loss (a scalar) makes backward produce
     // the mean gradient directly, and saves a pass over every gradient at the end.
     (loss * (1.0 / double(expected_items_))).backward();
@@ -110,7 +112,10 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.small_batch_sq_norm = first_sq_norm_;
 
   // Normalise once, by what was really seen on all ranks (unless the scaled loss already did).
-  if (expected_items_ == 0) {
+  if (options_.per_micro_batch_mean_for_tests) {
+    for (auto& g : gradients)
+      g.div_(double(micro_steps_));
+  } else if (expected_items_ == 0) {
     for (auto& g : gradients)
       g.div_(global.items);
   }

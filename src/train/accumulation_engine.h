@@ -29,6 +29,10 @@ struct EngineOptions {
   // Reads the squared norm of the first micro-step's gradient (one pass over the gradients,
   // no extra memory) for the gradient noise scale (stats/gradient_noise.h).
   bool measure_noise = true;
+  // The classic accumulation bug, for `bigbatch verify`'s own tests only: each micro-step
+  // back-propagates its mean loss and the window divides by the micro-step count, which
+  // over-weights a short micro-batch. Never set by training.
+  bool per_micro_batch_mean_for_tests = false;
 };
 
 struct UpdateStats {

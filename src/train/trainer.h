@@ -37,4 +37,15 @@ struct FitReport {
 
 FitReport run_fit(const TrainConfig& config);
 
+// `bigbatch verify`: the first update's window run twice from the same weights — as the plan's
+// micro-steps with accumulation, and as one batch of the same samples — comparing gradients and
+// the weights after the update, tensor by tensor.
+enum class VerifyVerdict { Exact, BatchNorm, Unexpected };
+struct VerifyReport {
+  std::string text;
+  VerifyVerdict verdict = VerifyVerdict::Exact;
+};
+
+VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests);
+
 }  // namespace bigbatch

@@ -196,6 +196,35 @@ class TrainTest(CliTestCase):
         self.assertIn("ghost batch norm", result.stderr)
 
 
+class VerifyTest(CliTestCase):
+    VERIFY = ["verify", "--train-subset", "512", "--global-batch", "128", "--micro-batch", "32", "--threads", "1"]
+
+    def test_exact_models_pass(self):
+        for model in ["mlp", "cnn", "cnn-gn"]:
+            result = run(*self.VERIFY, "--model", model)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertIn("verdict: exact to fp32 tolerance", result.stdout)
+            self.assertRegex(result.stdout, r"tensor\s+grad max abs\s+grad relative\s+weight max abs")
+            self.assertNotIn("<- differs", result.stdout)
+
+    def test_batchnorm_is_flagged_by_layer(self):
+        result = run(*self.VERIFY, "--model", "cnn-bn")
+        self.assertEqual(result.returncode, 6, result.stdout + result.stderr)
+        self.assertIn("verdict: differs because of BatchNorm in layers 1, 5", result.stdout)
+
+    def test_broken_normalisation_fails_loudly(self):
+        # Per-micro-batch means over-weight the short last micro-batch (100 = 32 x 3 + 4).
+        env = dict(os.environ, BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS="1")
+        result = run("verify", "--model", "mlp", "--train-subset", "512", "--global-batch", "100", "--micro-batch",
+                     "32", "--threads", "1", env=env)
+        self.assertEqual(result.returncode, 7, result.stdout + result.stderr)
+        self.assertIn("verdict: differs unexpectedly", result.stdout)
+        self.assertIn("<- differs", result.stdout)
+
+    def test_nothing_to_verify_without_accumulation(self):
+        self.assert_one_line_error(run(*self.VERIFY, "--micro-batch", "128"), "has no accumulation to verify")
+
+
 class BadInputTest(CliTestCase):
     def test_unknown_flag_suggests_the_right_one(self):
         self.assert_one_line_error(run("train", "--micro-bach", "8"), "did you mean --micro-batch?")
