@@ -15,7 +15,9 @@
 #include "dist/launcher.h"
 #include "report/files.h"
 #include "report/plan_report.h"
+#include "train/fit_command.h"
 #include "train/trainer.h"
+#include "train/verify.h"
 
 namespace bigbatch::cli {
 

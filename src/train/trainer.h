@@ -27,25 +27,4 @@ struct TrainResult {
 
 TrainResult run_training(const TrainConfig& config);
 
-// `bigbatch fit`: the micro-batch search of train/micro_batch_fit.h for the configured model,
-// data and optimizer under --memory-budget, as the text table and as JSON.
-struct FitReport {
-  std::string text;
-  std::string json;
-  int64_t max_micro_batch = 0;
-};
-
-FitReport run_fit(const TrainConfig& config);
-
-// `bigbatch verify`: the first update's window run twice from the same weights — as the plan's
-// micro-steps with accumulation, and as one batch of the same samples — comparing gradients and
-// the weights after the update, tensor by tensor.
-enum class VerifyVerdict { Exact, BatchNorm, Unexpected };
-struct VerifyReport {
-  std::string text;
-  VerifyVerdict verdict = VerifyVerdict::Exact;
-};
-
-VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests);
-
 }  // namespace bigbatch

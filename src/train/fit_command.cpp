@@ -1,0 +1,52 @@
+#include "train/fit_command.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "runtime/runtime_env.h"
+#include "train/run_setup.h"
+
+namespace bigbatch {
+
+FitReport run_fit(const TrainConfig& config) {
+  config.validate();
+  if (config.memory_budget == 0) {
+    throw Error(ErrorKind::Usage, "bigbatch fit needs the budget to fit in",
+                "give --memory-budget SIZE, e.g. bigbatch fit --model " + config.model +
+                    " --memory-budget 512MiB");
+  }
+  start_memory_accounting(config);
+  torch::set_num_threads(
+      static_cast<int>(config.threads > 0 ? config.threads : default_thread_count()));
+  tune_malloc();
+  const DatasetSplits data = load_data_outside_budget(config);
+  torch::manual_seed(config.seed);
+  // Far past any size worth a single pass on one device, and a bound on the search's time.
+  constexpr int64_t kLargestProbe = 65536;
+  const FitResult fit = measure_micro_batch_fit(
+      config, data.train, std::min<int64_t>(kLargestProbe, data.train.size()), /*quiet=*/false);
+  FitReport report;
+  report.max_micro_batch = fit.max_micro_batch;
+  report.json = fit.to_json().dump(2);
+  report.text = config.model + " with " + to_string(config.optimizer) + ", budget " +
+                human_bytes(double(fit.budget_bytes)) + " (usable " +
+                human_bytes(double(fit.usable_bytes)) + " after the " +
+                format_double(100 * config.fit_margin) + "% margin), " +
+                std::to_string(torch::get_num_threads()) + " thread(s)\n" + fit.to_text();
+  if (fit.max_micro_batch == 0) {
+    report.text += "not even a micro-batch of 1 fits: raise --memory-budget\n";
+  } else {
+    report.text += "largest fitting micro-batch: " + std::to_string(fit.max_micro_batch) +
+                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch) +
+                   "\ntrain with it: bigbatch train --model " + config.model +
+                   " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
+                   " (or --micro-batch auto --memory-budget " + exact_byte_size(fit.budget_bytes) +
+                   ")\n";
+  }
+  return report;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,31 @@
+#pragma once
+// What every command that builds a model from a TrainConfig shares (train, fit, verify): the
+// model's shape from the data, the data loaded outside the memory budget, and the start of
+// memory accounting.
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "config/train_config.h"
+#include "data/dataset.h"
+#include "models/models.h"
+#include "train/micro_batch_fit.h"
+
+namespace bigbatch {
+
+ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
+
+// The dataset stays in host memory whatever the device (a GPU run copies micro-batches over),
+// so it is not part of the budget, which covers what a training step needs.
+DatasetSplits load_data_outside_budget(const TrainConfig& config);
+
+// Counts every tensor allocation from here on, and enforces --memory-budget.
+void start_memory_accounting(const TrainConfig& config);
+
+// The micro-batch search for this configuration, up to `max_micro_batch`, under
+// --memory-budget (or the memory the system reports available); `quiet` hides the per-probe
+// lines.
+FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
+                                  int64_t max_micro_batch, bool quiet);
+
+}  // namespace bigbatch
