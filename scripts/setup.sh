@@ -13,6 +13,7 @@ packages=(
   libgtest-dev
   dataset-fashion-mnist
   python3-torch python3-numpy
+  chromium python3-pil
 )
 
 missing=()

@@ -14,6 +14,7 @@
 #include "core/text.h"
 #include "dist/launcher.h"
 #include "report/files.h"
+#include "report/html_report.h"
 #include "report/plan_report.h"
 #include "train/fit_command.h"
 #include "train/trainer.h"
@@ -231,6 +232,13 @@ int run(int argc, char** argv) {
   verify->add_option("--config", verify_config_path, "TOML file whose keys are train's flags")
       ->type_name("FILE");
 
+  CLI::App* report = app.add_subcommand(
+      "report", "write RUN_DIR/report.html: charts of the run (self-contained, no network)");
+  std::string report_dir;
+  report->add_option("run_dir", report_dir, "a run directory written by bigbatch train")
+      ->required()
+      ->type_name("RUN_DIR");
+
   CLI::App* launch = app.add_subcommand("launch",
                                         "start and supervise the local workers of a data-parallel "
                                         "job: launch --nproc N -- COMMAND...");
@@ -274,6 +282,7 @@ int run(int argc, char** argv) {
                                 : train->parsed()  ? "train"
                                 : fit->parsed()    ? "fit"
                                 : verify->parsed() ? "verify"
+                                : report->parsed() ? "report"
                                 : launch->parsed() ? "launch"
                                                    : "";
     std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
@@ -290,6 +299,10 @@ int run(int argc, char** argv) {
     }
     if (launch->parsed())
       return run_launcher(launch_options);
+    if (report->parsed()) {
+      std::printf("%s\n", write_run_report(report_dir).c_str());
+      return kExitOk;
+    }
     if (verify->parsed()) {
       if (!verify_config_path.empty())
         load_toml_config(config, verify_config_path);

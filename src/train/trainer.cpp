@@ -20,6 +20,7 @@
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "report/files.h"
+#include "report/html_report.h"
 #include "report/metrics_writer.h"
 #include "report/plan_report.h"
 #include "report/progress.h"
@@ -619,6 +620,10 @@ TrainResult run_training(const TrainConfig& requested) {
         "steps of 2 or more)");
   }
   save_final(at.step);
+  if (is_main) {
+    metrics.reset();  // flushed and closed: the report reads every line
+    say("report: " + write_run_report(result.run_dir));
+  }
   result.is_main_rank = is_main;
   result.updates = at.step;
   result.samples_seen = at.samples_seen;

@@ -102,7 +102,7 @@ class TrainTest(CliTestCase):
         out = self.path("run")
         result = run("train", *SMALL, "--val-size", "64", "--out", out, check=True)
         self.assertIn("test accuracy", result.stdout)
-        for name in ["config.toml", "plan.txt", "metrics.jsonl", "weights.safetensors"]:
+        for name in ["config.toml", "plan.txt", "metrics.jsonl", "weights.safetensors", "report.html"]:
             self.assertTrue(os.path.exists(os.path.join(out, name)), name)
         records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
         updates = [r for r in records if "loss" in r]
@@ -147,6 +147,18 @@ class TrainTest(CliTestCase):
         self.assertAlmostEqual(adam["lr"], 0.002)
         self.assertAlmostEqual(adam["adam_beta1"], 0.6)
         self.assertAlmostEqual(adam["adam_eps"], 5e-9)
+
+    def test_report_command_rebuilds_the_report(self):
+        out = self.path("run")
+        result = run("train", *SMALL, "--out", out, check=True)
+        self.assertIn(f"report: {out}/report.html", result.stderr)
+        written = read(os.path.join(out, "report.html"))
+        os.remove(os.path.join(out, "report.html"))
+        result = run("report", out, check=True)
+        self.assertEqual(result.stdout.strip(), f"{out}/report.html")
+        self.assertEqual(read(os.path.join(out, "report.html")), written)
+        self.assertEqual(written.count("<svg "), 9)
+        self.assert_one_line_error(run("report", self.path("missing")), "has no metrics.jsonl")
 
     def test_config_file_reproduces_the_run_bit_for_bit(self):
         first = self.path("first")

@@ -1,0 +1,225 @@
+#include "report/html_report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "report/files.h"
+#include "report/svg_chart.h"
+
+namespace bigbatch {
+
+namespace {
+
+// A colour-blind-safe palette (Okabe-Ito).
+constexpr const char* kBlue = "#0072B2";
+constexpr const char* kOrange = "#E69F00";
+constexpr const char* kGreen = "#009E73";
+constexpr const char* kRed = "#D55E00";
+constexpr const char* kPurple = "#CC79A7";
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct RunRecords {
+  std::vector<nlohmann::json> updates;  // one per optimizer update ("loss")
+  std::vector<nlohmann::json> epochs;   // one per finished epoch ("test_accuracy")
+  std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, ...
+};
+
+RunRecords read_records(const std::string& path) {
+  RunRecords records;
+  for (const auto& line : split(read_text_file(path), '\n')) {
+    if (trim(line).empty())
+      continue;
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object())
+      continue;  // a line cut short by a crash
+    if (record.contains("event")) {
+      records.events.push_back(std::move(record));
+    } else if (record.contains("loss")) {
+      records.updates.push_back(std::move(record));
+    } else if (record.contains("test_accuracy")) {
+      records.epochs.push_back(std::move(record));
+    }
+  }
+  return records;
+}
+
+// (x, y) for every record holding both keys as numbers, y scaled.
+std::vector<ChartPoint> points(const std::vector<nlohmann::json>& records, const char* x_key,
+                               const char* y_key, double scale = 1.0) {
+  std::vector<ChartPoint> out;
+  for (const auto& r : records) {
+    const nlohmann::json x = r.value(x_key, nlohmann::json());
+    const nlohmann::json y = r.value(y_key, nlohmann::json());
+    if (x.is_number() && y.is_number())
+      out.push_back({x.get<double>(), y.get<double>() * scale});
+  }
+  return out;
+}
+
+std::string section(const std::string& title, const std::string& body) {
+  return "<section><h2>" + xml_escape(title) + "</h2>" + body + "</section>\n";
+}
+
+std::string optional_file(const std::string& path) {
+  return path_exists(path) ? read_text_file(path) : std::string("(not found)");
+}
+
+std::string summary(const RunRecords& r) {
+  std::string rows;
+  auto row = [&](const std::string& name, const std::string& value) {
+    rows += "<tr><th>" + xml_escape(name) + "</th><td>" + xml_escape(value) + "</td></tr>";
+  };
+  if (!r.updates.empty()) {
+    const auto& last = r.updates.back();
+    row("updates", std::to_string(last.value("step", int64_t{0})));
+    row("samples seen", std::to_string(last.value("samples_seen", int64_t{0})));
+    row("global batch (last update)", std::to_string(last.value("items", int64_t{0})));
+    if (last.contains("micro_batch"))
+      row("micro-batch (last update)", std::to_string(last.value("micro_batch", int64_t{0})));
+    if (last.contains("grad_noise_scale") && last["grad_noise_scale"].is_number())
+      row("gradient noise scale (last)", human_count(last["grad_noise_scale"].get<double>()));
+  }
+  if (!r.epochs.empty()) {
+    const auto& last = r.epochs.back();
+    char accuracy[32];
+    std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
+    row("test accuracy (last epoch)", accuracy);
+    row("epochs finished", std::to_string(r.epochs.size()));
+    row("training time", human_duration(last.value("train_seconds", 0.0)));
+  } else {
+    row("epochs finished", "0 (the run is young, or was stopped before an epoch ended)");
+  }
+  int backoffs = 0;
+  for (const auto& e : r.events)
+    backoffs += e.at("event") == "oom_backoff" ? 1 : 0;  // events always name themselves
+  if (backoffs > 0)
+    row("out-of-memory back-offs", std::to_string(backoffs));
+  return "<table class=\"summary\">" + rows + "</table>";
+}
+
+}  // namespace
+
+std::string render_run_report(const std::string& run_dir) {
+  const std::string metrics_path = run_dir + "/metrics.jsonl";
+  if (!path_exists(metrics_path)) {
+    throw Error(ErrorKind::Io,
+                "'" + run_dir + "' has no metrics.jsonl, so there is nothing to report",
+                "give a run directory written by bigbatch train");
+  }
+  const RunRecords r = read_records(metrics_path);
+
+  std::string charts;
+  auto add = [&](LineChart chart) { charts += "<figure>" + render_svg(chart) + "</figure>"; };
+
+  auto loss_chart = [&](const char* x_key, const std::string& x_label) {
+    LineChart c;
+    c.title = "loss against " + x_label;
+    c.x_label = x_label;
+    c.y_label = "cross-entropy";
+    c.series.push_back({"train (update)", kBlue, points(r.updates, x_key, "loss"), false});
+    c.series.push_back({"train (epoch)", kOrange, points(r.epochs, x_key, "train_loss"), true});
+    c.series.push_back({"test", kRed, points(r.epochs, x_key, "test_loss"), true});
+    c.series.push_back({"validation", kGreen, points(r.epochs, x_key, "val_loss"), true});
+    return c;
+  };
+  add(loss_chart("step", "updates"));
+  add(loss_chart("samples_seen", "samples"));
+  for (const auto& [x_key, x_label] : {std::pair{"step", "updates"}, {"samples_seen", "samples"}}) {
+    LineChart c;
+    c.title = std::string("accuracy against ") + x_label;
+    c.x_label = x_label;
+    c.y_label = "accuracy (%)";
+    c.series.push_back({"train", kOrange, points(r.epochs, x_key, "train_accuracy", 100), true});
+    c.series.push_back({"test", kRed, points(r.epochs, x_key, "test_accuracy", 100), true});
+    c.series.push_back({"validation", kGreen, points(r.epochs, x_key, "val_accuracy", 100), true});
+    add(c);
+  }
+  {
+    LineChart c;
+    c.title = "learning rate (warmup and decay)";
+    c.x_label = "updates";
+    c.y_label = "learning rate";
+    c.series.push_back({"lr", kBlue, points(r.updates, "step", "lr"), false});
+    add(c);
+  }
+  {
+    LineChart c;
+    c.title = "gradient norm (mean gradient, before clipping)";
+    c.x_label = "updates";
+    c.y_label = "L2 norm";
+    c.log_y = true;
+    c.series.push_back({"grad norm", kBlue, points(r.updates, "step", "grad_norm"), false});
+    add(c);
+  }
+  {
+    LineChart c;
+    c.title = "gradient noise scale beside the global batch";
+    c.x_label = "updates";
+    c.y_label = "samples";
+    c.log_y = true;
+    c.series.push_back(
+        {"noise scale B_noise", kPurple, points(r.updates, "step", "grad_noise_scale"), false});
+    c.series.push_back({"global batch", kBlue, points(r.updates, "step", "items"), false});
+    add(c);
+  }
+  {
+    LineChart c;
+    c.title = "throughput";
+    c.x_label = "updates";
+    c.y_label = "samples / s";
+    c.series.push_back({"samples/s", kGreen, points(r.updates, "step", "samples_per_s"), false});
+    add(c);
+  }
+  {
+    LineChart c;
+    c.title = "memory";
+    c.x_label = "updates";
+    c.y_label = "MiB";
+    c.log_y = true;  // tensors and the whole process differ by orders of magnitude
+    c.series.push_back(
+        {"tensor peak", kBlue, points(r.updates, "step", "peak_bytes", 1 / kMiB), false});
+    c.series.push_back(
+        {"resident peak", kOrange, points(r.updates, "step", "rss_peak_bytes", 1 / kMiB), false});
+    add(c);
+  }
+
+  std::string html;
+  html += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
+  html += "<title>bigbatch run " + xml_escape(run_dir) + "</title>";
+  html +=
+      "<style>"
+      "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
+      "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
+      ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}"
+      "svg.chart{background:#fff;border:1px solid #ddd}"
+      ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.marker{stroke:#888;stroke-dasharray:4 3}"
+      ".title{font-size:13px;font-weight:bold}.tick,.legend,.marker-label{font-size:10px}"
+      ".label{font-size:11px}.empty{font-size:12px;fill:#999}"
+      ".legend-back{fill:#fff;fill-opacity:0.8}"
+      "table.summary th{text-align:left;padding-right:16px;font-weight:normal;color:#555}"
+      "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
+      "</style></head><body>\n";
+  html += "<h1>bigbatch run: " + xml_escape(run_dir) + "</h1>\n";
+  html += section("summary", summary(r));
+  html += section("training", "<div class=\"charts\">" + charts + "</div>");
+  html +=
+      section("batch plan", "<pre>" + xml_escape(optional_file(run_dir + "/plan.txt")) + "</pre>");
+  html += section("configuration",
+                  "<pre>" + xml_escape(optional_file(run_dir + "/config.toml")) + "</pre>");
+  html += "</body></html>\n";
+  return html;
+}
+
+std::string write_run_report(const std::string& run_dir) {
+  const std::string path = run_dir + "/report.html";
+  atomic_write_file(path, render_run_report(run_dir));
+  return path;
+}
+
+}  // namespace bigbatch

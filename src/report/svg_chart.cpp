@@ -1,0 +1,241 @@
+#include "report/svg_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+
+namespace bigbatch {
+
+namespace {
+
+constexpr size_t kMaxPointsPerSeries = 1500;
+constexpr int kLeft = 64, kRight = 16, kTop = 30, kBottom = 44;
+
+std::string number(double v) {
+  char buffer[32];
+  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) {
+    std::snprintf(buffer, sizeof buffer, "%.3g", v);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.4g", v);
+  }
+  return buffer;
+}
+
+std::string coordinate(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f", v);
+  return buffer;
+}
+
+// Maps data to pixels along one axis, linear or log10.
+struct Axis {
+  double low = 0, high = 1;
+  bool log = false;
+  double pixel_low = 0, pixel_high = 1;
+
+  double transform(double v) const { return log ? std::log10(v) : v; }
+  double to_pixel(double v) const {
+    const double t = (transform(v) - transform(low)) / (transform(high) - transform(low));
+    return pixel_low + t * (pixel_high - pixel_low);
+  }
+};
+
+bool usable(double v, bool log) {
+  return std::isfinite(v) && (!log || v > 0);
+}
+
+std::vector<double> log_ticks(double low, double high) {
+  std::vector<double> ticks;
+  for (double decade = std::pow(10.0, std::floor(std::log10(low))); decade <= high * 1.0001;
+       decade *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double t = decade * m;
+      if (t >= low * 0.9999 && t <= high * 1.0001)
+        ticks.push_back(t);
+    }
+  }
+  if (ticks.size() > 8) {  // many decades: the powers of ten alone
+    std::vector<double> powers;
+    for (double t : ticks) {
+      const double exponent = std::log10(t);
+      if (std::fabs(exponent - std::round(exponent)) < 1e-9)
+        powers.push_back(t);
+    }
+    ticks = powers;
+  }
+  return ticks;
+}
+
+}  // namespace
+
+std::vector<double> nice_ticks(double low, double high, int target) {
+  if (!(high > low))
+    return {low};
+  const double raw = (high - low) / std::max(1, target);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw)
+      break;
+  }
+  std::vector<double> ticks;
+  // Integer multiples of the step: no drift from adding it up.
+  for (auto k = static_cast<int64_t>(std::ceil(low / step - 1e-9));
+       double(k) * step <= high + step * 1e-9; ++k)
+    ticks.push_back(double(k) * step);
+  return ticks;
+}
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string render_svg(const LineChart& chart) {
+  const int w = chart.width, h = chart.height;
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" +
+                    std::to_string(w) + "\" height=\"" + std::to_string(h) + "\" viewBox=\"0 0 " +
+                    std::to_string(w) + " " + std::to_string(h) + "\" role=\"img\" aria-label=\"" +
+                    xml_escape(chart.title) + "\">";
+  svg += "<text x=\"" + std::to_string(w / 2) +
+         "\" y=\"18\" text-anchor=\"middle\" class=\"title\">" + xml_escape(chart.title) +
+         "</text>";
+
+  double x_low = std::numeric_limits<double>::infinity(), x_high = -x_low;
+  double y_low = x_low, y_high = -x_low;
+  for (const auto& s : chart.series) {
+    for (const auto& p : s.points) {
+      if (!usable(p.x, chart.log_x) || !usable(p.y, chart.log_y))
+        continue;
+      x_low = std::min(x_low, p.x);
+      x_high = std::max(x_high, p.x);
+      y_low = std::min(y_low, p.y);
+      y_high = std::max(y_high, p.y);
+    }
+  }
+  Axis x{x_low, x_high, chart.log_x, double(kLeft), double(w - kRight)};
+  Axis y{y_low, y_high, chart.log_y, double(h - kBottom), double(kTop)};
+  svg += "<rect x=\"" + std::to_string(kLeft) + "\" y=\"" + std::to_string(kTop) + "\" width=\"" +
+         std::to_string(w - kLeft - kRight) + "\" height=\"" + std::to_string(h - kTop - kBottom) +
+         "\" class=\"frame\"/>";
+  if (!std::isfinite(x_low)) {
+    svg += "<text x=\"" + std::to_string(w / 2) + "\" y=\"" + std::to_string(h / 2) +
+           "\" text-anchor=\"middle\" class=\"empty\">no data</text></svg>";
+    return svg;
+  }
+  // A flat series still gets a visible range, and no line runs along the frame.
+  for (Axis* axis : {&x, &y}) {
+    if (axis->high <= axis->low) {
+      const double pad = axis->log ? axis->low * 0.5 : std::max(1e-12, std::fabs(axis->low) * 0.1);
+      axis->low -= pad;
+      axis->high += axis->log ? axis->high : pad;
+    }
+  }
+  if (y.log) {
+    y.low /= 1.15;
+    y.high *= 1.15;
+  } else {
+    const double pad = 0.05 * (y.high - y.low);
+    y.low -= pad;
+    y.high += pad;
+  }
+
+  // Grid and ticks.
+  const auto x_ticks = chart.log_x ? log_ticks(x.low, x.high) : nice_ticks(x.low, x.high);
+  const auto y_ticks = chart.log_y ? log_ticks(y.low, y.high) : nice_ticks(y.low, y.high);
+  for (double t : x_ticks) {
+    const std::string px = coordinate(x.to_pixel(t));
+    svg += "<line x1=\"" + px + "\" x2=\"" + px + "\" y1=\"" + std::to_string(kTop) + "\" y2=\"" +
+           std::to_string(h - kBottom) + "\" class=\"grid\"/>";
+    svg += "<text x=\"" + px + "\" y=\"" + std::to_string(h - kBottom + 16) +
+           "\" text-anchor=\"middle\" class=\"tick\">" + number(t) + "</text>";
+  }
+  for (double t : y_ticks) {
+    const std::string py = coordinate(y.to_pixel(t));
+    svg += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + std::to_string(w - kRight) +
+           "\" y1=\"" + py + "\" y2=\"" + py + "\" class=\"grid\"/>";
+    svg += "<text x=\"" + std::to_string(kLeft - 6) + "\" y=\"" + py +
+           "\" text-anchor=\"end\" dominant-baseline=\"middle\" class=\"tick\">" + number(t) +
+           "</text>";
+  }
+  svg += "<text x=\"" + std::to_string((kLeft + w - kRight) / 2) + "\" y=\"" +
+         std::to_string(h - 8) + "\" text-anchor=\"middle\" class=\"label\">" +
+         xml_escape(chart.x_label + (chart.log_x ? " (log)" : "")) + "</text>";
+  svg += "<text transform=\"translate(14 " + std::to_string((kTop + h - kBottom) / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">" +
+         xml_escape(chart.y_label + (chart.log_y ? " (log)" : "")) + "</text>";
+
+  for (const auto& [value, label] : chart.x_markers) {
+    if (!usable(value, chart.log_x) || value < x.low || value > x.high)
+      continue;
+    const std::string px = coordinate(x.to_pixel(value));
+    svg += "<line x1=\"" + px + "\" x2=\"" + px + "\" y1=\"" + std::to_string(kTop) + "\" y2=\"" +
+           std::to_string(h - kBottom) + "\" class=\"marker\"/>";
+    svg += "<text x=\"" + px + "\" y=\"" + std::to_string(kTop + 12) +
+           "\" class=\"marker-label\">" + xml_escape(label) + "</text>";
+  }
+
+  // Series, thinned to a bounded number of points, then the legend.
+  int legend_row = 0;
+  for (const auto& s : chart.series) {
+    std::vector<ChartPoint> kept;
+    for (const auto& p : s.points) {
+      if (usable(p.x, chart.log_x) && usable(p.y, chart.log_y))
+        kept.push_back(p);
+    }
+    if (kept.empty())
+      continue;
+    const size_t stride = (kept.size() + kMaxPointsPerSeries - 1) / kMaxPointsPerSeries;
+    std::string path;
+    for (size_t i = 0; i < kept.size(); i += stride) {
+      path += coordinate(x.to_pixel(kept[i].x)) + "," + coordinate(y.to_pixel(kept[i].y)) + " ";
+    }
+    if ((kept.size() - 1) % stride != 0) {  // always end at the last point
+      path += coordinate(x.to_pixel(kept.back().x)) + "," + coordinate(y.to_pixel(kept.back().y));
+    }
+    svg += "<polyline fill=\"none\" stroke=\"" + xml_escape(s.color) +
+           "\" stroke-width=\"1.5\" points=\"" + path + "\"><title>" + xml_escape(s.name) +
+           "</title></polyline>";
+    if (s.markers) {
+      for (const auto& p : kept) {
+        svg += "<circle cx=\"" + coordinate(x.to_pixel(p.x)) + "\" cy=\"" +
+               coordinate(y.to_pixel(p.y)) + "\" r=\"3\" fill=\"" + xml_escape(s.color) +
+               "\"><title>" + xml_escape(s.name) + ": " + number(p.y) + " at " + number(p.x) +
+               "</title></circle>";
+      }
+    }
+    const int ly = kTop + 10 + 14 * legend_row++;
+    // A pale backing keeps the legend readable over the lines it covers.
+    svg += "<rect x=\"" + std::to_string(w - kRight - 122) + "\" y=\"" + std::to_string(ly - 7) +
+           "\" width=\"118\" height=\"14\" class=\"legend-back\"/>";
+    svg += "<rect x=\"" + std::to_string(w - kRight - 118) + "\" y=\"" + std::to_string(ly - 5) +
+           "\" width=\"10\" height=\"10\" fill=\"" + xml_escape(s.color) + "\"/>";
+    svg += "<text x=\"" + std::to_string(w - kRight - 104) + "\" y=\"" + std::to_string(ly) +
+           "\" dominant-baseline=\"middle\" class=\"legend\">" + xml_escape(s.name) + "</text>";
+  }
+  svg += "</svg>";
+  return svg;
+}
+
+}  // namespace bigbatch

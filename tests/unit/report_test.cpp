@@ -1,0 +1,148 @@
+// The run report: SVG line charts (ticks, log axes, thinning, escaping, empty data) and the
+// self-contained HTML page built from a run directory's files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
+
+#include "core/error.h"
+#include "report/files.h"
+#include "report/html_report.h"
+#include "report/svg_chart.h"
+
+namespace bigbatch {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+void expect_ticks(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+TEST(SvgChart, NiceTicks) {
+  expect_ticks(nice_ticks(0, 1), {0, 0.2, 0.4, 0.6, 0.8, 1.0});
+  expect_ticks(nice_ticks(3, 97), {20, 40, 60, 80});
+  expect_ticks(nice_ticks(-1, 1, 4), {-1, -0.5, 0, 0.5, 1});
+  expect_ticks(nice_ticks(5, 5), {5});
+}
+
+TEST(SvgChart, DrawsSeriesWithLegendTicksAndLabels) {
+  LineChart chart;
+  chart.title = "loss <train> & test";
+  chart.x_label = "updates";
+  chart.y_label = "loss";
+  chart.series.push_back({"train", "#0072B2", {{1, 2.3}, {2, 1.9}, {3, 1.5}}, false});
+  chart.series.push_back({"test", "#D55E00", {{3, 1.7}}, true});
+  const std::string svg = render_svg(chart);
+  EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_EQ(count(svg, "<polyline"), 2u);
+  EXPECT_EQ(count(svg, "<circle"), 1u);
+  EXPECT_NE(svg.find("loss &lt;train&gt; &amp; test"), std::string::npos);  // escaped
+  EXPECT_EQ(svg.find("<train>"), std::string::npos);
+  EXPECT_GE(count(svg, "class=\"tick\""), 4u);
+  EXPECT_NE(svg.find(">train</text>"), std::string::npos);
+  EXPECT_EQ(svg.substr(svg.size() - 6), "</svg>");
+}
+
+TEST(SvgChart, LogAxisDropsWhatItCannotShowAndEmptyChartsSaySo) {
+  LineChart chart;
+  chart.log_y = true;
+  chart.series.push_back({"s", "red", {{1, 0}, {2, -1}, {3, NAN}, {4, 100}, {5, 1000}}, false});
+  const std::string svg = render_svg(chart);
+  const auto points_at = svg.find("points=\"");
+  const auto points_end = svg.find('"', points_at + 8);
+  const std::string points = svg.substr(points_at + 8, points_end - points_at - 8);
+  EXPECT_EQ(count(points, ","), 2u);  // only (4, 100) and (5, 1000)
+  EXPECT_NE(svg.find(">1000<"), std::string::npos);
+
+  LineChart empty;
+  empty.title = "nothing yet";
+  empty.series.push_back({"s", "red", {{1, NAN}}, false});
+  EXPECT_NE(render_svg(empty).find("no data"), std::string::npos);
+}
+
+TEST(SvgChart, LongSeriesAreThinnedButKeepTheirEnds) {
+  LineChart chart;
+  ChartSeries s{"long", "blue", {}, false};
+  for (int i = 0; i < 100000; ++i)
+    s.points.push_back({double(i), std::sin(i * 0.001)});
+  chart.series.push_back(s);
+  const std::string svg = render_svg(chart);
+  EXPECT_LT(svg.size(), 40000u);
+  const auto points_at = svg.find("points=\"");
+  const std::string points = svg.substr(points_at, svg.find('"', points_at + 8) - points_at);
+  EXPECT_LE(count(points, ","), 1501u);
+  // The last point (x = 99999) is at the right edge of the plot area.
+  EXPECT_NE(points.find(std::to_string(560 - 16) + ".0,"), std::string::npos);
+}
+
+class RunReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("bigbatch_report_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
+  std::string metrics =
+      "{\"event\":\"train_start\",\"step\":0,\"tensor_bytes\":10,\"rss_bytes\":99}\n";
+  for (int step = 1; step <= 20; ++step) {
+    metrics += "{\"step\":" + std::to_string(step) +
+               ",\"samples_seen\":" + std::to_string(step * 256) +
+               ",\"loss\":" + std::to_string(2.0 / step) +
+               ",\"lr\":0.05,\"grad_norm\":1.5,\"items\":256,\"micro_batch\":32,"
+               "\"grad_noise_scale\":300,\"samples_per_s\":3000,\"peak_bytes\":1048576,"
+               "\"rss_peak_bytes\":4194304}\n";
+  }
+  metrics +=
+      "{\"epoch\":1,\"step\":20,\"samples_seen\":5120,\"train_loss\":0.5,"
+      "\"train_accuracy\":0.8,\"test_loss\":0.6,\"test_accuracy\":0.78,"
+      "\"train_seconds\":2.0}\n";
+  metrics += "{\"step\":21,\"loss\":";  // a line cut short by a crash is skipped
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
+  atomic_write_file((dir_ / "plan.txt").string(), "batch plan\n  global batch 256 <x>\n");
+
+  const std::string path = write_run_report(dir_.string());
+  const std::string html = read_text_file(path);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  for (const char* title : {"loss against updates", "loss against samples",
+                            "accuracy against updates", "accuracy against samples", "learning rate",
+                            "gradient norm", "gradient noise scale", "throughput", "memory"}) {
+    EXPECT_NE(html.find(title), std::string::npos) << title;
+  }
+  EXPECT_EQ(count(html, "<svg "), 9u);
+  EXPECT_NE(html.find("78.00%"), std::string::npos);
+  EXPECT_NE(html.find("global batch 256 &lt;x&gt;"), std::string::npos);
+  EXPECT_NE(html.find("(not found)"), std::string::npos);  // no config.toml in this directory
+  // Nothing is fetched: no scripts, links, images or sources.
+  for (const char* fetch : {"<script", "<link", "<img", "src=", "href="})
+    EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
+}
+
+TEST_F(RunReportTest, NoMetricsIsAClearError) {
+  try {
+    render_run_report(dir_.string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no metrics.jsonl"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace bigbatch
