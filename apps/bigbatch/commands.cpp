@@ -4,8 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
@@ -16,6 +19,11 @@
 #include "report/files.h"
 #include "report/html_report.h"
 #include "report/plan_report.h"
+#include "runtime/runtime_env.h"
+#include "schedule/interval.h"
+#include "schedule/lr_schedule.h"
+#include "sweep/sweep_grid.h"
+#include "sweep/sweep_runner.h"
 #include "train/fit_command.h"
 #include "train/trainer.h"
 #include "train/verify.h"
@@ -63,9 +71,11 @@ std::string default_note(const OptionSpec& spec) {
   return text.empty() ? std::string() : " (default: " + text + ")";
 }
 
-void register_options(CLI::App& command, unsigned mask, FlagValues& values) {
+// `skip`: options the command defines otherwise (a sweep takes lists where train takes one).
+void register_options(CLI::App& command, unsigned mask, FlagValues& values,
+                      const std::set<std::string>& skip = {}) {
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & mask))
+    if (!(spec.commands & mask) || skip.count(spec.name))
       continue;
     const std::string flag = "--" + spec.name;
     if (spec.is_switch()) {
@@ -83,7 +93,7 @@ void register_options(CLI::App& command, unsigned mask, FlagValues& values) {
 
 void apply_flags(TrainConfig& config, unsigned mask, FlagValues& values) {
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & mask))
+    if (!(spec.commands & mask) || !values.handles.count(spec.name))
       continue;
     const auto* handle = values.handles.at(spec.name);
     if (handle->count() == 0)
@@ -122,6 +132,82 @@ int run_verify(const TrainConfig& config) {
       return kExitVerifyUnexpected;
   }
   return kExitInternalError;
+}
+
+// Options a sweep sets per cell, or for every cell itself.
+const std::set<std::string> kSweepOwnOptions = {
+    "global-batch", "lr-scaling",  "warmup",      "target-accuracy",  "epochs",
+    "out",          "resume",      "progress",    "checkpoint-every", "keep-checkpoints",
+    "accum-steps",  "max-updates", "save-weights"};
+
+struct SweepFlags {
+  std::string global_batches;
+  std::string lr_scalings = "linear";
+  std::string warmups = "0u";
+  double target_accuracy = 0.9;
+  int64_t max_epochs = 20;
+  std::string out;
+  int64_t jobs = 0;
+};
+
+std::string self_executable() {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) {
+    throw Error(ErrorKind::Io, "cannot find the bigbatch executable to run the cells",
+                "run bigbatch by its full path");
+  }
+  return path.string();
+}
+
+int run_sweep_command(TrainConfig base, const SweepFlags& flags) {
+  SweepOptions options;
+  options.grid.global_batches = parse_batch_list(flags.global_batches);
+  options.grid.lr_scalings = parse_word_list(flags.lr_scalings, "--lr-scaling",
+                                             [](const std::string& w) { parse_lr_scaling(w); });
+  options.grid.warmups =
+      parse_word_list(flags.warmups, "--warmup", [](const std::string& w) { Interval::parse(w); });
+  if (!(flags.target_accuracy > 0 && flags.target_accuracy <= 1)) {
+    throw Error(ErrorKind::Config,
+                "--target-accuracy must be a fraction above 0, up to 1, got " +
+                    format_double(flags.target_accuracy),
+                "e.g. --target-accuracy 0.9");
+  }
+  if (flags.max_epochs < 1)
+    throw Error(ErrorKind::Config, "--max-epochs must be at least 1", "e.g. --max-epochs 20");
+  // The rate is tuned at the smallest batch, and scaled from there (the seed's practice).
+  if (!base.lr_ref_batch)
+    base.lr_ref_batch = options.grid.global_batches.front();
+  options.micro_batch = base.micro_batch.value_or(kDefaultMicroBatchSize);
+  base.micro_batch.reset();
+  base.validate();
+  const int64_t cpus = available_cpus();
+  options.threads_per_cell = base.threads > 0 ? base.threads : 1;
+  options.jobs =
+      flags.jobs > 0 ? flags.jobs : std::max<int64_t>(1, cpus / options.threads_per_cell);
+  base.threads = options.threads_per_cell;
+  options.base_config = render_toml_config(base);
+  options.target_accuracy = flags.target_accuracy;
+  options.max_epochs = flags.max_epochs;
+  if (flags.out.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    options.out = std::string("runs/sweep-") + stamp;
+  } else {
+    options.out = flags.out;
+  }
+  options.binary = self_executable();
+  std::fprintf(stderr,
+               "sweep: %zu cells (%zu global batches x %zu LR rules x %zu warmups), %lld at a "
+               "time with %lld thread(s) each, target %s%% in at most %lld epochs, in %s\n",
+               options.grid.cells().size(), options.grid.global_batches.size(),
+               options.grid.lr_scalings.size(), options.grid.warmups.size(),
+               static_cast<long long>(options.jobs),
+               static_cast<long long>(options.threads_per_cell),
+               format_significant(100 * flags.target_accuracy).c_str(),
+               static_cast<long long>(flags.max_epochs), options.out.c_str());
+  return run_sweep(options);
 }
 
 int run_train(const TrainConfig& config) {
@@ -232,6 +318,37 @@ int run(int argc, char** argv) {
   verify->add_option("--config", verify_config_path, "TOML file whose keys are train's flags")
       ->type_name("FILE");
 
+  CLI::App* sweep = app.add_subcommand(
+      "sweep",
+      "grow the global batch with the learning rate scaled and watch validation accuracy: a grid "
+      "of train runs, their updates to a target accuracy, summary.csv/.md and report.html");
+  FlagValues sweep_flags;
+  register_options(*sweep, kTrainCommand, sweep_flags, kSweepOwnOptions);
+  SweepFlags sweep_options;
+  sweep
+      ->add_option("--global-batch", sweep_options.global_batches,
+                   "global batches: 256,1024 or a doubling run 32,64,...,4096")
+      ->required()
+      ->type_name("LIST");
+  sweep
+      ->add_option("--lr-scaling", sweep_options.lr_scalings,
+                   "LR rules to compare, e.g. none,linear,sqrt (default linear)")
+      ->type_name("LIST");
+  sweep
+      ->add_option("--warmup", sweep_options.warmups, "warmups to compare, e.g. 0u,2e (default 0u)")
+      ->type_name("LIST");
+  sweep->add_option("--target-accuracy", sweep_options.target_accuracy,
+                    "validation accuracy each cell trains to (default 0.9)");
+  sweep->add_option("--max-epochs", sweep_options.max_epochs,
+                    "a cell stops here if it has not reached the target (default 20)");
+  sweep->add_option("--out", sweep_options.out, "sweep directory (default runs/sweep-<timestamp>)")
+      ->type_name("DIR");
+  sweep->add_option("--jobs", sweep_options.jobs,
+                    "cells run at once (default: CPUs / threads per cell)");
+  std::string sweep_config_path;
+  sweep->add_option("--config", sweep_config_path, "TOML file of train's keys shared by every cell")
+      ->type_name("FILE");
+
   CLI::App* report = app.add_subcommand(
       "report", "write RUN_DIR/report.html: charts of the run (self-contained, no network)");
   std::string report_dir;
@@ -283,6 +400,7 @@ int run(int argc, char** argv) {
                                 : fit->parsed()    ? "fit"
                                 : verify->parsed() ? "verify"
                                 : report->parsed() ? "report"
+                                : sweep->parsed()  ? "sweep"
                                 : launch->parsed() ? "launch"
                                                    : "";
     std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
@@ -299,6 +417,12 @@ int run(int argc, char** argv) {
     }
     if (launch->parsed())
       return run_launcher(launch_options);
+    if (sweep->parsed()) {
+      if (!sweep_config_path.empty())
+        load_toml_config(config, sweep_config_path);
+      apply_flags(config, kTrainCommand, sweep_flags);
+      return run_sweep_command(config, sweep_options);
+    }
     if (report->parsed()) {
       std::printf("%s\n", write_run_report(report_dir).c_str());
       return kExitOk;

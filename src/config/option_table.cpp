@@ -273,6 +273,10 @@ std::vector<OptionSpec> build_table() {
                             "step decay multiplies the rate by this at each milestone",
                             &TrainConfig::step_gamma, both));
   t.push_back(int_option("epochs", "epochs to train", &TrainConfig::epochs, both));
+  t.push_back(double_option("target-accuracy",
+                            "stop at the end of the first epoch whose validation accuracy (test "
+                            "accuracy without --val-size) reaches this fraction, e.g. 0.9 (0: off)",
+                            &TrainConfig::target_accuracy));
   t.push_back(optional_int_option("max-updates",
                                   "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));

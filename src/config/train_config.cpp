@@ -75,6 +75,10 @@ void TrainConfig::validate() const {
         "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
             std::string(to_string(optimizer)),
         "add --optimizer adamw, or drop --adam-sqrt-adjust");
+  check(target_accuracy >= 0 && target_accuracy <= 1,
+        "--target-accuracy must be a fraction from 0 (off) to 1, got " +
+            format_double(target_accuracy),
+        "e.g. --target-accuracy 0.9 for 90%");
   check(fit_margin >= 0 && fit_margin < 1,
         "--fit-margin must be in [0, 1), got " + format_double(fit_margin),
         "use e.g. --fit-margin 0.1 (keep the peak 10% under the budget)");

@@ -68,6 +68,7 @@ struct TrainConfig {
   // Length: whichever ends first.
   int64_t epochs = 8;
   std::optional<int64_t> max_updates;
+  double target_accuracy = 0;  // stop at the first epoch whose validation accuracy reaches it
 
   // Run.
   uint64_t seed = 42;

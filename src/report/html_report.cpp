@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "report/files.h"
+#include "report/run_records.h"
 #include "report/svg_chart.h"
 
 namespace bigbatch {
@@ -23,44 +24,6 @@ constexpr const char* kRed = "#D55E00";
 constexpr const char* kPurple = "#CC79A7";
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-struct RunRecords {
-  std::vector<nlohmann::json> updates;  // one per optimizer update ("loss")
-  std::vector<nlohmann::json> epochs;   // one per finished epoch ("test_accuracy")
-  std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, ...
-};
-
-RunRecords read_records(const std::string& path) {
-  RunRecords records;
-  for (const auto& line : split(read_text_file(path), '\n')) {
-    if (trim(line).empty())
-      continue;
-    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object())
-      continue;  // a line cut short by a crash
-    if (record.contains("event")) {
-      records.events.push_back(std::move(record));
-    } else if (record.contains("loss")) {
-      records.updates.push_back(std::move(record));
-    } else if (record.contains("test_accuracy")) {
-      records.epochs.push_back(std::move(record));
-    }
-  }
-  return records;
-}
-
-// (x, y) for every record holding both keys as numbers, y scaled.
-std::vector<ChartPoint> points(const std::vector<nlohmann::json>& records, const char* x_key,
-                               const char* y_key, double scale = 1.0) {
-  std::vector<ChartPoint> out;
-  for (const auto& r : records) {
-    const nlohmann::json x = r.value(x_key, nlohmann::json());
-    const nlohmann::json y = r.value(y_key, nlohmann::json());
-    if (x.is_number() && y.is_number())
-      out.push_back({x.get<double>(), y.get<double>() * scale});
-  }
-  return out;
-}
 
 std::string section(const std::string& title, const std::string& body) {
   return "<section><h2>" + xml_escape(title) + "</h2>" + body + "</section>\n";
@@ -112,7 +75,7 @@ std::string render_run_report(const std::string& run_dir) {
                 "'" + run_dir + "' has no metrics.jsonl, so there is nothing to report",
                 "give a run directory written by bigbatch train");
   }
-  const RunRecords r = read_records(metrics_path);
+  const RunRecords r = read_run_records(metrics_path);
 
   std::string charts;
   auto add = [&](LineChart chart) { charts += "<figure>" + render_svg(chart) + "</figure>"; };
@@ -122,10 +85,11 @@ std::string render_run_report(const std::string& run_dir) {
     c.title = "loss against " + x_label;
     c.x_label = x_label;
     c.y_label = "cross-entropy";
-    c.series.push_back({"train (update)", kBlue, points(r.updates, x_key, "loss"), false});
-    c.series.push_back({"train (epoch)", kOrange, points(r.epochs, x_key, "train_loss"), true});
-    c.series.push_back({"test", kRed, points(r.epochs, x_key, "test_loss"), true});
-    c.series.push_back({"validation", kGreen, points(r.epochs, x_key, "val_loss"), true});
+    c.series.push_back({"train (update)", kBlue, record_points(r.updates, x_key, "loss"), false});
+    c.series.push_back(
+        {"train (epoch)", kOrange, record_points(r.epochs, x_key, "train_loss"), true});
+    c.series.push_back({"test", kRed, record_points(r.epochs, x_key, "test_loss"), true});
+    c.series.push_back({"validation", kGreen, record_points(r.epochs, x_key, "val_loss"), true});
     return c;
   };
   add(loss_chart("step", "updates"));
@@ -135,9 +99,11 @@ std::string render_run_report(const std::string& run_dir) {
     c.title = std::string("accuracy against ") + x_label;
     c.x_label = x_label;
     c.y_label = "accuracy (%)";
-    c.series.push_back({"train", kOrange, points(r.epochs, x_key, "train_accuracy", 100), true});
-    c.series.push_back({"test", kRed, points(r.epochs, x_key, "test_accuracy", 100), true});
-    c.series.push_back({"validation", kGreen, points(r.epochs, x_key, "val_accuracy", 100), true});
+    c.series.push_back(
+        {"train", kOrange, record_points(r.epochs, x_key, "train_accuracy", 100), true});
+    c.series.push_back({"test", kRed, record_points(r.epochs, x_key, "test_accuracy", 100), true});
+    c.series.push_back(
+        {"validation", kGreen, record_points(r.epochs, x_key, "val_accuracy", 100), true});
     add(c);
   }
   {
@@ -145,7 +111,7 @@ std::string render_run_report(const std::string& run_dir) {
     c.title = "learning rate (warmup and decay)";
     c.x_label = "updates";
     c.y_label = "learning rate";
-    c.series.push_back({"lr", kBlue, points(r.updates, "step", "lr"), false});
+    c.series.push_back({"lr", kBlue, record_points(r.updates, "step", "lr"), false});
     add(c);
   }
   {
@@ -154,7 +120,7 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = "updates";
     c.y_label = "L2 norm";
     c.log_y = true;
-    c.series.push_back({"grad norm", kBlue, points(r.updates, "step", "grad_norm"), false});
+    c.series.push_back({"grad norm", kBlue, record_points(r.updates, "step", "grad_norm"), false});
     add(c);
   }
   {
@@ -163,9 +129,9 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = "updates";
     c.y_label = "samples";
     c.log_y = true;
-    c.series.push_back(
-        {"noise scale B_noise", kPurple, points(r.updates, "step", "grad_noise_scale"), false});
-    c.series.push_back({"global batch", kBlue, points(r.updates, "step", "items"), false});
+    c.series.push_back({"noise scale B_noise", kPurple,
+                        record_points(r.updates, "step", "grad_noise_scale"), false});
+    c.series.push_back({"global batch", kBlue, record_points(r.updates, "step", "items"), false});
     add(c);
   }
   {
@@ -173,7 +139,8 @@ std::string render_run_report(const std::string& run_dir) {
     c.title = "throughput";
     c.x_label = "updates";
     c.y_label = "samples / s";
-    c.series.push_back({"samples/s", kGreen, points(r.updates, "step", "samples_per_s"), false});
+    c.series.push_back(
+        {"samples/s", kGreen, record_points(r.updates, "step", "samples_per_s"), false});
     add(c);
   }
   {
@@ -183,9 +150,9 @@ std::string render_run_report(const std::string& run_dir) {
     c.y_label = "MiB";
     c.log_y = true;  // tensors and the whole process differ by orders of magnitude
     c.series.push_back(
-        {"tensor peak", kBlue, points(r.updates, "step", "peak_bytes", 1 / kMiB), false});
-    c.series.push_back(
-        {"resident peak", kOrange, points(r.updates, "step", "rss_peak_bytes", 1 / kMiB), false});
+        {"tensor peak", kBlue, record_points(r.updates, "step", "peak_bytes", 1 / kMiB), false});
+    c.series.push_back({"resident peak", kOrange,
+                        record_points(r.updates, "step", "rss_peak_bytes", 1 / kMiB), false});
     add(c);
   }
 

@@ -89,6 +89,12 @@ std::vector<double> nice_ticks(double low, double high, int target) {
   return ticks;
 }
 
+const char* chart_colour(size_t i) {
+  static const char* const palette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
+                                        "#CC79A7", "#56B4E9", "#F0E442", "#000000"};
+  return palette[i % (sizeof palette / sizeof palette[0])];
+}
+
 std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -196,8 +202,12 @@ std::string render_svg(const LineChart& chart) {
            "\" class=\"marker-label\">" + xml_escape(label) + "</text>";
   }
 
-  // Series, thinned to a bounded number of points, then the legend.
+  // Series, thinned to a bounded number of points, then the legend (as wide as its names).
   int legend_row = 0;
+  size_t longest_name = 0;
+  for (const auto& s : chart.series)
+    longest_name = std::max(longest_name, s.name.size());
+  const int legend_width = std::min(w / 2, 22 + 6 * static_cast<int>(longest_name));
   for (const auto& s : chart.series) {
     std::vector<ChartPoint> kept;
     for (const auto& p : s.points) {
@@ -227,11 +237,13 @@ std::string render_svg(const LineChart& chart) {
     }
     const int ly = kTop + 10 + 14 * legend_row++;
     // A pale backing keeps the legend readable over the lines it covers.
-    svg += "<rect x=\"" + std::to_string(w - kRight - 122) + "\" y=\"" + std::to_string(ly - 7) +
-           "\" width=\"118\" height=\"14\" class=\"legend-back\"/>";
-    svg += "<rect x=\"" + std::to_string(w - kRight - 118) + "\" y=\"" + std::to_string(ly - 5) +
+    const int legend_x = w - kRight - legend_width;
+    svg += "<rect x=\"" + std::to_string(legend_x - 4) + "\" y=\"" + std::to_string(ly - 7) +
+           "\" width=\"" + std::to_string(legend_width) +
+           "\" height=\"14\" class=\"legend-back\"/>";
+    svg += "<rect x=\"" + std::to_string(legend_x) + "\" y=\"" + std::to_string(ly - 5) +
            "\" width=\"10\" height=\"10\" fill=\"" + xml_escape(s.color) + "\"/>";
-    svg += "<text x=\"" + std::to_string(w - kRight - 104) + "\" y=\"" + std::to_string(ly) +
+    svg += "<text x=\"" + std::to_string(legend_x + 14) + "\" y=\"" + std::to_string(ly) +
            "\" dominant-baseline=\"middle\" class=\"legend\">" + xml_escape(s.name) + "</text>";
   }
   svg += "</svg>";

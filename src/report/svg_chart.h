@@ -8,6 +8,7 @@
 //   chart.title = "loss";  chart.x_label = "updates";
 //   chart.series.push_back({"train", "#1f77b4", {{1, 2.3}, {2, 1.9}}});
 //   std::string svg = render_svg(chart);
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ std::string render_svg(const LineChart& chart);
 
 // Tick positions covering [low, high]: about `target` of them at 1, 2 or 5 x 10^k.
 std::vector<double> nice_ticks(double low, double high, int target = 5);
+
+// The i-th colour of a colour-blind-safe palette (Okabe-Ito), cycling.
+const char* chart_colour(size_t i);
 
 // Text for an SVG/HTML text node or attribute.
 std::string xml_escape(const std::string& text);

@@ -433,6 +433,7 @@ TrainResult run_training(const TrainConfig& requested) {
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;
   int64_t epoch_peak_bytes = 0;
+  bool target_reached = false;  // --target-accuracy met at an epoch's end
   EvalResult last_test;
   while (at.epoch < run.epochs && at.step < run.total_updates) {
     const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
@@ -590,6 +591,34 @@ TrainResult run_training(const TrainConfig& requested) {
         record.update(eval_record("test", last_test));
         metrics->write(record);
         progress.message(epoch_summary(record, at));
+        if (config.target_accuracy > 0) {
+          // Validation accuracy when there is a validation split: the test set is not for
+          // decisions.
+          const char* metric = data.validation.size() > 0 ? "val_accuracy" : "test_accuracy";
+          const double accuracy = record[metric].get<double>();
+          if (accuracy >= config.target_accuracy) {
+            target_reached = true;
+            metrics->write({{"event", "target_reached"},
+                            {"step", at.step},
+                            {"epoch", at.epoch + 1},
+                            {"samples_seen", at.samples_seen},
+                            {"train_seconds", at.train_seconds},
+                            {"metric", metric},
+                            {"accuracy", accuracy},
+                            {"target", config.target_accuracy}});
+            say("target reached: " + std::string(metric) + " " +
+                format_significant(100 * accuracy) +
+                "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
+                std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
+                " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+          }
+        }
+      }
+      if (config.target_accuracy > 0 && world_size > 1) {
+        // Only rank 0 evaluates: its verdict is everyone's.
+        std::vector<torch::Tensor> verdict = {torch::tensor({target_reached ? 1 : 0})};
+        reducer->broadcast_from_first_rank(verdict);
+        target_reached = verdict[0].item<int64_t>() != 0;
       }
       at.epoch += 1;
       epoch_peak_bytes = 0;
@@ -607,6 +636,8 @@ TrainResult run_training(const TrainConfig& requested) {
           "; checkpoint written, continue with: bigbatch train --resume " + result.run_dir);
       throw Interrupted(signal_number, "training interrupted at update " + std::to_string(at.step));
     }
+    if (target_reached)
+      break;
   }
   // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
   // run can be extended later with more --epochs.

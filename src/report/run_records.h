@@ -1,0 +1,25 @@
+#pragma once
+// A run's metrics.jsonl read back, sorted by kind of line: what the run report and the sweep
+// summary are built from. Lines cut short by a crash are skipped.
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "report/svg_chart.h"
+
+namespace bigbatch {
+
+struct RunRecords {
+  std::vector<nlohmann::json> updates;  // one per optimizer update (has "loss")
+  std::vector<nlohmann::json> epochs;   // one per finished epoch (has "test_accuracy")
+  std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, target_reached
+};
+
+RunRecords read_run_records(const std::string& metrics_path);
+
+// (x, y * scale) for every record holding both keys as numbers (nulls are skipped).
+std::vector<ChartPoint> record_points(const std::vector<nlohmann::json>& records, const char* x_key,
+                                      const char* y_key, double scale = 1.0);
+
+}  // namespace bigbatch

@@ -1,0 +1,191 @@
+#include "sweep/sweep_runner.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "report/files.h"
+#include "runtime/interrupts.h"
+#include "sweep/sweep_summary.h"
+
+namespace bigbatch {
+
+namespace {
+
+std::vector<std::string> cell_arguments(const SweepOptions& o, const SweepCell& cell,
+                                        const std::string& dir) {
+  if (path_exists(dir + "/checkpoints")) {
+    // Continue where the interrupted cell left off (its own config.toml holds its settings).
+    return {o.binary, "train", "--resume", dir, "--progress", "lines"};
+  }
+  return {o.binary,
+          "train",
+          "--config",
+          o.out + "/base.toml",
+          "--global-batch",
+          std::to_string(cell.global_batch),
+          "--micro-batch",
+          std::to_string(std::min(o.micro_batch, cell.global_batch)),
+          "--lr-scaling",
+          cell.lr_scaling,
+          "--warmup",
+          cell.warmup,
+          "--epochs",
+          std::to_string(o.max_epochs),
+          "--target-accuracy",
+          format_double(o.target_accuracy),
+          "--checkpoint-every",
+          "1e",
+          "--threads",
+          std::to_string(o.threads_per_cell),
+          "--progress",
+          "lines",
+          "--out",
+          dir};
+}
+
+pid_t start_cell(const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<char*> argv;
+  for (const auto& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) {
+    throw Error(ErrorKind::Io, "cannot write '" + log_path + "': " + std::strerror(errno),
+                "check that the sweep directory is writable");
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log);
+    throw Error(ErrorKind::Io, std::string("cannot start a cell: ") + std::strerror(errno),
+                "lower --jobs");
+  }
+  if (pid == 0) {
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(log);
+  return pid;
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(const CellResult& r) {
+  std::string text = r.reached ? "reached after " + std::to_string(r.updates_to_target) +
+                                     " updates (" + human_duration(r.seconds_to_target) + ")"
+                               : "target not reached";
+  if (r.best_accuracy)
+    text += ", best " + format_significant(100 * *r.best_accuracy) + "%";
+  return text;
+}
+
+void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells) {
+  std::vector<CellResult> results;
+  for (const auto& cell : cells)
+    results.push_back(read_cell_result(cell, o.out + "/" + cell.name()));
+  atomic_write_file(o.out + "/summary.csv", summary_csv(results));
+  const std::string markdown = summary_markdown(results, o.target_accuracy);
+  atomic_write_file(o.out + "/summary.md", markdown);
+  atomic_write_file(o.out + "/report.html",
+                    sweep_report_html(results, o.target_accuracy, "bigbatch sweep: " + o.out));
+  std::printf("%s", markdown.c_str());
+  std::printf("sweep: wrote %s/summary.csv, summary.md and report.html\n", o.out.c_str());
+}
+
+}  // namespace
+
+int run_sweep(const SweepOptions& o) {
+  ensure_directory(o.out);
+  ensure_directory(o.out + "/logs");
+  // The cells of a sweep share one base configuration; a rerun keeps its own.
+  if (!path_exists(o.out + "/base.toml"))
+    atomic_write_file(o.out + "/base.toml", o.base_config);
+
+  const std::vector<SweepCell> cells = o.grid.cells();
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const std::string dir = o.out + "/" + cells[i].name();
+    if (path_exists(dir + "/weights.safetensors")) {
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: finished earlier, kept\n", i + 1, cells.size(),
+                   cells[i].name().c_str());
+      continue;
+    }
+    if (path_exists(dir) && !path_exists(dir + "/checkpoints"))
+      std::filesystem::remove_all(dir);  // started, but left nothing to continue from
+    pending.push_back(i);
+  }
+
+  InterruptGuard interrupts;
+  std::map<pid_t, size_t> running;
+  int first_failure = 0;
+  size_t next = 0;
+  while (next < pending.size() || !running.empty()) {
+    while (!interrupts.requested() && next < pending.size() && int64_t(running.size()) < o.jobs) {
+      const size_t i = pending[next++];
+      const std::string dir = o.out + "/" + cells[i].name();
+      const pid_t pid =
+          start_cell(cell_arguments(o, cells[i], dir), o.out + "/logs/" + cells[i].name() + ".log");
+      running[pid] = i;
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: started (global batch %lld, %s)\n", i + 1,
+                   cells.size(), cells[i].name().c_str(),
+                   static_cast<long long>(cells[i].global_batch), cells[i].series().c_str());
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) {
+        // A signal: the cells share our process group when it came from the terminal; pass
+        // it on in case it was sent to the sweep alone. Each cell checkpoints and stops.
+        for (const auto& [child, index] : running)
+          ::kill(child, interrupts.requested() ? interrupts.signal_number() : SIGTERM);
+        continue;
+      }
+      break;
+    }
+    const auto found = running.find(pid);
+    if (found == running.end())
+      continue;
+    const size_t i = found->second;
+    running.erase(found);
+    const int code = exit_code_of(status);
+    const CellResult r = read_cell_result(cells[i], o.out + "/" + cells[i].name());
+    if (code == 0) {
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s\n", i + 1, cells.size(),
+                   cells[i].name().c_str(), describe(r).c_str());
+    } else {
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: failed with exit code %d, see %s/logs/%s.log\n",
+                   i + 1, cells.size(), cells[i].name().c_str(), code, o.out.c_str(),
+                   cells[i].name().c_str());
+      if (first_failure == 0)
+        first_failure = code;
+    }
+  }
+  write_summaries(o, cells);
+  if (interrupts.requested()) {
+    std::fprintf(stderr, "sweep: stopped by signal %d; run the same command again to continue it\n",
+                 interrupts.signal_number());
+    return 128 + interrupts.signal_number();
+  }
+  return first_failure;
+}
+
+}  // namespace bigbatch

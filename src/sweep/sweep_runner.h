@@ -1,0 +1,32 @@
+#pragma once
+// Runs a sweep's cells as child `bigbatch train` processes, several at once where cores allow,
+// each in its own run directory with its output in logs/<cell>.log. Resumable: a cell whose
+// run finished (weights.safetensors) is not rerun, one that checkpointed is resumed, one that
+// left nothing usable starts again. SIGINT/SIGTERM stop the sweep after the running cells have
+// checkpointed (they get the signal too); rerunning the same command continues it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sweep/sweep_grid.h"
+
+namespace bigbatch {
+
+struct SweepOptions {
+  SweepGrid grid;
+  std::string out;           // the sweep directory
+  std::string base_config;   // TOML of everything the cells share (written to out/base.toml)
+  int64_t micro_batch = 32;  // per cell: min(micro_batch, global batch)
+  double target_accuracy = 0.9;
+  int64_t max_epochs = 20;
+  int64_t jobs = 1;
+  int64_t threads_per_cell = 1;
+  std::string binary;  // the bigbatch executable the cells run
+};
+
+// Returns the process exit code: 0 when every cell ran to its end (target reached or not),
+// else the first failing cell's code (128 + N after a signal). Writes summary.csv, summary.md
+// and report.html into `out` either way.
+int run_sweep(const SweepOptions& options);
+
+}  // namespace bigbatch

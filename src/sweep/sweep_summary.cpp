@@ -1,0 +1,256 @@
+#include "sweep/sweep_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/text.h"
+#include "report/files.h"
+#include "report/run_records.h"
+
+namespace bigbatch {
+
+namespace {
+
+// Empty when unset; `decimals` < 0: 4 significant digits, else that many decimals.
+std::string optional_number(const std::optional<double>& v, int decimals = -1) {
+  if (!v)
+    return "";
+  char buffer[32];
+  if (decimals < 0) {
+    std::snprintf(buffer, sizeof buffer, "%.4g", *v);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, *v);
+  }
+  return buffer;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir) {
+  CellResult result;
+  result.cell = cell;
+  result.status = "not run";
+  const std::string metrics = cell_dir + "/metrics.jsonl";
+  if (!path_exists(metrics))
+    return result;
+  const RunRecords r = read_run_records(metrics);
+  result.status = path_exists(cell_dir + "/weights.safetensors") ? "done" : "interrupted";
+  if (!r.updates.empty()) {
+    result.updates = r.updates.back().value("step", int64_t{0});
+    result.samples = r.updates.back().value("samples_seen", int64_t{0});
+  }
+  double noise_sum = 0;
+  int noise_count = 0;
+  for (const auto& u : r.updates) {
+    result.peak_lr = std::max(result.peak_lr, u.value("lr", 0.0));
+    const auto noise = u.value("grad_noise_scale", nlohmann::json());
+    if (noise.is_number()) {
+      noise_sum += noise.get<double>();
+      ++noise_count;
+    }
+  }
+  if (noise_count > 0)
+    result.mean_noise_scale = noise_sum / noise_count;
+  for (const auto& e : r.events) {
+    if (e.at("event") == "target_reached") {
+      result.reached = true;
+      result.updates_to_target = e.value("step", int64_t{0});
+      result.samples_to_target = e.value("samples_seen", int64_t{0});
+      result.seconds_to_target = e.value("train_seconds", 0.0);
+    }
+  }
+  const bool has_validation = !r.epochs.empty() && r.epochs.front().contains("val_accuracy");
+  result.accuracy_metric = has_validation ? "val_accuracy" : "test_accuracy";
+  const char* metric = has_validation ? "val_accuracy" : "test_accuracy";
+  for (const auto& e : r.epochs) {
+    const double accuracy = e.value(metric, 0.0);
+    if (!result.best_accuracy || accuracy > *result.best_accuracy)
+      result.best_accuracy = accuracy;
+    result.final_train_loss = e.value("train_loss", nlohmann::json()).is_number()
+                                  ? std::optional<double>(e.at("train_loss").get<double>())
+                                  : std::nullopt;
+  }
+  result.curve_by_updates = record_points(r.epochs, "step", metric, 100);
+  result.curve_by_samples = record_points(r.epochs, "samples_seen", metric, 100);
+  return result;
+}
+
+std::string summary_csv(const std::vector<CellResult>& results) {
+  std::string out =
+      "cell,global_batch,lr_scaling,warmup,peak_lr,status,reached,updates_to_target,"
+      "samples_to_target,seconds_to_target,best_accuracy,accuracy_metric,final_train_loss,"
+      "mean_noise_scale,updates,samples\n";
+  for (const auto& r : results) {
+    char line[512];
+    std::snprintf(
+        line, sizeof line, "%s,%lld,%s,%s,%.6g,%s,%s,%s,%s,%s,%s,%s,%s,%s,%lld,%lld\n",
+        r.cell.name().c_str(), static_cast<long long>(r.cell.global_batch),
+        r.cell.lr_scaling.c_str(), r.cell.warmup.c_str(), r.peak_lr, r.status.c_str(),
+        r.reached ? "true" : "false", r.reached ? std::to_string(r.updates_to_target).c_str() : "",
+        r.reached ? std::to_string(r.samples_to_target).c_str() : "",
+        r.reached ? optional_number(r.seconds_to_target, 2).c_str() : "",
+        optional_number(r.best_accuracy).c_str(), r.accuracy_metric.c_str(),
+        optional_number(r.final_train_loss).c_str(), optional_number(r.mean_noise_scale, 1).c_str(),
+        static_cast<long long>(r.updates), static_cast<long long>(r.samples));
+    out += line;
+  }
+  return out;
+}
+
+std::string summary_markdown(const std::vector<CellResult>& results, double target) {
+  std::string out =
+      "| global batch | LR rule | warmup | peak LR | updates to " +
+      format_significant(100 * target) +
+      "% | samples to target | time to target | best accuracy | final train loss "
+      "| mean noise scale | status |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& r : results) {
+    char line[512];
+    std::snprintf(
+        line, sizeof line, "| %lld | %s | %s | %.4g | %s | %s | %s | %s | %s | %s | %s |\n",
+        static_cast<long long>(r.cell.global_batch), r.cell.lr_scaling.c_str(),
+        r.cell.warmup.c_str(), r.peak_lr,
+        r.reached ? std::to_string(r.updates_to_target).c_str() : "not reached",
+        r.reached ? human_count(double(r.samples_to_target)).c_str() : "-",
+        r.reached ? human_duration(r.seconds_to_target).c_str() : "-",
+        r.best_accuracy ? (optional_number(100 * *r.best_accuracy, 2) + "%").c_str() : "-",
+        optional_number(r.final_train_loss).c_str(),
+        r.mean_noise_scale ? human_count(*r.mean_noise_scale).c_str() : "-", r.status.c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string sweep_report_html(const std::vector<CellResult>& results, double target,
+                              const std::string& title) {
+  // Cells grouped into series by LR rule and warmup, in grid order.
+  std::vector<std::string> series_order;
+  std::map<std::string, std::vector<const CellResult*>> by_series;
+  std::vector<double> noise_scales;
+  for (const auto& r : results) {
+    const std::string key = r.cell.series();
+    if (!by_series.count(key))
+      series_order.push_back(key);
+    by_series[key].push_back(&r);
+    if (r.mean_noise_scale)
+      noise_scales.push_back(*r.mean_noise_scale);
+  }
+
+  LineChart steps;
+  steps.title = "updates to " + format_significant(100 * target) + "% against the global batch";
+  steps.x_label = "global batch";
+  steps.y_label = "updates to target";
+  steps.log_x = steps.log_y = true;
+  LineChart accuracy;
+  accuracy.title = "best accuracy against the global batch";
+  accuracy.x_label = "global batch";
+  accuracy.y_label = "best accuracy (%)";
+  accuracy.log_x = true;
+  for (size_t i = 0; i < series_order.size(); ++i) {
+    ChartSeries reached{series_order[i], chart_colour(i), {}, true};
+    ChartSeries best{series_order[i], chart_colour(i), {}, true};
+    for (const CellResult* r : by_series[series_order[i]]) {
+      if (r->reached)
+        reached.points.push_back({double(r->cell.global_batch), double(r->updates_to_target)});
+      if (r->best_accuracy)
+        best.points.push_back({double(r->cell.global_batch), 100 * *r->best_accuracy});
+    }
+    steps.series.push_back(reached);
+    accuracy.series.push_back(best);
+  }
+  // Perfect scaling from the smallest batch that reached the target: updates x batch constant.
+  const CellResult* first = nullptr;
+  for (const auto& r : results) {
+    if (r.reached && (!first || r.cell.global_batch < first->cell.global_batch))
+      first = &r;
+  }
+  if (first) {
+    ChartSeries perfect{"perfect scaling", "#999999", {}, false};
+    for (const auto& r : results) {
+      const double b = double(r.cell.global_batch);
+      if (b >= double(first->cell.global_batch)) {
+        perfect.points.push_back(
+            {b, double(first->updates_to_target) * double(first->cell.global_batch) / b});
+      }
+    }
+    std::sort(perfect.points.begin(), perfect.points.end(),
+              [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
+    steps.series.push_back(perfect);
+  }
+  if (!noise_scales.empty()) {
+    const double critical = median(noise_scales);
+    steps.x_markers.push_back({critical, "B_noise ~ " + human_count(critical)});
+    accuracy.x_markers.push_back({critical, "B_noise ~ " + human_count(critical)});
+  }
+
+  LineChart by_updates, by_samples;
+  by_updates.title = "validation accuracy against updates";
+  by_updates.x_label = "updates";
+  by_updates.log_x = true;
+  by_samples.title = "validation accuracy against samples";
+  by_samples.x_label = "samples";
+  by_updates.y_label = by_samples.y_label = "accuracy (%)";
+  by_updates.width = by_samples.width = 720;
+  by_updates.height = by_samples.height = 380;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const std::string name = "B " + std::to_string(r.cell.global_batch) + ", " + r.cell.series();
+    by_updates.series.push_back({name, chart_colour(i), r.curve_by_updates, true});
+    by_samples.series.push_back({name, chart_colour(i), r.curve_by_samples, true});
+  }
+
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
+                     xml_escape(title) + "</title><style>" +
+                     "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
+                     "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
+                     ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}"
+                     "svg.chart{background:#fff;border:1px solid #ddd}"
+                     ".frame{fill:none;stroke:#999}.grid{stroke:#eee}"
+                     ".marker{stroke:#888;stroke-dasharray:4 3}"
+                     ".title{font-size:13px;font-weight:bold}"
+                     ".tick,.legend,.marker-label{font-size:10px}.label{font-size:11px}"
+                     ".empty{font-size:12px;fill:#999}.legend-back{fill:#fff;fill-opacity:0.8}"
+                     "table{border-collapse:collapse;font-size:13px}"
+                     "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
+                     "</style></head><body>\n<h1>" +
+                     xml_escape(title) + "</h1>\n";
+  html +=
+      "<p>Shallue et al.'s three regimes read off the first chart: where updates halve with "
+      "each doubling of the batch (perfect scaling, the grey line), where they fall more "
+      "slowly (diminishing returns), and where they stop falling (maximal data "
+      "parallelism). The dashed line marks the measured gradient noise scale, an estimate "
+      "of the critical batch.</p>\n";
+  html += "<div class=\"charts\"><figure>" + render_svg(steps) + "</figure><figure>" +
+          render_svg(accuracy) + "</figure></div>\n";
+  html += "<div class=\"charts\"><figure>" + render_svg(by_updates) + "</figure><figure>" +
+          render_svg(by_samples) + "</figure></div>\n";
+  html +=
+      "<h2>cells</h2><table><tr><th>global batch</th><th>LR rule</th><th>warmup</th>"
+      "<th>peak LR</th><th>updates to target</th><th>samples to target</th><th>best "
+      "accuracy</th><th>mean noise scale</th><th>status</th></tr>";
+  for (const auto& r : results) {
+    char row[512];
+    std::snprintf(
+        row, sizeof row,
+        "<tr><td>%lld</td><td>%s</td><td>%s</td><td>%.4g</td><td>%s</td><td>%s</td><td>%s</td>"
+        "<td>%s</td><td>%s</td></tr>",
+        static_cast<long long>(r.cell.global_batch), xml_escape(r.cell.lr_scaling).c_str(),
+        xml_escape(r.cell.warmup).c_str(), r.peak_lr,
+        r.reached ? std::to_string(r.updates_to_target).c_str() : "not reached",
+        r.reached ? human_count(double(r.samples_to_target)).c_str() : "-",
+        r.best_accuracy ? (optional_number(100 * *r.best_accuracy, 2) + "%").c_str() : "-",
+        r.mean_noise_scale ? human_count(*r.mean_noise_scale).c_str() : "-",
+        xml_escape(r.status).c_str());
+    html += row;
+  }
+  html += "</table>\n</body></html>\n";
+  return html;
+}
+
+}  // namespace bigbatch

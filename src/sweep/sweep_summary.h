@@ -1,0 +1,45 @@
+#pragma once
+// What a sweep found, per cell and as a whole: read from each cell's run directory (so a
+// summary can be rebuilt at any time), written as summary.csv, summary.md and report.html —
+// updates to the target against the global batch on log-log axes (Shallue et al.'s regimes:
+// perfect scaling, diminishing returns, maximal parallelism, with the measured critical batch
+// marked), best accuracy against the global batch per LR rule, and every cell's validation
+// curve against updates and against samples.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/svg_chart.h"
+#include "sweep/sweep_grid.h"
+
+namespace bigbatch {
+
+struct CellResult {
+  SweepCell cell;
+  std::string status;  // "done", "failed (exit N)", "interrupted", "not run"
+  int64_t updates = 0;
+  int64_t samples = 0;
+  double peak_lr = 0;
+  // The target (from the cell's target_reached event): updates, samples, seconds.
+  bool reached = false;
+  int64_t updates_to_target = 0;
+  int64_t samples_to_target = 0;
+  double seconds_to_target = 0;
+  std::optional<double> best_accuracy;  // validation (or test) accuracy, best epoch
+  std::string accuracy_metric;          // "val_accuracy" or "test_accuracy"
+  std::optional<double> final_train_loss;
+  std::optional<double> mean_noise_scale;  // over the updates that measured it
+  std::vector<ChartPoint> curve_by_updates;
+  std::vector<ChartPoint> curve_by_samples;
+};
+
+// Reads `cell_dir` (missing or empty: status "not run").
+CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir);
+
+std::string summary_csv(const std::vector<CellResult>& results);
+std::string summary_markdown(const std::vector<CellResult>& results, double target);
+std::string sweep_report_html(const std::vector<CellResult>& results, double target,
+                              const std::string& title);
+
+}  // namespace bigbatch

@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""End-to-end tests of `bigbatch sweep`: a small grid runs to completion, its summary agrees
+with its cells' run directories, a rerun keeps finished cells, and bad lists are one-line
+errors. Usage: test_sweep.py BIGBATCH_BINARY [unittest arguments]."""
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BINARY = None
+SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--val-size", "256",
+         "--micro-batch", "32", "--lr", "0.05"]
+
+
+def bigbatch(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class SweepTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="bigbatch_sweep_")
+        cls.out = os.path.join(cls.root, "sweep")
+        cls.first = bigbatch("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
+                             "--target-accuracy", "0.6", "--max-epochs", "3", "--jobs", "2", "--out", cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def rows(self):
+        with open(os.path.join(self.out, "summary.csv")) as f:
+            return list(csv.DictReader(f))
+
+    def test_grid_runs_and_summary_matches_the_cells(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stderr)
+        self.assertIn("sweep: 3 cells (3 global batches x 1 LR rules x 1 warmups), 2 at a time", self.first.stderr)
+        rows = self.rows()
+        self.assertEqual([int(r["global_batch"]) for r in rows], [64, 128, 256])
+        for row in rows:
+            cell = os.path.join(self.out, row["cell"])
+            self.assertTrue(os.path.exists(os.path.join(cell, "weights.safetensors")), row)
+            self.assertEqual(row["status"], "done")
+            records = metrics(cell)
+            epochs = [r for r in records if "val_accuracy" in r]
+            self.assertAlmostEqual(float(row["best_accuracy"]), max(e["val_accuracy"] for e in epochs), places=4)
+            reached = [r for r in records if r.get("event") == "target_reached"]
+            self.assertEqual(row["reached"], "true" if reached else "false")
+            if reached:
+                self.assertEqual(int(row["updates_to_target"]), reached[0]["step"])
+                self.assertEqual(int(row["samples_to_target"]), reached[0]["samples_seen"])
+                self.assertGreaterEqual(reached[0]["accuracy"], 0.6)
+                self.assertEqual(len(epochs), reached[0]["epoch"])  # stopped at the target
+            # The rate was tuned at the smallest batch and scaled linearly from it.
+            self.assertAlmostEqual(float(row["peak_lr"]), 0.05 * int(row["global_batch"]) / 64, places=6)
+        self.assertTrue(any(r["reached"] == "true" for r in rows))
+        with open(os.path.join(self.out, "summary.md")) as f:
+            table = f.read()
+        self.assertIn("| global batch | LR rule | warmup | peak LR | updates to 60% |", table)
+        with open(os.path.join(self.out, "report.html")) as f:
+            html = f.read()
+        self.assertEqual(html.count("<svg "), 4)
+        self.assertIn("updates to 60% against the global batch", html)
+
+    def test_rerun_keeps_finished_cells(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stderr)
+        weights = os.path.join(self.out, self.rows()[0]["cell"], "weights.safetensors")
+        before = os.stat(weights).st_mtime_ns
+        again = bigbatch("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
+                         "--target-accuracy", "0.6", "--max-epochs", "3", "--out", self.out)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stderr.count("finished earlier, kept"), 3)
+        self.assertNotIn("started", again.stderr)
+        self.assertEqual(os.stat(weights).st_mtime_ns, before)
+
+    def test_interrupted_sweep_continues_where_it_stopped(self):
+        out = os.path.join(self.root, "interrupted")
+        args = ["sweep", "--model", "cnn", "--train-subset", "4096", "--val-size", "512", "--global-batch", "64",
+                "--target-accuracy", "0.99", "--max-epochs", "4", "--out", out]
+        sweep = subprocess.Popen([BINARY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cell = os.path.join(out, "gb000064-linear-w0u")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not os.path.isdir(os.path.join(cell, "checkpoints")):
+            time.sleep(0.1)  # the first epoch's checkpoint
+        sweep.send_signal(signal.SIGINT)
+        _, stderr = sweep.communicate(timeout=120)
+        self.assertEqual(sweep.returncode, 130, stderr)
+        self.assertIn("run the same command again to continue it", stderr)
+        self.assertFalse(os.path.exists(os.path.join(cell, "weights.safetensors")))
+        again = bigbatch(*args)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        with open(os.path.join(out, "logs", "gb000064-linear-w0u.log")) as f:
+            self.assertIn("resumed from", f.read())
+        epochs = [r for r in metrics(cell) if "val_accuracy" in r]
+        self.assertEqual([e["epoch"] for e in epochs], [1, 2, 3, 4])  # no epoch lost or repeated
+
+    def test_bad_lists_are_one_line_errors(self):
+        for args, fragment in [(["--global-batch", "32,64,...,100"], "does not reach 100"),
+                               (["--global-batch", "64", "--lr-scaling", "linear,cubic"], "'cubic' is not known"),
+                               (["--global-batch", "64", "--warmup", "2"], "has no unit")]:
+            result = bigbatch("sweep", *SMALL, *args, "--out", os.path.join(self.root, "bad"))
+            self.assertEqual(result.returncode, 2, result.stderr)
+            errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
+            self.assertEqual(len(errors), 1, result.stderr)
+            self.assertIn(fragment, errors[0])
+            self.assertFalse(os.path.exists(os.path.join(self.root, "bad")))
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
