@@ -134,6 +134,19 @@ std::vector<OptionSpec> build_table() {
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.hidden; };
     t.push_back(s);
   }
+  t.push_back(string_option("bn-mode",
+                            "BatchNorm statistics under accumulation: micro (per micro-batch, "
+                            "ghost batch norm) or frozen (running statistics)",
+                            "micro|frozen", &TrainConfig::bn_mode));
+  t.push_back(string_option("norm",
+                            "batch keeps BatchNorm layers; group rewrites them as GroupNorm "
+                            "(per-sample: exact under accumulation)",
+                            "batch|group", &TrainConfig::norm));
+  t.push_back(switch_option("no-bn-momentum-correction",
+                            "update BatchNorm's running statistics with the plain momentum at "
+                            "every micro-step (default: corrected, so their horizon is the same "
+                            "in updates at any accumulation)",
+                            &TrainConfig::bn_momentum_correction, false));
   t.push_back(string_option("dataset",
                             "fashion-mnist, or idx:DIR for any directory of MNIST-format files",
                             "NAME", &TrainConfig::dataset, train_and_fit));
@@ -201,8 +214,10 @@ std::vector<OptionSpec> build_table() {
                             "safety margin of the micro-batch fit: the chosen size's measured "
                             "peak stays under budget x (1 - margin)",
                             &TrainConfig::fit_margin, kTrainCommand | kFitCommand));
-  t.push_back(enum_option("optimizer", "sgd (momentum, nesterov) or adamw", "sgd|adamw",
-                          &TrainConfig::optimizer, &parse_optimizer_kind,
+  t.push_back(enum_option("optimizer",
+                          "sgd (momentum, nesterov), adamw, lars (layer-wise SGD) or lamb "
+                          "(layer-wise Adam; uses --adam-beta1/2 and --adam-eps)",
+                          "sgd|adamw|lars|lamb", &TrainConfig::optimizer, &parse_optimizer_kind,
                           kTrainCommand | kFitCommand | kPlanCommand));
   t.push_back(
       double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
@@ -235,6 +250,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1, both));
   t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2, both));
   t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps, both));
+  t.push_back(
+      double_option("lars-trust", "LARS trust coefficient (eta)", &TrainConfig::lars_trust));
   {
     OptionSpec s{"warmup",   "linear warmup length: 500u updates, 2e epochs, 120000s samples",
                  "INTERVAL", both,

@@ -13,7 +13,7 @@ LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const
   s.base_lr = config.lr;
   s.reference_batch = config.lr_ref_batch.value_or(plan.global_batch_size);
   s.global_batch = plan.global_batch_size;
-  const bool adaptive = config.optimizer == OptimizerKind::AdamW;
+  const bool adaptive = is_adaptive(config.optimizer);
   s.scaling = resolve_lr_scaling(config.lr_scaling, adaptive);
   if (config.lr_scaling == LrScaling::Auto)
     s.scaling_note = std::string("auto for ") + to_string(config.optimizer);

@@ -8,7 +8,21 @@
 namespace bigbatch {
 
 const char* to_string(OptimizerKind kind) {
-  return kind == OptimizerKind::Sgd ? "sgd" : "adamw";
+  switch (kind) {
+    case OptimizerKind::Sgd:
+      return "sgd";
+    case OptimizerKind::AdamW:
+      return "adamw";
+    case OptimizerKind::Lars:
+      return "lars";
+    case OptimizerKind::Lamb:
+      return "lamb";
+  }
+  return "?";
+}
+
+bool is_adaptive(OptimizerKind kind) {
+  return kind == OptimizerKind::AdamW || kind == OptimizerKind::Lamb;
 }
 
 OptimizerKind parse_optimizer_kind(const std::string& text) {
@@ -16,8 +30,12 @@ OptimizerKind parse_optimizer_kind(const std::string& text) {
     return OptimizerKind::Sgd;
   if (text == "adamw")
     return OptimizerKind::AdamW;
+  if (text == "lars")
+    return OptimizerKind::Lars;
+  if (text == "lamb")
+    return OptimizerKind::Lamb;
   throw Error(ErrorKind::Config, "optimizer '" + text + "' is not known",
-              "use --optimizer sgd or adamw");
+              "use --optimizer sgd, adamw, lars or lamb");
 }
 
 namespace {
@@ -40,6 +58,12 @@ void TrainConfig::validate() const {
     check(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
           "give positive layer widths such as --hidden 512,256");
   }
+  check(bn_mode == "micro" || bn_mode == "frozen" || bn_mode == "window",
+        "--bn-mode '" + bn_mode + "' is not known", "use --bn-mode micro or frozen");
+  check(bn_mode != "window", "--bn-mode window is not available yet",
+        "use --bn-mode micro or frozen, or --norm group for exact equivalence");
+  check(norm == "batch" || norm == "group", "--norm '" + norm + "' is not known",
+        "use --norm batch or --norm group");
   check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,
         "dataset '" + dataset + "' is not known",
         "use --dataset fashion-mnist or --dataset idx:DIR");
@@ -56,6 +80,7 @@ void TrainConfig::validate() const {
   check(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
         "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
   check(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");
+  check(lars_trust > 0, "--lars-trust must be positive", "use e.g. --lars-trust 0.001");
   check(epochs > 0 && epochs <= 1000000000,
         "--epochs must be from 1 to 1e9, got " + std::to_string(epochs),
         "use --epochs 1 or more, or bound the run with --max-updates");

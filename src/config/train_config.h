@@ -14,7 +14,9 @@
 
 namespace bigbatch {
 
-enum class OptimizerKind { Sgd, AdamW };
+enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
+// Adam-type optimizers (AdamW, LAMB): the square-root rule is theirs under --lr-scaling auto.
+bool is_adaptive(OptimizerKind kind);
 const char* to_string(OptimizerKind kind);
 OptimizerKind parse_optimizer_kind(const std::string& text);
 
@@ -24,9 +26,14 @@ struct TrainConfig {
   // Model and data.
   std::string model = "cnn";
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden layer widths
-  std::string dataset = "fashion-mnist";     // or idx:DIR
-  int64_t train_subset = 0;                  // 0: the whole training set
-  int64_t val_size = 0;                      // held out from the end of the training set
+  // BatchNorm under accumulation (models/models.h): "micro" or "frozen"; "batch" keeps the
+  // model's BatchNorm layers, "group" rewrites them as GroupNorm.
+  std::string bn_mode = "micro";
+  std::string norm = "batch";
+  bool bn_momentum_correction = true;     // running statistics keep their horizon in updates
+  std::string dataset = "fashion-mnist";  // or idx:DIR
+  int64_t train_subset = 0;               // 0: the whole training set
+  int64_t val_size = 0;                   // held out from the end of the training set
 
   // The batch plan (any two of the three; see batching/batch_plan.h).
   std::optional<int64_t> global_batch;
@@ -58,6 +65,7 @@ struct TrainConfig {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
+  double lars_trust = 0.001;  // LARS's trust coefficient (eta in the paper)
   Interval warmup = Interval::updates(0);
   double warmup_start_factor = 0.0;
   ScheduleKind schedule = ScheduleKind::Cosine;

@@ -1,5 +1,7 @@
 #include "models/models.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace bigbatch {
@@ -74,8 +76,10 @@ std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
   std::vector<std::string> names;
   for (const auto& item : model.named_modules()) {
     const auto& module = item.value();
-    if (module->as<torch::nn::BatchNorm1d>() || module->as<torch::nn::BatchNorm2d>() ||
-        module->as<torch::nn::BatchNorm3d>()) {
+    // A frozen BatchNorm (eval mode in training) uses running statistics: no batch dependence.
+    if ((module->as<torch::nn::BatchNorm1d>() || module->as<torch::nn::BatchNorm2d>() ||
+         module->as<torch::nn::BatchNorm3d>()) &&
+        module->is_training()) {
       names.push_back(item.key());
     }
   }
@@ -84,6 +88,76 @@ std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
 
 bool uses_batch_statistics(torch::nn::Module& model) {
   return !batch_statistics_layers(model).empty();
+}
+
+const char* to_string(BatchNormMode mode) {
+  return mode == BatchNormMode::Micro ? "micro" : "frozen";
+}
+
+BatchNormMode parse_batch_norm_mode(const std::string& text) {
+  if (text == "micro")
+    return BatchNormMode::Micro;
+  if (text == "frozen")
+    return BatchNormMode::Frozen;
+  if (text == "window") {
+    throw Error(ErrorKind::Config, "--bn-mode window is not available yet",
+                "use --bn-mode micro (ghost batch norm) or frozen, or --norm group for "
+                "exact equivalence");
+  }
+  throw Error(ErrorKind::Config, "BatchNorm mode '" + text + "' is not known",
+              "use --bn-mode micro or frozen");
+}
+
+namespace {
+bool is_batch_norm(const std::shared_ptr<torch::nn::Module>& module) {
+  return module->as<torch::nn::BatchNorm1d>() || module->as<torch::nn::BatchNorm2d>() ||
+         module->as<torch::nn::BatchNorm3d>();
+}
+}  // namespace
+
+void apply_batch_norm_mode(torch::nn::Module& model, BatchNormMode mode) {
+  if (mode != BatchNormMode::Frozen)
+    return;
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (is_batch_norm(module))
+      module->eval();
+  }
+}
+
+double micro_step_momentum(double momentum, int64_t micro_steps) {
+  if (micro_steps <= 1)
+    return momentum;
+  return 1.0 - std::pow(1.0 - momentum, 1.0 / double(micro_steps));
+}
+
+void set_batch_norm_momentum(torch::nn::Module& model, double momentum) {
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (auto* bn = module->as<torch::nn::BatchNorm1d>())
+      bn->options.momentum(momentum);
+    if (auto* bn = module->as<torch::nn::BatchNorm2d>())
+      bn->options.momentum(momentum);
+    if (auto* bn = module->as<torch::nn::BatchNorm3d>())
+      bn->options.momentum(momentum);
+  }
+}
+
+torch::nn::Sequential rewrite_batch_norm_as_group_norm(const torch::nn::Sequential& model) {
+  torch::nn::Sequential rewritten;
+  const auto names = model->named_children().keys();
+  size_t index = 0;
+  for (const auto& layer : *model) {  // AnyModule: keeps each layer's forward()
+    const std::string& name = names[index++];
+    if (auto* bn = layer.ptr()->as<torch::nn::BatchNorm2d>()) {
+      const int64_t channels = bn->options.num_features();
+      int64_t groups = 8;  // as cnn-gn; fewer when the channels do not split into 8
+      while (channels % groups != 0)
+        groups /= 2;
+      rewritten->push_back(std::string(name), torch::nn::GroupNorm(groups, channels));
+    } else {
+      rewritten->push_back(std::string(name), layer);
+    }
+  }
+  return rewritten;
 }
 
 int64_t parameter_count(torch::nn::Module& model) {

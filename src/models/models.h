@@ -32,4 +32,27 @@ std::vector<std::string> batch_statistics_layers(torch::nn::Module& model);
 
 int64_t parameter_count(torch::nn::Module& model);
 
+// BatchNorm under accumulation (docs/design.md, invariant 6). Micro: statistics over each
+// micro-batch (ghost batch norm, ghost size = the micro-batch). Frozen: the running statistics
+// normalise in training too, so no sample depends on another and accumulation is exact (for
+// fine-tuning from trained weights; from scratch the running statistics are the identity).
+enum class BatchNormMode { Micro, Frozen };
+const char* to_string(BatchNormMode mode);
+BatchNormMode parse_batch_norm_mode(const std::string& text);
+
+// Puts the BatchNorm layers into the mode; call after model->train().
+void apply_batch_norm_mode(torch::nn::Module& model, BatchNormMode mode);
+
+// The running-statistics momentum per micro-step that moves the running averages over one
+// update of `micro_steps` micro-batches as `momentum` moves them over one batch:
+// 1 - (1 - momentum)^(1 / micro_steps). Keeps their horizon in updates whatever the
+// accumulation.
+double micro_step_momentum(double momentum, int64_t micro_steps);
+void set_batch_norm_momentum(torch::nn::Module& model, double momentum);
+
+// The same network with every BatchNorm2d replaced by GroupNorm over the same channels
+// (--norm group): per-sample normalisation, so accumulation is exact. Layer names (indices)
+// are unchanged.
+torch::nn::Sequential rewrite_batch_norm_as_group_norm(const torch::nn::Sequential& model);
+
 }  // namespace bigbatch

@@ -1,6 +1,9 @@
 #include "train/evaluate.h"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
 
 namespace bigbatch {
 
@@ -8,7 +11,10 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
   EvalResult result;
   if (data.size() == 0)
     return result;
-  const bool was_training = model->is_training();
+  // Each layer's own mode comes back afterwards (a frozen BatchNorm stays in eval mode).
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes;
+  for (const auto& module : model->modules(/*include_self=*/true))
+    modes.emplace_back(module, module->is_training());
   model->eval();
   {
     c10::InferenceMode inference;
@@ -28,7 +34,8 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
     result.loss = loss_sum.item<double>() / double(result.items);
     result.accuracy = double(correct.item<int64_t>()) / double(result.items);
   }
-  model->train(was_training);
+  for (const auto& [module, training] : modes)
+    module->train(training);
   return result;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// Optimizers with PyTorch's semantics (libtorch's own SGD and AdamW), built from typed
-// settings, plus the one operation the engine needs beyond step(): setting the rate for the
-// next update. They act once per update, on the accumulated mean gradient.
+// Optimizers with PyTorch's semantics (libtorch's own SGD and AdamW; LARS and LAMB in
+// train/layerwise_optimizers.h), built from typed settings, plus the one operation the engine needs
+// beyond step(): setting the rate for the next update. They act once per update, on the accumulated
+// mean gradient.
 //
 //   auto optimizer = make_optimizer(settings, model->parameters());
 //   set_learning_rate(*optimizer, schedule.lr_at(step));
@@ -23,6 +24,7 @@ struct OptimizerSettings {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
+  double lars_trust = 0.001;
 
   static OptimizerSettings from(const TrainConfig& config);
 };

@@ -19,6 +19,26 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   return spec;
 }
 
+torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
+  auto model = make_model(model_spec(config, data));
+  if (config.norm == "group")
+    model = rewrite_batch_norm_as_group_norm(model);
+  return model;
+}
+
+double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& config,
+                            int64_t micro_steps) {
+  model->train();
+  apply_batch_norm_mode(*model, parse_batch_norm_mode(config.bn_mode));
+  if (!uses_batch_statistics(*model))
+    return 0;
+  const double momentum = config.bn_momentum_correction
+                              ? micro_step_momentum(kBatchNormMomentum, micro_steps)
+                              : kBatchNormMomentum;
+  set_batch_norm_momentum(*model, momentum);
+  return momentum;
+}
+
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   UntrackedAllocations host_data;
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
@@ -45,9 +65,8 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
                    fits ? "fits" : "does not fit");
     };
   }
-  const ModelSpec spec = model_spec(config, data);
-  return fit_micro_batch([&] { return make_model(spec); }, OptimizerSettings::from(config), data,
-                         options);
+  return fit_micro_batch([&] { return build_model(config, data); }, OptimizerSettings::from(config),
+                         data, options);
 }
 
 }  // namespace bigbatch

@@ -15,6 +15,19 @@ namespace bigbatch {
 
 ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
 
+// The configured model for this data: make_model, then --norm group's rewrite.
+torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data);
+
+// Training mode with --bn-mode applied, and BatchNorm's running-statistics momentum corrected
+// for `micro_steps` micro-batches per update (unless --no-bn-momentum-correction). Call again
+// when the micro-steps per update change (an out-of-memory back-off). Returns the momentum
+// per micro-step now in use (0 when the model has no BatchNorm).
+double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& config,
+                            int64_t micro_steps);
+
+// PyTorch's default BatchNorm momentum, which the models use.
+inline constexpr double kBatchNormMomentum = 0.1;
+
 // The dataset stays in host memory whatever the device (a GPU run copies micro-batches over),
 // so it is not part of the budget, which covers what a training step needs.
 DatasetSplits load_data_outside_budget(const TrainConfig& config);

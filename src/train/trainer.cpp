@@ -214,7 +214,7 @@ TrainResult run_training(const TrainConfig& requested) {
     say("warning: " + *advice);
 
   torch::manual_seed(config.seed);
-  auto model = make_model(model_spec(config, data.train));
+  auto model = build_model(config, data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *model);
   // Only now, with the data, the plan and the weights accepted, does a new run directory
@@ -234,11 +234,22 @@ TrainResult run_training(const TrainConfig& requested) {
     torch::NoGradGuard no_grad;
     reducer->broadcast_from_first_rank(state);
   }
+  const double bn_momentum = prepare_for_training(model, config, run.plan.accumulation_steps);
   if (uses_batch_statistics(*model) && run.plan.accumulation_steps * run.plan.world_size > 1) {
     say("note: " + config.model + " normalises over each micro-batch of " +
         std::to_string(run.plan.micro_batch_size) +
         " samples (ghost batch norm), so its updates differ from one batch of " +
-        std::to_string(run.plan.global_batch_size) + "; use cnn-gn for exact equivalence");
+        std::to_string(run.plan.global_batch_size) +
+        "; --norm group or --bn-mode frozen make them exact. Running statistics: momentum " +
+        format_significant(bn_momentum) + " per micro-step" +
+        (config.bn_momentum_correction
+             ? " (= " + format_significant(kBatchNormMomentum) + " per update of " +
+                   std::to_string(run.plan.accumulation_steps) + " micro-batches)"
+             : std::string(" (uncorrected)")));
+  } else if (config.bn_mode == "frozen" && config.model == "cnn-bn" && config.norm == "batch") {
+    say("note: BatchNorm frozen: its running statistics normalise in training too, so "
+        "accumulation equals one batch; from scratch they are the identity (mean 0, variance "
+        "1) — frozen suits fine-tuning from --init-weights");
   }
 
   auto save_final = [&](int64_t step) {
@@ -306,7 +317,6 @@ TrainResult run_training(const TrainConfig& requested) {
   // The batch buffer belongs to the micro-steps' memory: it is allocated inside the window
   // that the out-of-memory back-off protects, and rebuilt smaller after a back-off.
   std::unique_ptr<BatchAssembler> assembler;
-  model->train();
   if (config.threads == 0) {
     try {
       BatchAssembler probe_batch(data.train, run.plan.micro_batch_size);
@@ -395,6 +405,7 @@ TrainResult run_training(const TrainConfig& requested) {
     run.plan = run.plan.with_micro_batch(to);
     run.epoch = plan_epoch(run.plan, data.train.size(), config.last_window);
     assembler.reset();  // the next window allocates the smaller buffer
+    prepare_for_training(model, config, run.plan.accumulation_steps);  // BatchNorm momentum
     ++backoffs;
     say("warning: out of memory in update " + std::to_string(at.step + 1) + " at micro-batch " +
         std::to_string(from) + " (" + what + "); backing off to " + run.plan.describe() +

@@ -63,10 +63,10 @@ VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_
   };
   auto make_side = [&] {
     torch::manual_seed(config.seed);
-    Side side{make_model(model_spec(config, data.train)), nullptr, {}, {}};
+    Side side{build_model(config, data.train), nullptr, {}, {}};
     if (!config.init_weights.empty())
       load_weights(config.init_weights, *side.model);
-    side.model->train();
+    prepare_for_training(side.model, config, run.plan.accumulation_steps);
     side.optimizer = make_optimizer(OptimizerSettings::from(config), side.model->parameters());
     return side;
   };

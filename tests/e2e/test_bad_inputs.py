@@ -202,6 +202,12 @@ class BadInputCorpus(unittest.TestCase):
     def test_plan_cannot_measure_auto(self):
         self.expect(["plan", "--micro-batch", "auto"], "plan", "measured when training starts")
 
+    def test_bn_mode_window_not_yet(self):
+        self.expect(self.train("--bn-mode", "window"), "config", "--bn-mode window is not available yet")
+
+    def test_norm_unknown(self):
+        self.expect(self.train("--norm", "layer"), "config", "--norm 'layer' is not known")
+
     def test_fit_needs_a_budget(self):
         self.expect(["fit", "--model", "mlp"], "usage", "bigbatch fit needs the budget")
 

@@ -224,6 +224,12 @@ class VerifyTest(CliTestCase):
         self.assertEqual(result.returncode, 6, result.stdout + result.stderr)
         self.assertIn("verdict: differs because of BatchNorm in layers 1, 5", result.stdout)
 
+    def test_batchnorm_made_exact_by_freezing_or_group_norm(self):
+        for extra in (["--bn-mode", "frozen"], ["--norm", "group"]):
+            result = run(*self.VERIFY, "--model", "cnn-bn", *extra)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertIn("verdict: exact to fp32 tolerance", result.stdout)
+
     def test_broken_normalisation_fails_loudly(self):
         # Per-micro-batch means over-weight the short last micro-batch (100 = 32 x 3 + 4).
         env = dict(os.environ, BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS="1")
