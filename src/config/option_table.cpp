@@ -243,6 +243,10 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("clip-norm",
                             "clip the accumulated gradient to this global L2 norm (0: off)",
                             &TrainConfig::clip_norm));
+  t.push_back(string_option("precision",
+                            "fp32, or bf16: forward pass under bfloat16 autocast with fp32 "
+                            "weights, loss and gradient accumulation",
+                            "fp32|bf16", &TrainConfig::precision, train_and_fit));
   t.push_back(switch_option("no-noise-scale",
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",

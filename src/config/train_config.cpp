@@ -62,6 +62,8 @@ void TrainConfig::validate() const {
         "--bn-mode '" + bn_mode + "' is not known", "use --bn-mode micro or frozen");
   check(bn_mode != "window", "--bn-mode window is not available yet",
         "use --bn-mode micro or frozen, or --norm group for exact equivalence");
+  check(precision == "fp32" || precision == "bf16", "--precision '" + precision + "' is not known",
+        "use --precision fp32 or bf16");
   check(norm == "batch" || norm == "group", "--norm '" + norm + "' is not known",
         "use --norm batch or --norm group");
   check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,

@@ -26,7 +26,13 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                                     MicroStep kind) {
-  auto logits = model_->forward(inputs);
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(options_.precision);
+    logits = model_->forward(inputs);
+  }
+  if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
+    logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
   auto loss = torch::nn::functional::cross_entropy(
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   // Kept as tensors so that nothing synchronises with the device inside the window.

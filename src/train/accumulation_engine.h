@@ -21,6 +21,7 @@
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
 #include "train/gradient_reducer.h"
+#include "train/precision.h"
 
 namespace bigbatch {
 
@@ -33,6 +34,8 @@ struct EngineOptions {
   // back-propagates its mean loss and the window divides by the micro-step count, which
   // over-weights a short micro-batch. Never set by training.
   bool per_micro_batch_mean_for_tests = false;
+  // The forward pass under bf16 autocast; weights, loss and gradients stay fp32.
+  Precision precision = Precision::Fp32;
 };
 
 struct UpdateStats {

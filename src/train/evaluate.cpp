@@ -7,7 +7,8 @@
 
 namespace bigbatch {
 
-EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size) {
+EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
+                    Precision precision) {
   EvalResult result;
   if (data.size() == 0)
     return result;
@@ -23,7 +24,11 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
       const auto batch = data.slice(begin, end);
-      const auto logits = model->forward(batch.inputs);
+      torch::Tensor logits;
+      {
+        AutocastScope autocast(precision);
+        logits = model->forward(batch.inputs).to(torch::kFloat32);
+      }
       loss_sum += torch::nn::functional::cross_entropy(
                       logits, batch.targets,
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

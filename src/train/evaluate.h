@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "data/dataset.h"
+#include "train/precision.h"
 
 namespace bigbatch {
 
@@ -13,6 +14,7 @@ struct EvalResult {
   int64_t items = 0;
 };
 
-EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size);
+EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
+                    Precision precision = Precision::Fp32);
 
 }  // namespace bigbatch

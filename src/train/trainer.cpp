@@ -309,8 +309,17 @@ TrainResult run_training(const TrainConfig& requested) {
   if (is_main)
     metrics = std::make_unique<MetricsWriter>(result.run_dir + "/metrics.jsonl");
 
-  AccumulationEngine engine(model, *optimizer, *reducer,
-                            EngineOptions{config.clip_norm, config.noise_scale});
+  const Precision precision = parse_precision(config.precision);
+  EngineOptions engine_options{config.clip_norm, config.noise_scale};
+  engine_options.precision = precision;
+  if (precision == Precision::Bf16) {
+    say(cpu_has_native_bf16()
+            ? "precision: bf16 forward passes (autocast), fp32 weights, loss and gradient "
+              "accumulation"
+            : "warning: --precision bf16 on a CPU without native bf16 (no AVX-512 BF16 or AMX): "
+              "emulated, likely slower than fp32");
+  }
+  AccumulationEngine engine(model, *optimizer, *reducer, engine_options);
   if (at.micro_step > 0) {
     engine.restore_window(partial.totals, partial.gradients);
   }
@@ -596,9 +605,10 @@ TrainResult run_training(const TrainConfig& requested) {
                                        ? std::min(kEvalBatchSize, run.plan.micro_batch_size)
                                        : kEvalBatchSize;
         if (data.validation.size() > 0) {
-          record.update(eval_record("val", evaluate(model, data.validation, eval_batch)));
+          record.update(
+              eval_record("val", evaluate(model, data.validation, eval_batch, precision)));
         }
-        last_test = evaluate(model, data.test, eval_batch);
+        last_test = evaluate(model, data.test, eval_batch, precision);
         record.update(eval_record("test", last_test));
         metrics->write(record);
         progress.message(epoch_summary(record, at));

@@ -205,6 +205,9 @@ class BadInputCorpus(unittest.TestCase):
     def test_bn_mode_window_not_yet(self):
         self.expect(self.train("--bn-mode", "window"), "config", "--bn-mode window is not available yet")
 
+    def test_precision_unknown(self):
+        self.expect(self.train("--precision", "fp8"), "config", "--precision 'fp8' is not known")
+
     def test_norm_unknown(self):
         self.expect(self.train("--norm", "layer"), "config", "--norm 'layer' is not known")
 
