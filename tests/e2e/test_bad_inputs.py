@@ -110,7 +110,7 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--model", "resnet"), "config", "model 'resnet' is not known")
 
     def test_flag_unknown_optimizer(self):
-        self.expect(self.train("--optimizer", "lamb"), "config", "optimizer 'lamb' is not known")
+        self.expect(self.train("--optimizer", "lion"), "config", "optimizer 'lion' is not known")
 
     def test_flag_zero_epochs(self):
         self.expect(self.train("--epochs", "0"), "config", "--epochs must be from 1 to 1e9")

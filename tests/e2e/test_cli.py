@@ -250,7 +250,7 @@ class BadInputTest(CliTestCase):
     def test_bad_values(self):
         self.assert_one_line_error(run("train", "--lr", "fast"), "--lr expects a number, got 'fast'")
         self.assert_one_line_error(run("train", "--model", "resnet"), "model 'resnet' is not known")
-        self.assert_one_line_error(run("train", "--optimizer", "lamb"), "optimizer 'lamb' is not known")
+        self.assert_one_line_error(run("train", "--optimizer", "lion"), "optimizer 'lion' is not known")
         self.assert_one_line_error(run("train", "--epochs", "0"), "--epochs must be from 1 to 1e9")
         self.assert_one_line_error(run("train", "--schedule", "step"), "--schedule step needs --step-milestones")
 
