@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""The PyTorch-Python peer of bigbatch's default job, for time-to-accuracy (issue 6): the same
+cnn, Fashion-MNIST normalised the same way, 256 = 32 x 8 with the standard accumulation loop
+(loss / accum; backward; step every accum), SGD with Nesterov momentum 0.9 and weight decay
+5e-4, lr 0.05 on a per-update cosine schedule over 8 epochs, a test evaluation after every
+epoch. Stops at the first epoch whose test accuracy reaches --target. Prints JSON per epoch.
+Benchmarks only; never part of the product.
+
+Usage: pytorch_train.py --threads 2 --target 0.9
+"""
+import argparse
+import gzip
+import json
+import math
+import struct
+import time
+
+import numpy as np
+import torch
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # bigbatch's data/dataset.h
+
+
+def read_idx(name):
+    with gzip.open(f"{FASHION}/{name}.gz", "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def images(name):
+    x = torch.from_numpy(read_idx(name).astype(np.float32) / 255.0)
+    return ((x - MEAN) / STD).unsqueeze(1)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target", type=float, default=0.9)
+    p.add_argument("--epochs", type=int, default=8)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(42)
+    start = time.perf_counter()
+    train_x, train_y = images("train-images-idx3-ubyte"), torch.from_numpy(
+        read_idx("train-labels-idx1-ubyte").astype(np.int64))
+    test_x, test_y = images("t10k-images-idx3-ubyte"), torch.from_numpy(
+        read_idx("t10k-labels-idx1-ubyte").astype(np.int64))
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    micro, accum = 32, 8
+    n = train_x.shape[0]
+    updates_per_epoch = math.ceil(n / (micro * accum))
+    total = updates_per_epoch * a.epochs
+    step, train_seconds = 0, 0.0
+    for epoch in range(a.epochs):
+        net.train()
+        order = torch.randperm(n)
+        epoch_start = time.perf_counter()
+        for u in range(updates_per_epoch):
+            window = order[u * micro * accum:(u + 1) * micro * accum]
+            for group in opt.param_groups:
+                group["lr"] = 0.05 * 0.5 * (1 + math.cos(math.pi * step / total))
+            for k in range(0, len(window), micro):
+                index = window[k:k + micro]
+                loss = nn.functional.cross_entropy(net(train_x[index]), train_y[index], reduction="sum")
+                (loss / len(window)).backward()
+            opt.step()
+            opt.zero_grad()
+            step += 1
+        train_seconds += time.perf_counter() - epoch_start
+        net.eval()
+        with torch.inference_mode():
+            correct = sum((net(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
+                          for i in range(0, test_x.shape[0], 1000))
+        accuracy = correct / test_x.shape[0]
+        print(json.dumps({"epoch": epoch + 1, "step": step, "test_accuracy": accuracy,
+                          "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start}),
+              flush=True)
+        if accuracy >= a.target:
+            break
+
+
+if __name__ == "__main__":
+    main()
