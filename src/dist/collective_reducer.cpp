@@ -114,6 +114,7 @@ class CollectiveReducer final : public GradientReducer {
   void begin_last_backward(const WindowTotals& local) override {
     write_totals(local);
     armed_ = true;
+    local_sq_norm_ = 0;
     pending_ = parameters_in_bucket_;
     next_launch_ = 0;
     in_flight_.clear();
@@ -137,6 +138,7 @@ class CollectiveReducer final : public GradientReducer {
       // No marked last micro-step (this rank had no samples in a short window, or a caller
       // that does not mark): everything goes now, in the same order.
       write_totals(local);
+      local_sq_norm_ = 0;
       next_launch_ = 0;
       in_flight_.clear();
     }
@@ -181,6 +183,12 @@ class CollectiveReducer final : public GradientReducer {
     }
   }
 
+  bool measure_local_norm(bool enable) override {
+    measure_local_norm_ = enable;
+    return true;
+  }
+  double local_sq_norm() const override { return local_sq_norm_; }
+
   bool keeps_gradient_storage() const override { return true; }
   int64_t world_size() const override { return env_.world_size; }
   int64_t rank() const override { return env_.rank; }
@@ -209,6 +217,14 @@ class CollectiveReducer final : public GradientReducer {
 
   // Issues one bucket's all-reduce without waiting for it.
   void launch(size_t bucket) {
+    if (measure_local_norm_) {
+      // Read before the all-reduce overwrites the bucket (CPU ops run to completion here; on a
+      // device they are queued ahead of the collective on the same stream).
+      const int64_t skip = bucket == 0 ? kTotalsSlots : 0;
+      const auto& flat = buckets_[bucket];
+      local_sq_norm_ +=
+          flat.narrow(0, skip, flat.numel() - skip).to(torch::kFloat64).pow(2).sum().item<double>();
+    }
     std::vector<at::Tensor> one{buckets_[bucket]};
     in_flight_.push_back(group_for(buckets_[bucket])->allreduce(one));
     ++calls_;
@@ -244,6 +260,8 @@ class CollectiveReducer final : public GradientReducer {
   size_t next_launch_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;
+  bool measure_local_norm_ = false;
+  double local_sq_norm_ = 0;  // this rank's gradients before the last reduction, squared
 };
 
 }  // namespace

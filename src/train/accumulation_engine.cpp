@@ -17,6 +17,9 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
       parameters_.push_back(p);
   }
   reducer_.attach(parameters_);
+  // A window of one micro-step has no smaller batch inside it on this rank; with ranks, the
+  // rank's own gradient before the all-reduce is one.
+  local_norm_available_ = options_.measure_noise && reducer_.measure_local_norm(false);
   // The window's loss sum in the loss's own dtype: one add per micro-step, and float32 is
   // ample for a window's sum (it only feeds metrics).
   loss_sum_ =
@@ -40,8 +43,12 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   correct_.add_(logits.detach().argmax(1).eq(targets).sum());
   items_ += targets.size(0);
   ++micro_steps_;
-  if (kind == MicroStep::Last)
+  if (kind == MicroStep::Last) {
+    // The pre-reduction norm costs a pass: only when the first micro-step gave no small batch.
+    if (local_norm_available_)
+      reducer_.measure_local_norm(first_items_ == 0 && micro_steps_ == 1);
     reducer_.begin_last_backward(local_totals());
+  }
   if (options_.per_micro_batch_mean_for_tests) {
     (loss * (1.0 / double(targets.size(0)))).backward();
   } else if (expected_items_ > 0) {
@@ -116,6 +123,14 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.stop_requested = global.stop > 0;
   stats.small_batch_items = first_items_;
   stats.small_batch_sq_norm = first_sq_norm_;
+  if (first_items_ == 0 && local_norm_available_ && micro_steps_ == 1 && items_ > 0 &&
+      double(items_) < global.items) {
+    // This rank's gradients were its summed loss's (scaled by 1 / expected when announced).
+    const double scale =
+        expected_items_ > 0 ? double(expected_items_) / double(items_) : 1.0 / double(items_);
+    stats.small_batch_items = items_;
+    stats.small_batch_sq_norm = reducer_.local_sq_norm() * scale * scale;
+  }
 
   // Normalise once, by what was really seen on all ranks (unless the scaled loss already did).
   if (options_.per_micro_batch_mean_for_tests) {

@@ -132,6 +132,7 @@ class AccumulationEngine {
   int64_t micro_steps_ = 0;
   int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact
   bool stop_requested_ = false;
+  bool local_norm_available_ = false;  // the reducer reads this rank's pre-reduction norm
   int64_t first_items_ = 0;  // the first micro-step's items, when its gradient norm was read
   double first_sq_norm_ = 0;
 };

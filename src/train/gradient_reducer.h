@@ -37,6 +37,12 @@ class GradientReducer {
   virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
   // Makes every rank hold rank 0's values (initial weights and buffers).
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
+  // Asks for the squared norm of this rank's gradients as they were before each reduction (one
+  // more pass over them): the gradient noise scale's small batch when a window is one
+  // micro-step. Returns false when the reducer cannot (a single process has nothing to reduce).
+  virtual bool measure_local_norm(bool /*enable*/) { return false; }
+  // That norm for the last reduce() (valid after it, when measuring).
+  virtual double local_sq_norm() const { return 0; }
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }

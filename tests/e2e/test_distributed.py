@@ -102,6 +102,13 @@ class EquivalenceTest(DistributedTestCase):
         records = self.check("mlp", 2, 32, 1e-5, "--bucket-mb", "0.05")
         self.assertEqual(records[0]["allreduce_calls"], 2)  # the first layer alone, then the rest
 
+    def test_ranks_without_accumulation_measure_the_noise_scale(self):
+        # 2 ranks x micro 64 = 128: one micro-step per window, so each rank's gradient before the
+        # all-reduce is the noise scale's small batch (a single process has none).
+        records = self.check("mlp", 2, 64, 1e-5)
+        self.assertTrue(all(r["micro_steps"] == 1 for r in records))
+        self.assertGreater(records[-1]["grad_noise_scale"], 0)
+
     def test_mlp_four_ranks(self):
         self.check("mlp", 4, 16, 1e-5)
 
