@@ -265,6 +265,22 @@ class CheckpointTest(unittest.TestCase):
         resumed = subprocess.run([BINARY, "train", "--resume", rescued], capture_output=True, text=True)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
 
+    def test_layerwise_optimizer_state_resumes_bit_identical(self):
+        # LARS's momentum and LAMB's moments and step counts live in the checkpoint too.
+        for optimizer, lr in [("lars", "1.0"), ("lamb", "0.002")]:
+            args = [*RUN, "--optimizer", optimizer, "--lr", lr, "--epochs", "2"]
+            whole = self.path(f"{optimizer}-whole")
+            subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+            run_dir = self.path(f"{optimizer}-killed")
+            process = self.start(*args, "--out", run_dir)
+            self.assertTrue(self.wait_for_checkpoint(run_dir, process))
+            process.kill()
+            process.communicate()
+            resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+            self.assertEqual(resumed.returncode, 0, resumed.stderr)
+            self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                             read(os.path.join(whole, "weights.safetensors"), "rb"), optimizer)
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)
