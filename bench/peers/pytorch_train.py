@@ -18,6 +18,8 @@ import time
 import numpy as np
 import torch
 
+from pytorch_loop import make  # the same model as the throughput peer
+
 FASHION = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # bigbatch's data/dataset.h
 
@@ -49,8 +51,7 @@ def main():
     test_x, test_y = images("t10k-images-idx3-ubyte"), torch.from_numpy(
         read_idx("t10k-labels-idx1-ubyte").astype(np.int64))
     nn = torch.nn
-    net = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
-                        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
+    net = make("cnn")
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
     micro, accum = 32, 8
     n = train_x.shape[0]

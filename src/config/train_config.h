@@ -60,9 +60,10 @@ struct TrainConfig {
   double momentum = 0.9;
   bool nesterov = true;
   double weight_decay = 5e-4;
-  double clip_norm = 0.0;   // 0: no clipping
+  double clip_norm = 0.0;  // 0: no clipping
   bool noise_scale = true;
-  std::string precision = "fp32";  // or bf16: autocast forward, fp32 weights and gradients  // measure the gradient noise scale (stats/gradient_noise.h)
+  std::string precision = "fp32";  // or bf16: autocast forward, fp32 weights and gradients  //
+                                   // measure the gradient noise scale (stats/gradient_noise.h)
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

@@ -156,22 +156,7 @@ std::string render_run_report(const std::string& run_dir) {
     add(c);
   }
 
-  std::string html;
-  html += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
-  html += "<title>bigbatch run " + xml_escape(run_dir) + "</title>";
-  html +=
-      "<style>"
-      "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
-      "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
-      ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}"
-      "svg.chart{background:#fff;border:1px solid #ddd}"
-      ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.marker{stroke:#888;stroke-dasharray:4 3}"
-      ".title{font-size:13px;font-weight:bold}.tick,.legend,.marker-label{font-size:10px}"
-      ".label{font-size:11px}.empty{font-size:12px;fill:#999}"
-      ".legend-back{fill:#fff;fill-opacity:0.8}"
-      "table.summary th{text-align:left;padding-right:16px;font-weight:normal;color:#555}"
-      "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
-      "</style></head><body>\n";
+  std::string html = html_page_start("bigbatch run " + run_dir);
   html += "<h1>bigbatch run: " + xml_escape(run_dir) + "</h1>\n";
   html += section("summary", summary(r));
   html += section("training", "<div class=\"charts\">" + charts + "</div>");

@@ -118,6 +118,25 @@ std::string xml_escape(const std::string& text) {
   return out;
 }
 
+std::string html_page_start(const std::string& title) {
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
+         xml_escape(title) +
+         "</title><style>"
+         "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
+         "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
+         ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}"
+         "svg.chart{background:#fff;border:1px solid #ddd}"
+         ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.marker{stroke:#888;stroke-dasharray:4 3}"
+         ".title{font-size:13px;font-weight:bold}.tick,.legend,.marker-label{font-size:10px}"
+         ".label{font-size:11px}.empty{font-size:12px;fill:#999}"
+         ".legend-back{fill:#fff;fill-opacity:0.8}"
+         "table.summary th{text-align:left;padding-right:16px;font-weight:normal;color:#555}"
+         "table.cells{border-collapse:collapse;font-size:13px}"
+         "table.cells td,table.cells th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
+         "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
+         "</style></head><body>\n";
+}
+
 std::string render_svg(const LineChart& chart) {
   const int w = chart.width, h = chart.height;
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" +

@@ -49,6 +49,11 @@ std::vector<double> nice_ticks(double low, double high, int target = 5);
 // The i-th colour of a colour-blind-safe palette (Okabe-Ito), cycling.
 const char* chart_colour(size_t i);
 
+// The start of a self-contained HTML page for these charts: doctype, title, and the one
+// stylesheet the run report and the sweep report share; the caller appends the body and
+// "</body></html>".
+std::string html_page_start(const std::string& title);
+
 // Text for an SVG/HTML text node or attribute.
 std::string xml_escape(const std::string& text);
 

@@ -205,21 +205,7 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
     by_samples.series.push_back({name, chart_colour(i), r.curve_by_samples, true});
   }
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
-                     xml_escape(title) + "</title><style>" +
-                     "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
-                     "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
-                     ".charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}"
-                     "svg.chart{background:#fff;border:1px solid #ddd}"
-                     ".frame{fill:none;stroke:#999}.grid{stroke:#eee}"
-                     ".marker{stroke:#888;stroke-dasharray:4 3}"
-                     ".title{font-size:13px;font-weight:bold}"
-                     ".tick,.legend,.marker-label{font-size:10px}.label{font-size:11px}"
-                     ".empty{font-size:12px;fill:#999}.legend-back{fill:#fff;fill-opacity:0.8}"
-                     "table{border-collapse:collapse;font-size:13px}"
-                     "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
-                     "</style></head><body>\n<h1>" +
-                     xml_escape(title) + "</h1>\n";
+  std::string html = html_page_start(title) + "<h1>" + xml_escape(title) + "</h1>\n";
   html +=
       "<p>Shallue et al.'s three regimes read off the first chart: where updates halve with "
       "each doubling of the batch (perfect scaling, the grey line), where they fall more "
