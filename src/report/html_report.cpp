@@ -106,53 +106,48 @@ std::string render_run_report(const std::string& run_dir) {
         {"validation", kGreen, record_points(r.epochs, x_key, "val_accuracy", 100), true});
     add(c);
   }
-  {
+  // Per-update series against updates: one row per chart, at most two series each.
+  struct Line {
+    const char* name;
+    const char* colour;
+    const char* key;
+    double scale;
+  };
+  struct UpdateChart {
+    const char* title;
+    const char* y_label;
+    bool log_y;
+    std::vector<Line> lines;
+  };
+  const std::vector<UpdateChart> update_charts = {
+      {"learning rate (warmup and decay)", "learning rate", false, {{"lr", kBlue, "lr", 1}}},
+      {"gradient norm (mean gradient, before clipping)",
+       "L2 norm",
+       true,
+       {{"grad norm", kBlue, "grad_norm", 1}}},
+      {"gradient noise scale beside the global batch",
+       "samples",
+       true,
+       {{"noise scale B_noise", kPurple, "grad_noise_scale", 1},
+        {"global batch", kBlue, "items", 1}}},
+      {"throughput", "samples / s", false, {{"samples/s", kGreen, "samples_per_s", 1}}},
+      // Tensors and the whole process differ by orders of magnitude: log scale.
+      {"memory",
+       "MiB",
+       true,
+       {{"tensor peak", kBlue, "peak_bytes", 1 / kMiB},
+        {"resident peak", kOrange, "rss_peak_bytes", 1 / kMiB}}},
+  };
+  for (const auto& spec : update_charts) {
     LineChart c;
-    c.title = "learning rate (warmup and decay)";
+    c.title = spec.title;
     c.x_label = "updates";
-    c.y_label = "learning rate";
-    c.series.push_back({"lr", kBlue, record_points(r.updates, "step", "lr"), false});
-    add(c);
-  }
-  {
-    LineChart c;
-    c.title = "gradient norm (mean gradient, before clipping)";
-    c.x_label = "updates";
-    c.y_label = "L2 norm";
-    c.log_y = true;
-    c.series.push_back({"grad norm", kBlue, record_points(r.updates, "step", "grad_norm"), false});
-    add(c);
-  }
-  {
-    LineChart c;
-    c.title = "gradient noise scale beside the global batch";
-    c.x_label = "updates";
-    c.y_label = "samples";
-    c.log_y = true;
-    c.series.push_back({"noise scale B_noise", kPurple,
-                        record_points(r.updates, "step", "grad_noise_scale"), false});
-    c.series.push_back({"global batch", kBlue, record_points(r.updates, "step", "items"), false});
-    add(c);
-  }
-  {
-    LineChart c;
-    c.title = "throughput";
-    c.x_label = "updates";
-    c.y_label = "samples / s";
-    c.series.push_back(
-        {"samples/s", kGreen, record_points(r.updates, "step", "samples_per_s"), false});
-    add(c);
-  }
-  {
-    LineChart c;
-    c.title = "memory";
-    c.x_label = "updates";
-    c.y_label = "MiB";
-    c.log_y = true;  // tensors and the whole process differ by orders of magnitude
-    c.series.push_back(
-        {"tensor peak", kBlue, record_points(r.updates, "step", "peak_bytes", 1 / kMiB), false});
-    c.series.push_back({"resident peak", kOrange,
-                        record_points(r.updates, "step", "rss_peak_bytes", 1 / kMiB), false});
+    c.y_label = spec.y_label;
+    c.log_y = spec.log_y;
+    for (const auto& line : spec.lines) {
+      c.series.push_back(
+          {line.name, line.colour, record_points(r.updates, "step", line.key, line.scale), false});
+    }
     add(c);
   }
 
