@@ -49,7 +49,8 @@ nlohmann::json progress_json(const TrainingProgress& p) {
            {{"gradient_sq_ema", p.noise.gradient_sq_ema},
             {"trace_ema", p.noise.trace_ema},
             {"weight", p.noise.weight},
-            {"samples", p.noise.samples}}}};
+            {"samples", p.noise.samples}}},
+          {"scale_invariant_step", p.scale_invariant_step}};
 }
 
 TrainingProgress progress_from(const nlohmann::json& j) {
@@ -70,6 +71,7 @@ TrainingProgress progress_from(const nlohmann::json& j) {
     p.noise.weight = n.at("weight").get<double>();
     p.noise.samples = n.at("samples").get<int64_t>();
   }
+  p.scale_invariant_step = j.value("scale_invariant_step", 0.0);
   return p;
 }
 

@@ -46,6 +46,8 @@ struct TrainingProgress {
   int64_t micro_step = 0;
   // The gradient noise scale's running averages, so a resumed run continues the same estimate.
   NoiseScaleState noise;
+  // AdaScale's scale-invariant updates so far (tau; 0 under the other rules).
+  double scale_invariant_step = 0;
 };
 
 // The part of a window accumulated before a mid-window checkpoint. Valid only for the plan it

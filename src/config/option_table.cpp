@@ -226,8 +226,9 @@ std::vector<OptionSpec> build_table() {
       &TrainConfig::lr_ref_batch, both));
   t.push_back(enum_option("lr-scaling",
                           "scale the rate from --lr-ref-batch to the global batch: auto (linear "
-                          "for sgd, sqrt for adamw), none, linear or sqrt",
-                          "auto|none|linear|sqrt", &TrainConfig::lr_scaling, &parse_lr_scaling,
+                          "for sgd, sqrt for adamw), none, linear, sqrt, or adascale (sgd: a gain "
+                          "measured each update from the gradient noise; Johnson et al. 2020)",
+                          "auto|none|linear|sqrt|adascale", &TrainConfig::lr_scaling, &parse_lr_scaling,
                           both));
   t.push_back(switch_option("adam-sqrt-adjust",
                             "with adamw and the sqrt rule, also scale the betas and epsilon "

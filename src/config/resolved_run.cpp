@@ -1,18 +1,21 @@
 #include "config/resolved_run.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
 namespace bigbatch {
 
 namespace {
-LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const EpochPlan& epoch,
-                         int64_t total_updates) {
+// `plan` and `epoch` count the schedule's updates: the run's own, or the reference batch's
+// under AdaScale. The global batch is always the run's.
+LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const BatchPlan& plan,
+                         const EpochPlan& epoch, int64_t total_updates) {
   LrScheduleConfig s;
   s.base_lr = config.lr;
-  s.reference_batch = config.lr_ref_batch.value_or(plan.global_batch_size);
-  s.global_batch = plan.global_batch_size;
+  s.reference_batch = config.lr_ref_batch.value_or(global_batch);
+  s.global_batch = global_batch;
   const bool adaptive = is_adaptive(config.optimizer);
   s.scaling = resolve_lr_scaling(config.lr_scaling, adaptive);
   if (config.lr_scaling == LrScaling::Auto)
@@ -26,6 +29,68 @@ LrSchedule make_schedule(const TrainConfig& config, const BatchPlan& plan, const
     s.milestones.push_back(milestone.to_updates(plan, epoch));
   s.gamma = config.step_gamma;
   return LrSchedule(s);
+}
+
+// AdaScale's preconditions, then its reference schedule and the bounds on the run's length.
+ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& plan,
+                                 const EpochPlan& epoch, int64_t dataset_size) {
+  if (config.optimizer != OptimizerKind::Sgd) {
+    throw Error(ErrorKind::Config,
+                std::string("--lr-scaling adascale is defined for SGD, not ") +
+                    to_string(config.optimizer) + " (Johnson et al. 2020)",
+                std::string("use --optimizer sgd, or --lr-scaling auto for ") +
+                    to_string(config.optimizer));
+  }
+  if (!config.lr_ref_batch) {
+    throw Error(ErrorKind::Config,
+                "--lr-scaling adascale needs --lr-ref-batch: the batch the base --lr was tuned at",
+                "add e.g. --lr-ref-batch " +
+                    std::to_string(std::max<int64_t>(1, plan.global_batch_size / 8)));
+  }
+  const int64_t reference = *config.lr_ref_batch;
+  if (reference <= 0 || reference > dataset_size) {
+    throw Error(ErrorKind::Config,
+                "--lr-ref-batch " + std::to_string(reference) + " must be between 1 and the " +
+                    "dataset's " + std::to_string(dataset_size) + " samples",
+                "pass the batch size the base --lr was tuned at");
+  }
+  if (!config.noise_scale || plan.accumulation_steps * plan.world_size < 2) {
+    throw Error(ErrorKind::Config,
+                std::string("--lr-scaling adascale measures its gain from two batch sizes per ") +
+                    "update, which needs accumulation steps or ranks of 2 or more" +
+                    (config.noise_scale ? "" : " and the noise measurement (--no-noise-scale "
+                                               "is set)"),
+                "use a --micro-batch smaller than the global batch" +
+                    std::string(config.noise_scale ? "" : ", and drop --no-noise-scale"));
+  }
+  if (config.adam_sqrt_adjust) {
+    throw Error(ErrorKind::Config, "--adam-sqrt-adjust belongs to the square-root rule with adamw",
+                "drop --adam-sqrt-adjust");
+  }
+  // The reference schedule: --epochs of updates at the reference batch.
+  BatchPlan reference_plan;
+  reference_plan.micro_batch_size = reference;
+  reference_plan.global_batch_size = reference;
+  const EpochPlan reference_epoch = plan_epoch(reference_plan, dataset_size, config.last_window);
+  ResolvedRun::AdaScaleRun adascale;
+  adascale.reference_batch = reference;
+  adascale.scale = double(plan.global_batch_size) / double(reference);
+  adascale.scale_invariant_total = config.epochs * reference_epoch.updates_per_epoch;
+  // tau grows by at least min(1, S) per update.
+  int64_t total = static_cast<int64_t>(
+      std::ceil(double(adascale.scale_invariant_total) / std::min(1.0, adascale.scale)));
+  if (config.max_updates)
+    total = std::min(total, *config.max_updates);
+  const int64_t epochs = (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch;
+  ResolvedRun run{plan,
+                  epoch,
+                  make_schedule(config, plan.global_batch_size, reference_plan, reference_epoch,
+                                adascale.scale_invariant_total),
+                  epochs,
+                  total,
+                  {},
+                  adascale};
+  return run;
 }
 }  // namespace
 
@@ -47,12 +112,15 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
                 "add --last-window drop, or choose a global batch that divides " +
                     std::to_string(dataset_size));
   }
+  if (config.lr_scaling == LrScaling::AdaScale)
+    return resolve_adascale_run(config, plan, epoch, dataset_size);
   int64_t total = config.epochs * epoch.updates_per_epoch;
   if (config.max_updates)
     total = std::min(total, *config.max_updates);
   const int64_t epochs =
       std::min(config.epochs, (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch);
-  ResolvedRun run{plan, epoch, make_schedule(config, plan, epoch, total), epochs, total, {}};
+  ResolvedRun run{plan, epoch, make_schedule(config, plan.global_batch_size, plan, epoch, total),
+                  epochs, total, {}, {}};
   if (config.adam_sqrt_adjust) {
     if (run.schedule.config().scaling != LrScaling::Sqrt) {
       throw Error(ErrorKind::Config,

@@ -22,6 +22,16 @@ struct ResolvedRun {
   int64_t total_updates = 0;  // min(epochs x updates_per_epoch, max_updates)
   // AdamW's hyperparameters after --adam-sqrt-adjust (unset: as configured).
   std::optional<AdamHyperparameters> adam;
+  // --lr-scaling adascale: `schedule` counts scale-invariant updates at the reference batch
+  // (its warmup, decay and milestones too), and the run ends when they reach
+  // `scale_invariant_total` = --epochs of the reference batch. `total_updates` and `epochs`
+  // are then only bounds (a gain of 1 throughout).
+  struct AdaScaleRun {
+    int64_t reference_batch = 0;
+    double scale = 1;  // global / reference
+    int64_t scale_invariant_total = 0;
+  };
+  std::optional<AdaScaleRun> adascale;
 };
 
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size);

@@ -125,9 +125,9 @@ std::optional<int64_t> parse_byte_size(const std::string& text) {
   return std::nullopt;
 }
 
-std::string format_significant(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+std::string format_significant(double value, int digits) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.*g", std::clamp(digits, 1, 17), value);
   return buffer;
 }
 

@@ -24,8 +24,9 @@ std::string human_bytes(double bytes);
 // "512MiB", "1.5 GiB", "64KiB", "2GB" (SI: 10^9), "100B" -> bytes. A unit is required, so a
 // bare "512" is not silently 512 bytes; std::nullopt on anything else ("12 gigs", "-1MiB").
 std::optional<int64_t> parse_byte_size(const std::string& text);
-// For display: 6 significant digits, 0.6000000000000001 -> "0.6" (format_double round-trips).
-std::string format_significant(double value);
+// For display: 6 (or `digits`) significant digits, 0.6000000000000001 -> "0.6"
+// (format_double round-trips).
+std::string format_significant(double value, int digits = 6);
 // The exact inverse of parse_byte_size in the largest whole unit: 536870912 -> "512MiB".
 std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".

@@ -1,5 +1,7 @@
 #include "report/plan_report.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/text.h"
@@ -63,10 +65,26 @@ std::string format_plan_text(const ResolvedRun& run) {
                                         format_significant(run.adam->beta2) + ", eps " +
                                         format_significant(run.adam->eps));
   }
-  out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
-  out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
-                              std::to_string(run.total_updates) + " updates (" +
-                              std::to_string(run.epochs) + " epochs)");
+  if (run.adascale) {
+    const auto& a = *run.adascale;
+    out += line("warmup", std::to_string(run.schedule.config().warmup_updates) +
+                              " scale-invariant updates");
+    out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
+                                std::to_string(a.scale_invariant_total) +
+                                " scale-invariant updates (" + std::to_string(a.reference_batch) +
+                                " samples each)");
+    out += line("run length", "the gain decides: " +
+                                  std::to_string(static_cast<int64_t>(
+                                      std::ceil(double(a.scale_invariant_total) /
+                                                std::max(1.0, a.scale)))) +
+                                  " updates (gain " + format_significant(a.scale) + ") to " +
+                                  std::to_string(run.total_updates) + " (gain 1)");
+  } else {
+    out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
+    out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
+                                std::to_string(run.total_updates) + " updates (" +
+                                std::to_string(run.epochs) + " epochs)");
+  }
   for (const auto& w : e.warnings)
     out += "warning: " + w + "\n";
   if (const auto advice = run.schedule.advice())
@@ -105,6 +123,12 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["schedule"] = to_string(run.schedule.config().kind);
   j["total_updates"] = run.total_updates;
   j["epochs"] = run.epochs;
+  if (run.adascale) {
+    // total_updates and epochs are then upper bounds (a gain of 1 throughout).
+    j["adascale_reference_batch"] = run.adascale->reference_batch;
+    j["adascale_scale"] = run.adascale->scale;
+    j["scale_invariant_updates"] = run.adascale->scale_invariant_total;
+  }
   j["warnings"] = e.warnings;
   if (const auto advice = run.schedule.advice())
     j["warnings"].push_back(*advice);

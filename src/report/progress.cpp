@@ -42,6 +42,8 @@ std::string Progress::status_text(const ProgressState& s) const {
   if (s.noise_scale > 0) {
     text += " B " + human_count(double(s.global_batch)) + " B_noise " + human_count(s.noise_scale);
   }
+  if (s.lr_gain > 0)
+    text += " gain " + format_significant(s.lr_gain, 3);
   return text;
 }
 

@@ -29,6 +29,7 @@ struct ProgressState {
   int64_t memory_bytes = 0;  // peak tensor memory of the last update (0: not shown)
   int64_t global_batch = 0;
   double noise_scale = 0;  // the gradient noise scale, beside the global batch (0: not shown)
+  double lr_gain = 0;      // AdaScale's gain (0: not shown)
 };
 
 class Progress {

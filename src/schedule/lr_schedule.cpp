@@ -19,6 +19,8 @@ const char* to_string(LrScaling scaling) {
       return "sqrt";
     case LrScaling::Auto:
       return "auto";
+    case LrScaling::AdaScale:
+      return "adascale";
   }
   return "?";
 }
@@ -46,8 +48,10 @@ LrScaling parse_lr_scaling(const std::string& text) {
     return LrScaling::Sqrt;
   if (text == "auto")
     return LrScaling::Auto;
+  if (text == "adascale")
+    return LrScaling::AdaScale;
   throw Error(ErrorKind::Config, "learning-rate scaling rule '" + text + "' is not known",
-              "use --lr-scaling auto, none, linear or sqrt");
+              "use --lr-scaling auto, none, linear, sqrt or adascale");
 }
 
 ScheduleKind parse_schedule_kind(const std::string& text) {
@@ -67,6 +71,7 @@ double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, L
   const double ratio = double(global_batch) / double(reference_batch);
   switch (scaling) {
     case LrScaling::None:
+    case LrScaling::AdaScale:
       return base_lr;
     case LrScaling::Linear:
       return base_lr * ratio;
@@ -166,6 +171,13 @@ double LrSchedule::lr_at(int64_t step) const {
 }
 
 std::string LrSchedule::describe_scaling() const {
+  if (config_.scaling == LrScaling::AdaScale) {
+    return "lr " + format_double(config_.base_lr) + " @ " +
+           std::to_string(config_.reference_batch) + " x AdaScale gain in [1, " +
+           format_significant(double(config_.global_batch) / double(config_.reference_batch)) +
+           "] @ " + std::to_string(config_.global_batch) + " (schedule in scale-invariant updates" +
+           (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
+  }
   return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
          " -> " + format_double(peak_lr_) + " @ " + std::to_string(config_.global_batch) + " (" +
          to_string(config_.scaling) +

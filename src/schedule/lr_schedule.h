@@ -22,8 +22,10 @@ namespace bigbatch {
 
 // Auto is a configuration value only: resolved per optimizer (resolve_lr_scaling) before a
 // schedule is built — linear for SGD (Goyal et al. 2017), square root for Adam-type optimizers
-// (Malladi et al. 2022).
-enum class LrScaling { None, Linear, Sqrt, Auto };
+// (Malladi et al. 2022). AdaScale is no fixed rule: the rate stays the reference batch's and
+// each update multiplies it by a measured gain (schedule/adascale.h), so the schedule's
+// updates are counted at the reference batch.
+enum class LrScaling { None, Linear, Sqrt, Auto, AdaScale };
 enum class ScheduleKind { Constant, Cosine, Linear, Step };
 
 const char* to_string(LrScaling scaling);
@@ -32,6 +34,7 @@ LrScaling parse_lr_scaling(const std::string& text);
 ScheduleKind parse_schedule_kind(const std::string& text);
 
 // The batch-size scaling rule alone: base_lr at reference_batch -> rate at global_batch.
+// AdaScale returns base_lr: its gain is applied per update.
 double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling);
 
 // Auto -> Linear for SGD-type optimizers (adaptive = false), Sqrt for Adam-type ones; any

@@ -26,6 +26,7 @@
 #include "report/progress.h"
 #include "runtime/interrupts.h"
 #include "runtime/runtime_env.h"
+#include "schedule/adascale.h"
 #include "stats/gradient_noise.h"
 #include "train/accumulation_engine.h"
 #include "train/evaluate.h"
@@ -89,14 +90,24 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r) {
 }
 
 std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& at) {
+  std::string text = "epoch " + std::to_string(record["epoch"].get<int64_t>());
+  if (record.contains("partial_epoch")) {
+    text += " (first " + format_double(std::round(100 * record["partial_epoch"].get<double>())) +
+            "%, where the run ends)";
+  }
   char line[256];
-  std::snprintf(line, sizeof line,
-                "epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s",
-                static_cast<long long>(record["epoch"].get<int64_t>()),
-                record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>(),
+  if (record["train_loss"].is_null()) {
+    text += ": train loss - (every update skipped)";
+  } else {
+    std::snprintf(line, sizeof line, ": train loss %.4f acc %.2f%%",
+                  record["train_loss"].get<double>(),
+                  100 * record["train_accuracy"].get<double>());
+    text += line;
+  }
+  std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%% | %s samples/s",
                 record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>(),
                 human_count(double(at.samples_seen) / at.train_seconds).c_str());
-  std::string text = line;
+  text += line;
   if (record.contains("val_accuracy")) {
     text += " | val acc " +
             format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
@@ -449,22 +460,91 @@ TrainResult run_training(const TrainConfig& requested) {
   NoiseScaleTracker noise;
   noise.restore(at.noise);
 
-  InterruptGuard interrupts;
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;
   int64_t epoch_peak_bytes = 0;
   bool target_reached = false;  // --target-accuracy met at an epoch's end
   EvalResult last_test;
-  while (at.epoch < run.epochs && at.step < run.total_updates) {
+  // The record of an epoch — or of the part of one where the run ends inside it (--max-updates,
+  // AdaScale's scale-invariant length) — with its evaluation and the --target-accuracy check.
+  auto record_epoch = [&](bool ends_inside) {
+    if (is_main) {
+      // An epoch whose updates were all skipped (non-finite) has no training figures.
+      const auto per_item = [&](double total) {
+        return at.epoch_items > 0 ? nlohmann::json(total / double(at.epoch_items))
+                                  : nlohmann::json(nullptr);
+      };
+      nlohmann::json record = {
+          {"epoch", at.epoch + 1},
+          {"step", at.step},
+          {"samples_seen", at.samples_seen},
+          {"train_loss", per_item(at.epoch_loss_sum)},
+          {"train_accuracy", per_item(double(at.epoch_correct))},
+          {"train_seconds", at.train_seconds},
+          {"peak_bytes", epoch_peak_bytes},
+          {"rss_peak_bytes", peak_rss_bytes()},
+          {"micro_batch", run.plan.micro_batch_size},
+          {"oom_backoffs", backoffs},
+          {"grad_noise_scale",
+           noise.noise_scale() ? nlohmann::json(*noise.noise_scale()) : nlohmann::json(nullptr)}};
+      if (ends_inside) {
+        record["partial_epoch"] =
+            double(at.update_in_epoch) / double(run.epoch.updates_per_epoch);
+      }
+      // Under a budget, evaluation runs at the training micro-batch, which inference (no
+      // saved activations, no gradients) always fits.
+      const int64_t eval_batch = config.memory_budget > 0
+                                     ? std::min(kEvalBatchSize, run.plan.micro_batch_size)
+                                     : kEvalBatchSize;
+      if (data.validation.size() > 0) {
+        record.update(
+            eval_record("val", evaluate(model, data.validation, eval_batch, precision)));
+      }
+      last_test = evaluate(model, data.test, eval_batch, precision);
+      record.update(eval_record("test", last_test));
+      metrics->write(record);
+      progress.message(epoch_summary(record, at));
+      if (config.target_accuracy > 0) {
+        // Validation accuracy when there is a validation split: the test set is not for
+        // decisions.
+        const char* metric = data.validation.size() > 0 ? "val_accuracy" : "test_accuracy";
+        const double accuracy = record[metric].get<double>();
+        if (accuracy >= config.target_accuracy) {
+          target_reached = true;
+          metrics->write({{"event", "target_reached"},
+                          {"step", at.step},
+                          {"epoch", at.epoch + 1},
+                          {"samples_seen", at.samples_seen},
+                          {"train_seconds", at.train_seconds},
+                          {"metric", metric},
+                          {"accuracy", accuracy},
+                          {"target", config.target_accuracy}});
+          say("target reached: " + std::string(metric) + " " +
+              format_significant(100 * accuracy) +
+              "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
+              std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
+              " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+        }
+      }
+    }
+  };
+
+  // The run's length: --epochs and --max-updates, or AdaScale's scale-invariant updates.
+  auto run_complete = [&] {
+    if (run.adascale)
+      return at.scale_invariant_step >= double(run.adascale->scale_invariant_total) - 1e-9 ||
+             at.step >= run.total_updates;
+    return at.step >= run.total_updates;
+  };
+  InterruptGuard interrupts;
+  while (at.epoch < run.epochs && !run_complete()) {
     const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
                                    config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (at.update_in_epoch < run.epoch.updates_per_epoch && at.step < run.total_updates &&
-           !stop) {
+    while (at.update_in_epoch < run.epoch.updates_per_epoch && !run_complete() && !stop) {
       const auto update_start = Clock::now();
       const int64_t calls_before = reducer->calls();
       const UpdateWindow window = window_for_update(run.plan, run.epoch, at.update_in_epoch, rank);
-      const double lr = run.schedule.lr_at(at.step);
       // The micro-steps of this update (from where a mid-window checkpoint left off). A single
       // process may stop or checkpoint between them; ranks of a job do so only at update
       // boundaries, where they meet.
@@ -501,7 +581,31 @@ TrainResult run_training(const TrainConfig& requested) {
       }
       if (interrupts.requested())
         engine.request_stop();
-      const UpdateStats stats = engine.update(lr);
+      const UpdateStats stats = engine.finish_gradients();
+      if (!stats.non_finite && stats.small_batch_items > 0 &&
+          stats.small_batch_items < stats.items) {
+        noise.add({double(stats.small_batch_items), stats.small_batch_sq_norm, double(stats.items),
+                   stats.grad_norm * stats.grad_norm});
+        at.noise = noise.state();
+      }
+      // AdaScale's gain comes from the averages that now include this update's gradients.
+      const double gain = run.adascale && noise.state().samples > 0
+                              ? adascale_gain(double(stats.items),
+                                              double(run.adascale->reference_batch),
+                                              noise.trace(), noise.gradient_sq())
+                                    .gain
+                              : 1.0;
+      const double lr =
+          run.adascale
+              ? gain * run.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step))
+              : run.schedule.lr_at(at.step);
+      if (stats.non_finite) {
+        engine.discard();  // one bad window must not poison the weights or the momentum
+      } else {
+        engine.apply(lr);
+        if (run.adascale)
+          at.scale_invariant_step += gain;
+      }
       const int64_t peak_bytes = memory_counters().peak_bytes;
       epoch_peak_bytes = std::max(epoch_peak_bytes, peak_bytes);
       at.micro_step = 0;
@@ -510,12 +614,6 @@ TrainResult run_training(const TrainConfig& requested) {
       ++at.step;
       ++at.update_in_epoch;
       at.samples_seen += stats.items;
-      if (!stats.non_finite && stats.small_batch_items > 0 &&
-          stats.small_batch_items < stats.items) {
-        noise.add({double(stats.small_batch_items), stats.small_batch_sq_norm, double(stats.items),
-                   stats.grad_norm * stats.grad_norm});
-        at.noise = noise.state();
-      }
       const std::optional<double> noise_scale = noise.noise_scale();
       if (!stats.non_finite) {
         // A skipped update consumed its samples but taught nothing: the epoch's training
@@ -535,7 +633,7 @@ TrainResult run_training(const TrainConfig& requested) {
         bad_in_a_row = 0;
       }
       if (is_main) {
-        metrics->write({{"step", at.step},
+        nlohmann::json record = {{"step", at.step},
                         {"epoch", double(at.epoch) + double(at.update_in_epoch) /
                                                          double(run.epoch.updates_per_epoch)},
                         {"samples_seen", at.samples_seen},
@@ -553,7 +651,12 @@ TrainResult run_training(const TrainConfig& requested) {
                         {"grad_noise_scale",
                          noise_scale ? nlohmann::json(*noise_scale) : nlohmann::json(nullptr)},
                         {"peak_bytes", peak_bytes},
-                        {"rss_peak_bytes", peak_rss_bytes()}});
+                        {"rss_peak_bytes", peak_rss_bytes()}};
+        if (run.adascale) {
+          record["lr_gain"] = gain;
+          record["scale_invariant_step"] = at.scale_invariant_step;
+        }
+        metrics->write(record);
         ProgressState state;
         state.epoch = at.epoch + 1;
         state.epochs = run.epochs;
@@ -561,6 +664,20 @@ TrainResult run_training(const TrainConfig& requested) {
         state.updates_per_epoch = run.epoch.updates_per_epoch;
         state.step = at.step;
         state.total_updates = run.total_updates;
+        if (run.adascale) {
+          // The run ends at a scale-invariant count: its length in updates follows the mean
+          // gain so far.
+          const double mean_gain = std::max(1e-9, at.scale_invariant_step / double(at.step));
+          state.total_updates = std::min(
+              run.total_updates,
+              at.step + static_cast<int64_t>(std::ceil(
+                            std::max(0.0, double(run.adascale->scale_invariant_total) -
+                                              at.scale_invariant_step) /
+                            mean_gain)));
+          state.epochs = (state.total_updates + run.epoch.updates_per_epoch - 1) /
+                         run.epoch.updates_per_epoch;
+          state.lr_gain = gain;
+        }
         state.loss = stats.loss;
         state.samples_per_s = double(at.samples_seen) / at.train_seconds;
         state.elapsed_s = at.train_seconds;
@@ -585,56 +702,7 @@ TrainResult run_training(const TrainConfig& requested) {
         checkpoint(at);
     }
     if (at.update_in_epoch == run.epoch.updates_per_epoch) {
-      if (is_main) {
-        nlohmann::json record = {
-            {"epoch", at.epoch + 1},
-            {"step", at.step},
-            {"samples_seen", at.samples_seen},
-            {"train_loss", at.epoch_loss_sum / double(at.epoch_items)},
-            {"train_accuracy", double(at.epoch_correct) / double(at.epoch_items)},
-            {"train_seconds", at.train_seconds},
-            {"peak_bytes", epoch_peak_bytes},
-            {"rss_peak_bytes", peak_rss_bytes()},
-            {"micro_batch", run.plan.micro_batch_size},
-            {"oom_backoffs", backoffs},
-            {"grad_noise_scale",
-             noise.noise_scale() ? nlohmann::json(*noise.noise_scale()) : nlohmann::json(nullptr)}};
-        // Under a budget, evaluation runs at the training micro-batch, which inference (no
-        // saved activations, no gradients) always fits.
-        const int64_t eval_batch = config.memory_budget > 0
-                                       ? std::min(kEvalBatchSize, run.plan.micro_batch_size)
-                                       : kEvalBatchSize;
-        if (data.validation.size() > 0) {
-          record.update(
-              eval_record("val", evaluate(model, data.validation, eval_batch, precision)));
-        }
-        last_test = evaluate(model, data.test, eval_batch, precision);
-        record.update(eval_record("test", last_test));
-        metrics->write(record);
-        progress.message(epoch_summary(record, at));
-        if (config.target_accuracy > 0) {
-          // Validation accuracy when there is a validation split: the test set is not for
-          // decisions.
-          const char* metric = data.validation.size() > 0 ? "val_accuracy" : "test_accuracy";
-          const double accuracy = record[metric].get<double>();
-          if (accuracy >= config.target_accuracy) {
-            target_reached = true;
-            metrics->write({{"event", "target_reached"},
-                            {"step", at.step},
-                            {"epoch", at.epoch + 1},
-                            {"samples_seen", at.samples_seen},
-                            {"train_seconds", at.train_seconds},
-                            {"metric", metric},
-                            {"accuracy", accuracy},
-                            {"target", config.target_accuracy}});
-            say("target reached: " + std::string(metric) + " " +
-                format_significant(100 * accuracy) +
-                "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
-                std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
-                " samples, " + human_duration(at.train_seconds) + " of training; stopping");
-          }
-        }
-      }
+      record_epoch(/*ends_inside=*/false);
       if (config.target_accuracy > 0 && world_size > 1) {
         // Only rank 0 evaluates: its verdict is everyone's.
         std::vector<torch::Tensor> verdict = {torch::tensor({target_reached ? 1 : 0})};
@@ -659,6 +727,12 @@ TrainResult run_training(const TrainConfig& requested) {
     }
     if (target_reached)
       break;
+  }
+  // A run that ends inside an epoch is evaluated where it ends.
+  if (at.update_in_epoch > 0 && !target_reached)
+    record_epoch(/*ends_inside=*/true);
+  if (run.adascale) {
+    say(describe_adascale_run(at.step, at.scale_invariant_step, run.adascale->scale));
   }
   // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
   // run can be extended later with more --epochs.

@@ -127,6 +127,17 @@ class BadInputCorpus(unittest.TestCase):
     def test_flag_fractional_updates(self):
         self.expect(self.train("--warmup", "2.5u"), "config", "not a whole number")
 
+    def test_flag_adascale_without_reference_batch(self):
+        self.expect(self.train("--lr-scaling", "adascale"), "config", "needs --lr-ref-batch")
+
+    def test_flag_adascale_with_adamw(self):
+        self.expect(self.train("--lr-scaling", "adascale", "--lr-ref-batch", "16", "--optimizer", "adamw"), "config",
+                    "defined for SGD")
+
+    def test_flag_adascale_without_accumulation(self):
+        self.expect(self.train("--lr-scaling", "adascale", "--lr-ref-batch", "16", "--micro-batch", "64"), "config",
+                    "two batch sizes per update")
+
     def test_flag_zero_checkpoint_cadence(self):
         self.expect(self.train("--checkpoint-every", "0u"), "config", "is zero")
 

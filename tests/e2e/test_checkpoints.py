@@ -281,6 +281,23 @@ class CheckpointTest(unittest.TestCase):
             self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
                              read(os.path.join(whole, "weights.safetensors"), "rb"), optimizer)
 
+    def test_adascale_resumes_bit_identical(self):
+        # The scale-invariant count and the noise averages that set the gain are progress too.
+        args = [*RUN, "--lr-scaling", "adascale", "--lr-ref-batch", "32", "--lr", "0.05", "--epochs", "1"]
+        whole = self.path("adascale-whole")
+        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+        run_dir = self.path("adascale-killed")
+        process = self.start(*args, "--out", run_dir)
+        self.assertTrue(self.wait_for_checkpoint(run_dir, process))
+        process.kill()
+        process.communicate()
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(whole, "weights.safetensors"), "rb"))
+        self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
+        self.assertTrue(any("lr_gain" in r for r in metrics(run_dir)))
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)

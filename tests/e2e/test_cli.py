@@ -2,6 +2,7 @@
 """End-to-end tests of the bigbatch binary: real CLI, real Fashion-MNIST (small subsets), real
 files. Usage: test_cli.py BIGBATCH_BINARY [unittest arguments]."""
 import json
+import math
 import os
 import shutil
 import struct
@@ -136,6 +137,37 @@ class TrainTest(CliTestCase):
         records = [json.loads(line) for line in read(os.path.join(single, "metrics.jsonl")).splitlines()]
         self.assertIsNone([r for r in records if "loss" in r][-1]["grad_noise_scale"])
         self.assertIn("gradient noise scale: not measured", result.stderr)
+
+    def test_adascale_gain_drives_a_schedule_in_scale_invariant_updates(self):
+        out = self.path("adascale")
+        # Reference batch 32, global 256: S = 8; 2048 samples = 64 reference updates per epoch.
+        result = run("train", *SMALL, "--train-subset", "2048", "--global-batch", "256", "--lr-scaling", "adascale",
+                     "--lr-ref-batch", "32", "--lr", "0.05", "--epochs", "1", "--schedule", "cosine",
+                     "--min-lr-factor", "0", "--out", out, check=True)
+        records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
+        updates = [r for r in records if "loss" in r]
+        tau = 0.0
+        for r in updates:
+            self.assertGreaterEqual(r["lr_gain"], 1.0)
+            self.assertLessEqual(r["lr_gain"], 8.0)
+            # The update trains at gain x the reference schedule at floor(tau), then tau grows by the gain.
+            expected = r["lr_gain"] * 0.05 * 0.5 * (1 + math.cos(math.pi * min(1.0, math.floor(tau) / 64)))
+            self.assertAlmostEqual(r["lr"], expected, places=12)
+            tau += r["lr_gain"]
+            self.assertAlmostEqual(r["scale_invariant_step"], tau, places=9)
+        # It ends at the first update that completes the 64 scale-invariant ones: between 8 and 64 updates.
+        self.assertGreaterEqual(updates[-1]["scale_invariant_step"], 64 - 1e-9)
+        self.assertLess(updates[-2]["scale_invariant_step"], 64)
+        self.assertTrue(8 <= len(updates) <= 64, len(updates))
+        self.assertGreater(max(r["lr_gain"] for r in updates), 1.0)  # measured, not fixed
+        # The run is evaluated where it ends, also inside an epoch.
+        epochs = [r for r in records if "test_accuracy" in r]
+        self.assertEqual(epochs[-1]["step"], updates[-1]["step"])
+        self.assertRegex(result.stderr, r"AdaScale: \d+ updates for [\d.]+ scale-invariant ones \(mean gain [\d.]+ of S = 8\)")
+        plan = json.loads(run("plan", "--dataset-size", "2048", "--global-batch", "256", "--micro-batch", "32",
+                              "--lr-scaling", "adascale", "--lr-ref-batch", "32", "--epochs", "1", "--json",
+                              check=True).stdout)
+        self.assertEqual((plan["scale_invariant_updates"], plan["adascale_scale"], plan["total_updates"]), (64, 8, 64))
 
     def test_lr_scaling_auto_follows_the_optimizer(self):
         sgd = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.1", "--json",

@@ -162,6 +162,57 @@ TEST(ResolvedRun, MaxUpdatesBoundsTheRun) {
   EXPECT_EQ(run.epochs, 2);
 }
 
+TEST(ResolvedRun, AdaScaleCountsTheScheduleAtTheReferenceBatch) {
+  TrainConfig config;
+  config.global_batch = 1024;
+  config.micro_batch = 128;
+  config.lr_ref_batch = 64;
+  config.lr = 0.05;
+  config.lr_scaling = LrScaling::AdaScale;
+  config.epochs = 2;
+  config.warmup = Interval::parse("0.5e");
+  const ResolvedRun run = resolve_run(config, 60000, 1);
+  ASSERT_TRUE(run.adascale.has_value());
+  EXPECT_DOUBLE_EQ(run.adascale->scale, 16);
+  // 60000 / 64 = 937.5 -> 938 reference updates per epoch; warmup and length count those.
+  EXPECT_EQ(run.adascale->scale_invariant_total, 2 * 938);
+  EXPECT_EQ(run.schedule.config().total_updates, 2 * 938);
+  EXPECT_EQ(run.schedule.config().warmup_updates, 469);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.05);  // the gain does the scaling
+  // A gain of 1 throughout bounds the run: T_SI updates of 1024, in 32 epochs of 59.
+  EXPECT_EQ(run.total_updates, 2 * 938);
+  EXPECT_EQ(run.epochs, 32);
+  EXPECT_NE(run.schedule.describe_scaling().find("AdaScale gain in [1, 16]"), std::string::npos);
+}
+
+TEST(ResolvedRun, AdaScaleNamesWhatItNeeds) {
+  TrainConfig config;
+  config.global_batch = 1024;
+  config.micro_batch = 128;
+  config.lr_scaling = LrScaling::AdaScale;
+  const auto message = [&] {
+    try {
+      resolve_run(config, 60000, 1);
+    } catch (const Error& e) {
+      return std::string(e.what()) + " | " + e.hint();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message().find("needs --lr-ref-batch"), std::string::npos) << message();
+  config.lr_ref_batch = 64;
+  config.optimizer = OptimizerKind::AdamW;
+  EXPECT_NE(message().find("defined for SGD"), std::string::npos) << message();
+  config.optimizer = OptimizerKind::Sgd;
+  config.micro_batch = 1024;  // one micro-step and one rank: a single batch size per update
+  EXPECT_NE(message().find("two batch sizes"), std::string::npos) << message();
+  // Two ranks give the second batch size without accumulation.
+  config.micro_batch = 512;
+  EXPECT_NO_THROW(resolve_run(config, 60000, 2));
+  config.micro_batch = 128;
+  config.noise_scale = false;
+  EXPECT_NE(message().find("--no-noise-scale"), std::string::npos) << message();
+}
+
 TEST(Text, StrictNumbers) {
   EXPECT_EQ(parse_int("42"), 42);
   EXPECT_EQ(parse_int("+7"), 7);
