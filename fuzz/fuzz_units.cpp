@@ -1,5 +1,6 @@
 // libFuzzer target: the small parsers of user text (intervals, cadences, numbers) and the batch
 // plan's arithmetic on full-range sizes never crash or overflow: a value or a bigbatch::Error.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "batching/batch_plan.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "schedule/batch_schedule.h"
 #include "schedule/interval.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -18,6 +20,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     bigbatch::Cadence::parse(text);
+  } catch (const bigbatch::Error&) {
+  }
+  try {
+    // A batch schedule reads back as itself, and a small ramp walks its epochs covering every
+    // sample exactly once per epoch (--last-window keep).
+    const auto ramp = bigbatch::GlobalBatchSchedule::parse(text);
+    if (bigbatch::GlobalBatchSchedule::parse(ramp.to_string()).to_string() != ramp.to_string())
+      __builtin_trap();
+    const auto phases = bigbatch::simulate_ramp(
+        ramp,
+        [](int64_t global) {
+          bigbatch::BatchRequest request;
+          request.global_batch_size = global;
+          request.micro_batch_size = std::min<int64_t>(global, 7);
+          return bigbatch::BatchPlan::resolve(request);
+        },
+        /*dataset_size=*/997, bigbatch::LastWindow::Keep, /*epochs=*/3, /*max_updates=*/3000);
+    int64_t samples = 0;
+    for (const auto& phase : phases)
+      samples += phase.samples;
+    if (samples != 3 * 997 && phases.back().updates + phases.back().first_update < 3000)
+      __builtin_trap();
   } catch (const bigbatch::Error&) {
   }
   bigbatch::parse_int(text);

@@ -290,11 +290,24 @@ UpdateWindow window_for_update(const BatchPlan& plan, const EpochPlan& epoch,
                                int64_t update_in_epoch, int64_t rank) {
   BB_INTERNAL_ASSERT(update_in_epoch >= 0 && update_in_epoch < epoch.updates_per_epoch,
                      "update " + std::to_string(update_in_epoch) + " outside the epoch");
+  const UpdateWindow window = window_at(plan, epoch.dataset_size, epoch.last_window,
+                                        update_in_epoch * plan.global_batch_size, rank);
+  BB_INTERNAL_ASSERT(window.size == (update_in_epoch < epoch.full_updates ? plan.global_batch_size
+                                                                          : epoch.last_window_size),
+                     "the epoch plan and the window disagree");
+  return window;
+}
+
+UpdateWindow window_at(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window,
+                       int64_t begin, int64_t rank) {
+  BB_INTERNAL_ASSERT(begin >= 0 && begin <= dataset_size, "window outside the epoch");
   BB_INTERNAL_ASSERT(rank >= 0 && rank < plan.world_size, "rank outside the world");
   UpdateWindow window;
-  window.begin = update_in_epoch * plan.global_batch_size;
-  window.size =
-      update_in_epoch < epoch.full_updates ? plan.global_batch_size : epoch.last_window_size;
+  window.begin = begin;
+  const int64_t rest = dataset_size - begin;
+  window.size = rest >= plan.global_batch_size    ? plan.global_batch_size
+                : last_window == LastWindow::Keep ? rest
+                                                  : 0;
   const auto share = rank_share(window.size, plan.world_size, rank);
   window.rank_begin = window.begin + share.first;
   window.rank_size = share.second;

@@ -96,4 +96,12 @@ struct UpdateWindow {
 UpdateWindow window_for_update(const BatchPlan& plan, const EpochPlan& epoch,
                                int64_t update_in_epoch, int64_t rank);
 
+// The window that starts at position `begin` of an epoch's order of `dataset_size` samples: a
+// whole global batch, or under LastWindow::Keep the rest of the epoch; empty (size 0) when the
+// epoch is used up, or under Drop when the rest is smaller than the global batch. What a batch
+// that changes inside an epoch (schedule/batch_schedule.h) cuts windows with;
+// window_for_update(plan, epoch, u, rank) == window_at(plan, size, policy, u x global, rank).
+UpdateWindow window_at(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window,
+                       int64_t begin, int64_t rank);
+
 }  // namespace bigbatch

@@ -39,6 +39,8 @@ nlohmann::json progress_json(const TrainingProgress& p) {
   return {{"step", p.step},
           {"epoch", p.epoch},
           {"update_in_epoch", p.update_in_epoch},
+          {"position_in_epoch", p.position_in_epoch},
+          {"global_batch", p.global_batch},
           {"samples_seen", p.samples_seen},
           {"train_seconds", p.train_seconds},
           {"epoch_loss_sum", p.epoch_loss_sum},
@@ -58,6 +60,8 @@ TrainingProgress progress_from(const nlohmann::json& j) {
   p.step = j.at("step").get<int64_t>();
   p.epoch = j.at("epoch").get<int64_t>();
   p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
+  p.position_in_epoch = j.value("position_in_epoch", int64_t{-1});
+  p.global_batch = j.value("global_batch", int64_t{0});
   p.samples_seen = j.at("samples_seen").get<int64_t>();
   p.train_seconds = j.at("train_seconds").get<double>();
   p.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();

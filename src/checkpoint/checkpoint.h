@@ -35,6 +35,13 @@ struct TrainingProgress {
   int64_t step = 0;             // updates done
   int64_t epoch = 0;            // the epoch the next update belongs to (0-based)
   int64_t update_in_epoch = 0;  // the next update's index within that epoch
+  // Samples of the epoch's order already used: where the next window starts. Equal to
+  // update_in_epoch x global batch unless the batch changed inside the epoch (a ramp); -1 in a
+  // checkpoint from before it was saved (the trainer then derives it).
+  int64_t position_in_epoch = 0;
+  // The global batch of the last update done (0: none yet): a batch ramp resumes under it, so
+  // a step reached at the next update is switched to, and announced, exactly once.
+  int64_t global_batch = 0;
   int64_t samples_seen = 0;
   double train_seconds = 0;
   // The current epoch's running sums, for its train_loss / train_accuracy record.

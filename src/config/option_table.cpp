@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "report/files.h"
+#include "schedule/batch_schedule.h"
 
 namespace bigbatch {
 
@@ -136,8 +137,10 @@ std::vector<OptionSpec> build_table() {
   }
   t.push_back(string_option("bn-mode",
                             "BatchNorm statistics under accumulation: micro (per micro-batch, "
-                            "ghost batch norm) or frozen (running statistics)",
-                            "micro|frozen", &TrainConfig::bn_mode));
+                            "ghost batch norm), window (pooled over the accumulation window: "
+                            "exact normalisation, one statistics pass per BatchNorm layer) or "
+                            "frozen (running statistics)",
+                            "micro|window|frozen", &TrainConfig::bn_mode));
   t.push_back(string_option("norm",
                             "batch keeps BatchNorm layers; group rewrites them as GroupNorm "
                             "(per-sample: exact under accumulation)",
@@ -157,6 +160,25 @@ std::vector<OptionSpec> build_table() {
   t.push_back(optional_int_option("global-batch",
                                   "effective batch per update (micro x accumulation x ranks)",
                                   &TrainConfig::global_batch, both));
+  {
+    OptionSpec s{"global-batch-schedule",
+                 "grow the global batch at thresholds in samples or epochs, e.g. \"0:256 "
+                 "200000s:1024 1e6s:4096\"; the micro-batch stays, accumulation grows, the rate "
+                 "follows --lr-scaling and the schedule counts samples",
+                 "\"0:B1 T2:B2 ...\"",
+                 both,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.global_batch_schedule = GlobalBatchSchedule::parse(text).to_string();
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (c.global_batch_schedule.empty())
+        return std::nullopt;
+      return c.global_batch_schedule;
+    };
+    t.push_back(s);
+  }
   {
     OptionSpec s{"micro-batch",
                  "samples per forward/backward pass on one rank; auto: the fastest size whose "
@@ -228,8 +250,8 @@ std::vector<OptionSpec> build_table() {
                           "scale the rate from --lr-ref-batch to the global batch: auto (linear "
                           "for sgd, sqrt for adamw), none, linear, sqrt, or adascale (sgd: a gain "
                           "measured each update from the gradient noise; Johnson et al. 2020)",
-                          "auto|none|linear|sqrt|adascale", &TrainConfig::lr_scaling, &parse_lr_scaling,
-                          both));
+                          "auto|none|linear|sqrt|adascale", &TrainConfig::lr_scaling,
+                          &parse_lr_scaling, both));
   t.push_back(switch_option("adam-sqrt-adjust",
                             "with adamw and the sqrt rule, also scale the betas and epsilon "
                             "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k)",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -58,8 +59,9 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
     throw Error(ErrorKind::Config,
                 std::string("--lr-scaling adascale measures its gain from two batch sizes per ") +
                     "update, which needs accumulation steps or ranks of 2 or more" +
-                    (config.noise_scale ? "" : " and the noise measurement (--no-noise-scale "
-                                               "is set)"),
+                    (config.noise_scale ? ""
+                                        : " and the noise measurement (--no-noise-scale "
+                                          "is set)"),
                 "use a --micro-batch smaller than the global batch" +
                     std::string(config.noise_scale ? "" : ", and drop --no-noise-scale"));
   }
@@ -89,10 +91,81 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
                   epochs,
                   total,
                   {},
-                  adascale};
+                  adascale,
+                  {}};
+  return run;
+}
+
+// Simulates the ramp over the run for its length and phases; the LR schedule counts
+// reference-batch updates.
+ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
+  ResolvedRun::RampRun ramp;
+  ramp.batches = GlobalBatchSchedule::parse(config.global_batch_schedule);
+  const int64_t micro = config.micro_batch.value_or(kDefaultMicroBatchSize);
+  const BatchPlan plan =
+      plan_for_ramp_step(ramp.batches.steps().front().global_batch, micro, world_size);
+  const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
+  ramp.phases = simulate_ramp(
+      ramp.batches,
+      [&](int64_t global) {
+        const BatchPlan step = plan_for_ramp_step(global, micro, world_size);
+        plan_epoch(step, dataset_size, config.last_window);  // the same checks as a fixed plan
+        return step;
+      },
+      dataset_size, config.last_window, config.epochs,
+      config.max_updates.value_or(std::numeric_limits<int64_t>::max()));
+  int64_t total = 0;
+  for (const auto& phase : ramp.phases) {
+    total += phase.updates;
+    ramp.total_samples += phase.samples;
+    if (config.strict_batch && phase.short_windows > 0) {
+      throw Error(
+          ErrorKind::Plan,
+          "--strict-batch: " + std::to_string(phase.short_windows) + " updates at global batch " +
+              std::to_string(phase.global_batch) + " would end an epoch with fewer samples",
+          "add --last-window drop, or choose batches that divide " + std::to_string(dataset_size));
+    }
+  }
+  ramp.reference_batch = config.lr_ref_batch.value_or(plan.global_batch_size);
+  BatchPlan reference_plan;
+  reference_plan.micro_batch_size = std::min(ramp.reference_batch, dataset_size);
+  reference_plan.global_batch_size = ramp.reference_batch;
+  const EpochPlan reference_epoch = plan_epoch(reference_plan, dataset_size, config.last_window);
+  const int64_t reference_updates =
+      (ramp.total_samples + ramp.reference_batch - 1) / ramp.reference_batch;
+  LrSchedule schedule = make_schedule(config, ramp.reference_batch, reference_plan, reference_epoch,
+                                      reference_updates);
+  ResolvedRun run{plan, epoch, schedule, config.epochs, total, {}, {}, ramp};
+  if (config.adam_sqrt_adjust) {
+    throw Error(ErrorKind::Config,
+                "--adam-sqrt-adjust with --global-batch-schedule: the betas would change at "
+                "every step of the batch",
+                "drop --adam-sqrt-adjust");
+  }
   return run;
 }
 }  // namespace
+
+BatchPlan plan_for_ramp_step(int64_t global_batch, int64_t micro, int64_t world) {
+  BatchRequest request;
+  request.global_batch_size = global_batch;
+  request.micro_batch_size = micro;
+  request.world_size = world;
+  try {
+    return BatchPlan::resolve(request);
+  } catch (const Error& e) {
+    throw Error(e.kind(),
+                "--global-batch-schedule step " + std::to_string(global_batch) + ": " + e.what(),
+                e.hint());
+  }
+}
+
+double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t global_batch) {
+  BB_INTERNAL_ASSERT(run.ramp.has_value(), "ramp_learning_rate needs a batch ramp");
+  const double position = double(samples_seen) / double(run.ramp->reference_batch);
+  return run.schedule.lr_at_position(position) *
+         scale_lr(1.0, run.ramp->reference_batch, global_batch, run.schedule.config().scaling);
+}
 
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
   if (config.micro_batch_auto) {
@@ -101,6 +174,8 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
                 "run 'bigbatch fit --model " + config.model +
                     " --memory-budget SIZE' to see the size it would pick, then plan with it");
   }
+  if (!config.global_batch_schedule.empty())
+    return resolve_ramp_run(config, dataset_size, world_size);
   const BatchPlan plan = BatchPlan::resolve(config.batch_request(world_size));
   const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
   if (config.strict_batch && epoch.last_window_size > 0) {
@@ -119,8 +194,9 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
     total = std::min(total, *config.max_updates);
   const int64_t epochs =
       std::min(config.epochs, (total + epoch.updates_per_epoch - 1) / epoch.updates_per_epoch);
-  ResolvedRun run{plan, epoch, make_schedule(config, plan.global_batch_size, plan, epoch, total),
-                  epochs, total, {}, {}};
+  ResolvedRun run{plan,   epoch, make_schedule(config, plan.global_batch_size, plan, epoch, total),
+                  epochs, total, {},
+                  {},     {}};
   if (config.adam_sqrt_adjust) {
     if (run.schedule.config().scaling != LrScaling::Sqrt) {
       throw Error(ErrorKind::Config,

@@ -10,6 +10,7 @@
 
 #include "batching/batch_plan.h"
 #include "config/train_config.h"
+#include "schedule/batch_schedule.h"
 #include "schedule/lr_schedule.h"
 
 namespace bigbatch {
@@ -32,8 +33,28 @@ struct ResolvedRun {
     int64_t scale_invariant_total = 0;
   };
   std::optional<AdaScaleRun> adascale;
+  // --global-batch-schedule: `plan` and `epoch` are the first step's; the trainer switches plans
+  // at the thresholds. `schedule` (the LR's) counts reference-batch updates, i.e. samples /
+  // reference_batch, so warmup and decay run on data seen and nothing jumps at a switch; the
+  // peak follows the scaling rule at each batch. `total_updates` is the simulated count.
+  struct RampRun {
+    GlobalBatchSchedule batches;
+    std::vector<RampPhase> phases;  // as simulated over the whole run
+    int64_t reference_batch = 0;
+    int64_t total_samples = 0;
+  };
+  std::optional<RampRun> ramp;
 };
 
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size);
+
+// A ramp step's plan: `global_batch` cut into micro-batches of `micro` over `world` ranks
+// (accumulation derived). Errors name the --global-batch-schedule step.
+BatchPlan plan_for_ramp_step(int64_t global_batch, int64_t micro, int64_t world);
+
+// The rate of a ramp's update that starts after `samples_seen` samples at `global_batch`: the
+// scaling rule from the reference batch to `global_batch`, times the schedule's curve at
+// samples_seen / reference_batch.
+double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t global_batch);
 
 }  // namespace bigbatch

@@ -58,10 +58,17 @@ void TrainConfig::validate() const {
     check(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
           "give positive layer widths such as --hidden 512,256");
   }
+  check(global_batch_schedule.empty() || (!global_batch && !accum_steps),
+        std::string("--global-batch-schedule sets the global batch and derives accumulation, so ") +
+            (global_batch ? "--global-batch" : "--accum-steps") + " cannot be given too",
+        std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
+            "; the micro-batch (--micro-batch) stays the same in every step");
+  check(global_batch_schedule.empty() || lr_scaling != LrScaling::AdaScale,
+        "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
+        "gain already follows a larger batch",
+        "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
   check(bn_mode == "micro" || bn_mode == "frozen" || bn_mode == "window",
-        "--bn-mode '" + bn_mode + "' is not known", "use --bn-mode micro or frozen");
-  check(bn_mode != "window", "--bn-mode window is not available yet",
-        "use --bn-mode micro or frozen, or --norm group for exact equivalence");
+        "--bn-mode '" + bn_mode + "' is not known", "use --bn-mode micro, window or frozen");
   check(precision == "fp32" || precision == "bf16", "--precision '" + precision + "' is not known",
         "use --precision fp32 or bf16");
   check(norm == "batch" || norm == "group", "--norm '" + norm + "' is not known",

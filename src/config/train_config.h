@@ -39,6 +39,8 @@ struct TrainConfig {
   std::optional<int64_t> global_batch;
   std::optional<int64_t> micro_batch;
   std::optional<int64_t> accum_steps;
+  // Batch-size ramp-up (schedule/batch_schedule.h), normalised text; empty: a fixed batch.
+  std::string global_batch_schedule;
   LastWindow last_window = LastWindow::Keep;
   // --micro-batch auto: the trainer measures the micro-batch that fits --memory-budget (see
   // train/micro_batch_fit.h) and derives accumulation for the global batch.

@@ -91,7 +91,15 @@ bool uses_batch_statistics(torch::nn::Module& model) {
 }
 
 const char* to_string(BatchNormMode mode) {
-  return mode == BatchNormMode::Micro ? "micro" : "frozen";
+  switch (mode) {
+    case BatchNormMode::Micro:
+      return "micro";
+    case BatchNormMode::Frozen:
+      return "frozen";
+    case BatchNormMode::Window:
+      return "window";
+  }
+  return "?";
 }
 
 BatchNormMode parse_batch_norm_mode(const std::string& text) {
@@ -99,13 +107,10 @@ BatchNormMode parse_batch_norm_mode(const std::string& text) {
     return BatchNormMode::Micro;
   if (text == "frozen")
     return BatchNormMode::Frozen;
-  if (text == "window") {
-    throw Error(ErrorKind::Config, "--bn-mode window is not available yet",
-                "use --bn-mode micro (ghost batch norm) or frozen, or --norm group for "
-                "exact equivalence");
-  }
+  if (text == "window")
+    return BatchNormMode::Window;
   throw Error(ErrorKind::Config, "BatchNorm mode '" + text + "' is not known",
-              "use --bn-mode micro or frozen");
+              "use --bn-mode micro, window or frozen");
 }
 
 namespace {

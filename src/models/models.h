@@ -36,7 +36,9 @@ int64_t parameter_count(torch::nn::Module& model);
 // micro-batch (ghost batch norm, ghost size = the micro-batch). Frozen: the running statistics
 // normalise in training too, so no sample depends on another and accumulation is exact (for
 // fine-tuning from trained weights; from scratch the running statistics are the identity).
-enum class BatchNormMode { Micro, Frozen };
+// Window: statistics pooled over the whole accumulation window (train/window_batch_norm.h);
+// the layers train normally outside windows.
+enum class BatchNormMode { Micro, Frozen, Window };
 const char* to_string(BatchNormMode mode);
 BatchNormMode parse_batch_norm_mode(const std::string& text);
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -119,7 +120,7 @@ std::string render_run_report(const std::string& run_dir) {
     bool log_y;
     std::vector<Line> lines;
   };
-  const std::vector<UpdateChart> update_charts = {
+  std::vector<UpdateChart> update_charts = {
       {"learning rate (warmup and decay)", "learning rate", false, {{"lr", kBlue, "lr", 1}}},
       {"gradient norm (mean gradient, before clipping)",
        "L2 norm",
@@ -138,6 +139,15 @@ std::string render_run_report(const std::string& run_dir) {
        {{"tensor peak", kBlue, "peak_bytes", 1 / kMiB},
         {"resident peak", kOrange, "rss_peak_bytes", 1 / kMiB}}},
   };
+  const bool adascale = std::any_of(r.updates.begin(), r.updates.end(),
+                                    [](const nlohmann::json& u) { return u.contains("lr_gain"); });
+  if (adascale) {
+    update_charts.insert(update_charts.begin() + 1,
+                         {"AdaScale gain (1: no gain from the larger batch; S: the linear rule)",
+                          "gain r",
+                          false,
+                          {{"gain", kPurple, "lr_gain", 1}}});
+  }
   for (const auto& spec : update_charts) {
     LineChart c;
     c.title = spec.title;

@@ -58,8 +58,31 @@ std::string format_plan_text(const ResolvedRun& run) {
   out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
                                      std::to_string(p.micro_batch_size * p.world_size) +
                                      " samples per epoch");
+  if (run.ramp) {
+    out += "global batch schedule (" + run.ramp->batches.to_string() + ")\n";
+    for (const auto& phase : run.ramp->phases) {
+      const BatchPlan step =
+          plan_for_ramp_step(phase.global_batch, p.micro_batch_size, p.world_size);
+      char label[64];
+      std::snprintf(label, sizeof label, "from update %lld",
+                    static_cast<long long>(phase.first_update + 1));
+      out += line(
+          label, "global " + step.describe() + ": " + std::to_string(phase.updates) + " updates, " +
+                     std::to_string(phase.samples) + " samples, peak lr " +
+                     format_significant(run.schedule.config().base_lr *
+                                        scale_lr(1.0, run.ramp->reference_batch, phase.global_batch,
+                                                 run.schedule.config().scaling)));
+    }
+  }
   out += "learning rate\n";
-  out += line("rule", run.schedule.describe_scaling());
+  if (run.ramp) {
+    out +=
+        line("rule", "lr " + format_double(run.schedule.config().base_lr) + " @ " +
+                         std::to_string(run.ramp->reference_batch) + ", " +
+                         to_string(run.schedule.config().scaling) + " with the batch at each step");
+  } else {
+    out += line("rule", run.schedule.describe_scaling());
+  }
   if (run.adam) {
     out += line("adam (sqrt rule)", "beta1 " + format_significant(run.adam->beta1) + ", beta2 " +
                                         format_significant(run.adam->beta2) + ", eps " +
@@ -67,18 +90,26 @@ std::string format_plan_text(const ResolvedRun& run) {
   }
   if (run.adascale) {
     const auto& a = *run.adascale;
-    out += line("warmup", std::to_string(run.schedule.config().warmup_updates) +
-                              " scale-invariant updates");
+    out += line("warmup",
+                std::to_string(run.schedule.config().warmup_updates) + " scale-invariant updates");
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
                                 std::to_string(a.scale_invariant_total) +
                                 " scale-invariant updates (" + std::to_string(a.reference_batch) +
                                 " samples each)");
     out += line("run length", "the gain decides: " +
-                                  std::to_string(static_cast<int64_t>(
-                                      std::ceil(double(a.scale_invariant_total) /
-                                                std::max(1.0, a.scale)))) +
+                                  std::to_string(static_cast<int64_t>(std::ceil(
+                                      double(a.scale_invariant_total) / std::max(1.0, a.scale)))) +
                                   " updates (gain " + format_significant(a.scale) + ") to " +
                                   std::to_string(run.total_updates) + " (gain 1)");
+  } else if (run.ramp) {
+    const std::string unit = " updates of " + std::to_string(run.ramp->reference_batch) +
+                             " samples (the schedule counts samples)";
+    out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + unit);
+    out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
+                                std::to_string(run.schedule.config().total_updates) + unit);
+    out += line("run length", std::to_string(run.total_updates) + " updates, " +
+                                  std::to_string(run.ramp->total_samples) + " samples (" +
+                                  std::to_string(run.epochs) + " epochs)");
   } else {
     out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
@@ -123,6 +154,18 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["schedule"] = to_string(run.schedule.config().kind);
   j["total_updates"] = run.total_updates;
   j["epochs"] = run.epochs;
+  if (run.ramp) {
+    j["global_batch_schedule"] = run.ramp->batches.to_string();
+    j["lr_ref_batch"] = run.ramp->reference_batch;
+    for (const auto& phase : run.ramp->phases) {
+      j["ramp_phases"].push_back({{"global_batch", phase.global_batch},
+                                  {"accumulation_steps", phase.accumulation_steps},
+                                  {"first_update", phase.first_update},
+                                  {"updates", phase.updates},
+                                  {"samples", phase.samples},
+                                  {"short_windows", phase.short_windows}});
+    }
+  }
   if (run.adascale) {
     // total_updates and epochs are then upper bounds (a gain of 1 throughout).
     j["adascale_reference_batch"] = run.adascale->reference_batch;

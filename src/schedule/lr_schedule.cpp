@@ -144,15 +144,15 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
       scale_lr(config_.base_lr, config_.reference_batch, config_.global_batch, config_.scaling);
 }
 
-double LrSchedule::lr_at(int64_t step) const {
+double LrSchedule::lr_at_position(double step) const {
   const int64_t warmup = config_.warmup_updates;
-  if (step < warmup) {
+  if (step < double(warmup)) {
     const double f = config_.warmup_start_factor;
-    return peak_lr_ * (f + (1.0 - f) * double(step + 1) / double(warmup));
+    return peak_lr_ * (f + (1.0 - f) * std::min(1.0, (step + 1) / double(warmup)));
   }
   const double floor_lr = peak_lr_ * config_.min_lr_factor;
   const int64_t decay_span = std::max<int64_t>(1, config_.total_updates - warmup);
-  const double progress = std::clamp(double(step - warmup) / double(decay_span), 0.0, 1.0);
+  const double progress = std::clamp((step - double(warmup)) / double(decay_span), 0.0, 1.0);
   switch (config_.kind) {
     case ScheduleKind::Constant:
       return peak_lr_;
@@ -162,7 +162,8 @@ double LrSchedule::lr_at(int64_t step) const {
       return peak_lr_ + (floor_lr - peak_lr_) * progress;
     case ScheduleKind::Step: {
       const auto passed =
-          std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step) -
+          std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step,
+                           [](double s, int64_t milestone) { return s < double(milestone); }) -
           config_.milestones.begin();
       return peak_lr_ * std::pow(config_.gamma, double(passed));
     }

@@ -72,7 +72,10 @@ class LrSchedule {
  public:
   explicit LrSchedule(const LrScheduleConfig& config);
 
-  double lr_at(int64_t step) const;
+  double lr_at(int64_t step) const { return lr_at_position(double(step)); }
+  // The same curve at a fractional position in updates: a run whose batch changes counts its
+  // schedule in samples / reference batch (schedule/batch_schedule.h).
+  double lr_at_position(double position) const;
   double peak_lr() const { return peak_lr_; }
   const LrScheduleConfig& config() const { return config_; }
 

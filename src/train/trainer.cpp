@@ -35,6 +35,7 @@
 #include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/thread_tuning.h"
+#include "train/window_batch_norm.h"
 
 namespace bigbatch {
 
@@ -100,8 +101,7 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
     text += ": train loss - (every update skipped)";
   } else {
     std::snprintf(line, sizeof line, ": train loss %.4f acc %.2f%%",
-                  record["train_loss"].get<double>(),
-                  100 * record["train_accuracy"].get<double>());
+                  record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>());
     text += line;
   }
   std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%% | %s samples/s",
@@ -172,7 +172,14 @@ TrainResult run_training(const TrainConfig& requested) {
   if (config.micro_batch_auto) {
     // Measured on every rank (each has the same budget); rank 0's choice is everyone's, since
     // timings differ between processes.
-    const int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+    // Under a ramp the micro-batch serves every step, so it is fitted to the smallest.
+    int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+    if (!config.global_batch_schedule.empty()) {
+      const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
+      global = std::min_element(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+                 return a.global_batch < b.global_batch;
+               })->global_batch;
+    }
     const FitResult fit =
         measure_micro_batch_fit(config, data.train, std::max<int64_t>(1, global / world_size),
                                 /*quiet=*/true);
@@ -215,10 +222,22 @@ TrainResult run_training(const TrainConfig& requested) {
       "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
       std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
       (world_size > 1 ? " per rank" : ""));
-  say(run.schedule.describe_scaling() + ", warmup " +
-      std::to_string(run.schedule.config().warmup_updates) + " updates, " +
-      to_string(run.schedule.config().kind) + " schedule over " +
-      std::to_string(run.total_updates) + " updates");
+  if (run.ramp) {
+    say("global batch schedule " + run.ramp->batches.to_string() + ": " +
+        std::to_string(run.ramp->phases.size()) + " steps, " + std::to_string(run.total_updates) +
+        " updates; lr " + format_double(config.lr) + " @ " +
+        std::to_string(run.ramp->reference_batch) + ", " +
+        to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
+        to_string(run.schedule.config().kind) + " schedule counted in samples (" +
+        std::to_string(run.schedule.config().warmup_updates) + " and " +
+        std::to_string(run.schedule.config().total_updates) + " updates of " +
+        std::to_string(run.ramp->reference_batch) + ")");
+  } else {
+    say(run.schedule.describe_scaling() + ", warmup " +
+        std::to_string(run.schedule.config().warmup_updates) + " updates, " +
+        to_string(run.schedule.config().kind) + " schedule over " +
+        std::to_string(run.total_updates) + " updates");
+  }
   for (const auto& warning : run.epoch.warnings)
     say("warning: " + warning);
   if (const auto advice = run.schedule.advice())
@@ -246,7 +265,15 @@ TrainResult run_training(const TrainConfig& requested) {
     reducer->broadcast_from_first_rank(state);
   }
   const double bn_momentum = prepare_for_training(model, config, run.plan.accumulation_steps);
-  if (uses_batch_statistics(*model) && run.plan.accumulation_steps * run.plan.world_size > 1) {
+  if (config.bn_mode == "window" && uses_batch_statistics(*model)) {
+    say("note: --bn-mode window: " + config.model + " normalises every micro-batch with the " +
+        "statistics of its whole window of " + std::to_string(run.plan.per_rank_batch_size()) +
+        " samples" + (world_size > 1 ? " (each rank its share)" : "") +
+        ", measured by a statistics pass per BatchNorm layer; the normalisation equals one big "
+        "batch's, the gradient lacks the term through the statistics (bigbatch verify "
+        "measures it)");
+  } else if (uses_batch_statistics(*model) &&
+             run.plan.accumulation_steps * run.plan.world_size > 1) {
     say("note: " + config.model + " normalises over each micro-batch of " +
         std::to_string(run.plan.micro_batch_size) +
         " samples (ghost batch norm), so its updates differ from one batch of " +
@@ -297,6 +324,12 @@ TrainResult run_training(const TrainConfig& requested) {
   if (resuming) {
     // Every rank reads the checkpoint (a shared file system across machines is assumed).
     at = read_checkpoint(config.resume, identity, *model, *optimizer, &partial);
+    if (run.ramp && at.global_batch > 0 && at.global_batch != run.plan.global_batch_size) {
+      // The ramp's step of the last update done; the next update switches on from there.
+      run.plan = plan_for_ramp_step(at.global_batch, run.plan.micro_batch_size, world_size);
+      run.epoch = plan_epoch(run.plan, data.train.size(), config.last_window);
+      prepare_for_training(model, config, run.plan.accumulation_steps);
+    }
     say("resumed from " + config.resume + " at update " + std::to_string(at.step) + " (epoch " +
         std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
         " samples seen); batch plan " + run.plan.describe());
@@ -309,6 +342,16 @@ TrainResult run_training(const TrainConfig& requested) {
           " x world " + std::to_string(partial.world_size) +
           "; that window is replayed from its start with the new plan");
       at.micro_step = 0;
+    }
+    if (at.position_in_epoch < 0) {  // a checkpoint from before positions were saved
+      at.position_in_epoch = at.update_in_epoch * run.plan.global_batch_size;
+    }
+    if (at.position_in_epoch > data.train.size()) {
+      throw Error(ErrorKind::Format,
+                  "checkpoint '" + config.resume + "' is at sample " +
+                      std::to_string(at.position_in_epoch) + " of an epoch of " +
+                      std::to_string(data.train.size()),
+                  "resume with the dataset and --train-subset the run was started with");
     }
     if (is_main) {
       write_run_description();
@@ -331,6 +374,10 @@ TrainResult run_training(const TrainConfig& requested) {
               "emulated, likely slower than fp32");
   }
   AccumulationEngine engine(model, *optimizer, *reducer, engine_options);
+  // --bn-mode window: each window's statistics pass, and the running statistics around it.
+  std::unique_ptr<WindowBatchNorm> window_bn;
+  if (config.bn_mode == "window" && uses_batch_statistics(*model))
+    window_bn = std::make_unique<WindowBatchNorm>(model, kBatchNormMomentum, precision);
   if (at.micro_step > 0) {
     engine.restore_window(partial.totals, partial.gradients);
   }
@@ -373,8 +420,12 @@ TrainResult run_training(const TrainConfig& requested) {
     PartialWindow window{run.plan.micro_batch_size, world_size, engine.window_state(), {}};
     for (const auto& p : model->parameters())
       window.gradients.push_back(p.grad());
+    if (window_bn)
+      window_bn->suspend();  // the checkpoint holds the running statistics, not the window's
     write_checkpoint(result.run_dir, at, identity, *model, *optimizer, config.keep_checkpoints,
                      plan_json(run), &window);
+    if (window_bn)
+      window_bn->resume();
     micro_steps_since_checkpoint = 0;
   };
   auto checkpoint = [&](const TrainingProgress& p) {
@@ -489,7 +540,8 @@ TrainResult run_training(const TrainConfig& requested) {
            noise.noise_scale() ? nlohmann::json(*noise.noise_scale()) : nlohmann::json(nullptr)}};
       if (ends_inside) {
         record["partial_epoch"] =
-            double(at.update_in_epoch) / double(run.epoch.updates_per_epoch);
+            run.ramp ? double(at.position_in_epoch) / double(data.train.size())
+                     : double(at.update_in_epoch) / double(run.epoch.updates_per_epoch);
       }
       // Under a budget, evaluation runs at the training micro-batch, which inference (no
       // saved activations, no gradients) always fits.
@@ -497,8 +549,7 @@ TrainResult run_training(const TrainConfig& requested) {
                                      ? std::min(kEvalBatchSize, run.plan.micro_batch_size)
                                      : kEvalBatchSize;
       if (data.validation.size() > 0) {
-        record.update(
-            eval_record("val", evaluate(model, data.validation, eval_batch, precision)));
+        record.update(eval_record("val", evaluate(model, data.validation, eval_batch, precision)));
       }
       last_test = evaluate(model, data.test, eval_batch, precision);
       record.update(eval_record("test", last_test));
@@ -519,8 +570,7 @@ TrainResult run_training(const TrainConfig& requested) {
                           {"metric", metric},
                           {"accuracy", accuracy},
                           {"target", config.target_accuracy}});
-          say("target reached: " + std::string(metric) + " " +
-              format_significant(100 * accuracy) +
+          say("target reached: " + std::string(metric) + " " + format_significant(100 * accuracy) +
               "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
               std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
               " samples, " + human_duration(at.train_seconds) + " of training; stopping");
@@ -536,15 +586,59 @@ TrainResult run_training(const TrainConfig& requested) {
              at.step >= run.total_updates;
     return at.step >= run.total_updates;
   };
+  // The global batch of the next update: the plan's, or the ramp's at the current position.
+  const int64_t dataset_size = data.train.size();
+  auto next_global_batch = [&] {
+    return run.ramp ? run.ramp->batches.global_batch_at(
+                          {at.samples_seen, at.epoch, at.position_in_epoch}, dataset_size)
+                    : run.plan.global_batch_size;
+  };
+  // Whether the epoch's order has no window left (under --last-window drop, none that the
+  // next update's batch fills).
+  auto epoch_used_up = [&] {
+    const int64_t rest = dataset_size - at.position_in_epoch;
+    return rest == 0 || (config.last_window == LastWindow::Drop && rest < next_global_batch());
+  };
+  // --global-batch-schedule: at the first update boundary past a threshold, the next step's
+  // plan — the same micro-batch (after any back-off), accumulation re-derived, BatchNorm's
+  // momentum recomputed. A window resumed from a checkpoint began under the batch that the
+  // same position selects, so it continues unchanged.
+  auto follow_batch_schedule = [&] {
+    const int64_t global = next_global_batch();
+    if (global == run.plan.global_batch_size)
+      return;
+    const int64_t from = run.plan.global_batch_size;
+    run.plan = plan_for_ramp_step(global, run.plan.micro_batch_size, world_size);
+    run.epoch = plan_epoch(run.plan, dataset_size, config.last_window);
+    prepare_for_training(model, config, run.plan.accumulation_steps);
+    const double next_lr = ramp_learning_rate(run, at.samples_seen, global);
+    say("global batch " + std::to_string(from) + " -> " + run.plan.describe() + " at update " +
+        std::to_string(at.step + 1) + " (" + std::to_string(at.samples_seen) +
+        " samples seen); lr now " + format_significant(next_lr, 4));
+    if (is_main) {
+      // Keyed by the first update at the new batch, so a run resumed from a checkpoint taken
+      // before it (or inside that update's window) drops the line and writes it again.
+      metrics->write({{"event", "batch_change"},
+                      {"step", at.step + 1},
+                      {"samples_seen", at.samples_seen},
+                      {"global_batch_from", from},
+                      {"global_batch", global},
+                      {"accumulation_steps", run.plan.accumulation_steps},
+                      {"lr", next_lr}});
+    }
+  };
   InterruptGuard interrupts;
   while (at.epoch < run.epochs && !run_complete()) {
     const auto order = epoch_order(config.seed, at.epoch, data.train.size(),
                                    config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (at.update_in_epoch < run.epoch.updates_per_epoch && !run_complete() && !stop) {
+    while (!epoch_used_up() && !run_complete() && !stop) {
+      if (run.ramp)
+        follow_batch_schedule();
       const auto update_start = Clock::now();
       const int64_t calls_before = reducer->calls();
-      const UpdateWindow window = window_for_update(run.plan, run.epoch, at.update_in_epoch, rank);
+      const UpdateWindow window =
+          window_at(run.plan, dataset_size, config.last_window, at.position_in_epoch, rank);
       // The micro-steps of this update (from where a mid-window checkpoint left off). A single
       // process may stop or checkpoint between them; ranks of a job do so only at update
       // boundaries, where they meet.
@@ -554,6 +648,8 @@ TrainResult run_training(const TrainConfig& requested) {
       try {
         if (!assembler)
           assembler = std::make_unique<BatchAssembler>(data.train, run.plan.micro_batch_size);
+        if (window_bn)
+          window_bn->begin(*assembler, order, window);
         completed =
             run_micro_steps(engine, *assembler, order, window, at.micro_step, [&](int64_t done) {
               at.micro_step = done;
@@ -569,6 +665,8 @@ TrainResult run_training(const TrainConfig& requested) {
               return true;
             });
       } catch (const c10::OutOfMemoryError& oom) {
+        if (window_bn)
+          window_bn->end(/*applied=*/false);
         back_off(oom);
         continue;  // the same update again, cut smaller
       }
@@ -589,16 +687,18 @@ TrainResult run_training(const TrainConfig& requested) {
         at.noise = noise.state();
       }
       // AdaScale's gain comes from the averages that now include this update's gradients.
-      const double gain = run.adascale && noise.state().samples > 0
-                              ? adascale_gain(double(stats.items),
-                                              double(run.adascale->reference_batch),
-                                              noise.trace(), noise.gradient_sq())
-                                    .gain
-                              : 1.0;
+      const double gain =
+          run.adascale && noise.state().samples > 0
+              ? adascale_gain(double(stats.items), double(run.adascale->reference_batch),
+                              noise.trace(), noise.gradient_sq())
+                    .gain
+              : 1.0;
       const double lr =
-          run.adascale
-              ? gain * run.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step))
-              : run.schedule.lr_at(at.step);
+          run.adascale ? gain * run.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step))
+          : run.ramp   ? ramp_learning_rate(run, at.samples_seen, run.plan.global_batch_size)
+                       : run.schedule.lr_at(at.step);
+      if (window_bn)
+        window_bn->end(/*applied=*/!stats.non_finite);
       if (stats.non_finite) {
         engine.discard();  // one bad window must not poison the weights or the momentum
       } else {
@@ -613,6 +713,8 @@ TrainResult run_training(const TrainConfig& requested) {
       at.train_seconds += seconds;
       ++at.step;
       ++at.update_in_epoch;
+      at.position_in_epoch += window.size;
+      at.global_batch = run.plan.global_batch_size;
       at.samples_seen += stats.items;
       const std::optional<double> noise_scale = noise.noise_scale();
       if (!stats.non_finite) {
@@ -633,25 +735,29 @@ TrainResult run_training(const TrainConfig& requested) {
         bad_in_a_row = 0;
       }
       if (is_main) {
-        nlohmann::json record = {{"step", at.step},
-                        {"epoch", double(at.epoch) + double(at.update_in_epoch) /
-                                                         double(run.epoch.updates_per_epoch)},
-                        {"samples_seen", at.samples_seen},
-                        {"loss", stats.loss},
-                        {"lr", lr},
-                        {"grad_norm", stats.grad_norm},
-                        {"items", stats.items},
-                        {"micro_steps", stats.micro_steps},
-                        {"allreduce_calls", reducer->calls() - calls_before},
-                        {"samples_per_s", double(stats.items) / seconds},
-                        {"updates_per_s", 1.0 / seconds},
-                        {"skipped", stats.non_finite},
-                        {"skipped_updates", skipped_updates},
-                        {"micro_batch", run.plan.micro_batch_size},
-                        {"grad_noise_scale",
-                         noise_scale ? nlohmann::json(*noise_scale) : nlohmann::json(nullptr)},
-                        {"peak_bytes", peak_bytes},
-                        {"rss_peak_bytes", peak_rss_bytes()}};
+        nlohmann::json record = {
+            {"step", at.step},
+            {"epoch",
+             double(at.epoch) +
+                 (run.ramp ? double(at.position_in_epoch) / double(dataset_size)
+                           : double(at.update_in_epoch) / double(run.epoch.updates_per_epoch))},
+            {"samples_seen", at.samples_seen},
+            {"loss", stats.loss},
+            {"lr", lr},
+            {"grad_norm", stats.grad_norm},
+            {"items", stats.items},
+            {"micro_steps", stats.micro_steps},
+            {"allreduce_calls", reducer->calls() - calls_before},
+            {"samples_per_s", double(stats.items) / seconds},
+            {"updates_per_s", 1.0 / seconds},
+            {"skipped", stats.non_finite},
+            {"skipped_updates", skipped_updates},
+            {"micro_batch", run.plan.micro_batch_size},
+            {"global_batch", run.plan.global_batch_size},
+            {"grad_noise_scale",
+             noise_scale ? nlohmann::json(*noise_scale) : nlohmann::json(nullptr)},
+            {"peak_bytes", peak_bytes},
+            {"rss_peak_bytes", peak_rss_bytes()}};
         if (run.adascale) {
           record["lr_gain"] = gain;
           record["scale_invariant_step"] = at.scale_invariant_step;
@@ -661,7 +767,11 @@ TrainResult run_training(const TrainConfig& requested) {
         state.epoch = at.epoch + 1;
         state.epochs = run.epochs;
         state.step_in_epoch = at.update_in_epoch;
-        state.updates_per_epoch = run.epoch.updates_per_epoch;
+        state.updates_per_epoch =
+            run.ramp ? at.update_in_epoch +
+                           (dataset_size - at.position_in_epoch + run.plan.global_batch_size - 1) /
+                               run.plan.global_batch_size
+                     : run.epoch.updates_per_epoch;
         state.step = at.step;
         state.total_updates = run.total_updates;
         if (run.adascale) {
@@ -670,12 +780,12 @@ TrainResult run_training(const TrainConfig& requested) {
           const double mean_gain = std::max(1e-9, at.scale_invariant_step / double(at.step));
           state.total_updates = std::min(
               run.total_updates,
-              at.step + static_cast<int64_t>(std::ceil(
-                            std::max(0.0, double(run.adascale->scale_invariant_total) -
-                                              at.scale_invariant_step) /
-                            mean_gain)));
-          state.epochs = (state.total_updates + run.epoch.updates_per_epoch - 1) /
-                         run.epoch.updates_per_epoch;
+              at.step + static_cast<int64_t>(
+                            std::ceil(std::max(0.0, double(run.adascale->scale_invariant_total) -
+                                                        at.scale_invariant_step) /
+                                      mean_gain)));
+          state.epochs =
+              (state.total_updates + run.epoch.updates_per_epoch - 1) / run.epoch.updates_per_epoch;
           state.lr_gain = gain;
         }
         state.loss = stats.loss;
@@ -688,7 +798,7 @@ TrainResult run_training(const TrainConfig& requested) {
       }
       // A checkpoint at an epoch's end waits for the epoch's evaluation (below), so that a
       // resumed run does not evaluate that epoch twice.
-      const bool epoch_done = at.update_in_epoch == run.epoch.updates_per_epoch;
+      const bool epoch_done = epoch_used_up();
       if (bad_in_a_row >= config.max_bad_updates) {
         checkpoint(at);
         throw Error(ErrorKind::Diverged,
@@ -701,7 +811,7 @@ TrainResult run_training(const TrainConfig& requested) {
       if (!epoch_done && (stop || checkpoint_due(at.step)))
         checkpoint(at);
     }
-    if (at.update_in_epoch == run.epoch.updates_per_epoch) {
+    if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
       if (config.target_accuracy > 0 && world_size > 1) {
         // Only rank 0 evaluates: its verdict is everyone's.
@@ -712,6 +822,7 @@ TrainResult run_training(const TrainConfig& requested) {
       at.epoch += 1;
       epoch_peak_bytes = 0;
       at.update_in_epoch = 0;
+      at.position_in_epoch = 0;
       at.epoch_loss_sum = 0;
       at.epoch_correct = 0;
       at.epoch_items = 0;

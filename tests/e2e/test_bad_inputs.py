@@ -94,7 +94,13 @@ class BadInputCorpus(unittest.TestCase):
             self.assertEqual(tree_digest(victim), before, "a failed run changed an existing run")
 
     def train(self, *extra, data=None):
-        return ["train", *self.small(data), *extra, "--out", self.out]
+        """`FLAG, None` in extra drops that flag and its value from the small run."""
+        base, extra = self.small(data), list(extra)
+        while None in extra:
+            i = extra.index(None)
+            j = base.index(extra[i - 1])
+            del base[j:j + 2], extra[i - 1:i + 1]
+        return ["train", *base, *extra, "--out", self.out]
 
     # ---- flags ----
     def test_flag_unknown(self):
@@ -137,6 +143,18 @@ class BadInputCorpus(unittest.TestCase):
     def test_flag_adascale_without_accumulation(self):
         self.expect(self.train("--lr-scaling", "adascale", "--lr-ref-batch", "16", "--micro-batch", "64"), "config",
                     "two batch sizes per update")
+
+    def test_flag_batch_schedule_in_updates(self):
+        self.expect(self.train("--global-batch", None, "--global-batch-schedule", "0:32 10u:64"), "config",
+                    "counts updates")
+
+    def test_flag_batch_schedule_with_global_batch(self):
+        self.expect(self.train("--global-batch-schedule", "0:32 1e:64"), "config",
+                    "--global-batch-schedule sets the global batch")
+
+    def test_flag_batch_schedule_step_below_the_micro_batch(self):
+        self.expect(self.train("--global-batch", None, "--global-batch-schedule", "0:32 100s:8"), "plan",
+                    "--global-batch-schedule step 8")
 
     def test_flag_zero_checkpoint_cadence(self):
         self.expect(self.train("--checkpoint-every", "0u"), "config", "is zero")
@@ -213,8 +231,8 @@ class BadInputCorpus(unittest.TestCase):
     def test_plan_cannot_measure_auto(self):
         self.expect(["plan", "--micro-batch", "auto"], "plan", "measured when training starts")
 
-    def test_bn_mode_window_not_yet(self):
-        self.expect(self.train("--bn-mode", "window"), "config", "--bn-mode window is not available yet")
+    def test_bn_mode_unknown(self):
+        self.expect(self.train("--bn-mode", "ghost"), "config", "--bn-mode 'ghost' is not known")
 
     def test_precision_unknown(self):
         self.expect(self.train("--precision", "fp8"), "config", "--precision 'fp8' is not known")

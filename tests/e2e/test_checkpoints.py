@@ -298,6 +298,50 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
         self.assertTrue(any("lr_gain" in r for r in metrics(run_dir)))
 
+    def test_batch_ramp_resumes_bit_identical_inside_a_window_and_a_phase(self):
+        # The position in the epoch (no longer update x batch once the batch grows) is progress too;
+        # checkpoints every 5 micro-steps fall inside windows of every phase.
+        args = [a for a in RUN if a not in ("--global-batch", "128", "--checkpoint-every", "4u")]
+        args += ["--global-batch-schedule", "0:64 3000s:256 1.5e:512", "--epochs", "2", "--checkpoint-every", "5micro"]
+        whole = self.path("ramp-whole")
+        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+        run_dir = self.path("ramp-killed")
+        rng = random.Random(11)
+        process = self.start(*args, "--out", run_dir)
+        for _ in range(3):
+            if not self.wait_for_checkpoint(run_dir, process):
+                break
+            time.sleep(rng.uniform(0.5, 2.0))
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+            process = self.start("--resume", run_dir)
+        process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 0)
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(whole, "weights.safetensors"), "rb"))
+        self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
+        self.assertEqual(sorted({r["global_batch"] for r in metrics(whole) if "loss" in r}), [64, 256, 512])
+
+    def test_window_batch_norm_resumes_bit_identical_from_inside_a_window(self):
+        # Checkpoints inside windows must hold the running statistics, not the window's, and the
+        # resumed window measures its statistics again from the same samples and weights.
+        args = [a for a in RUN if a not in ("--checkpoint-every", "4u")]
+        args += ["--model", "cnn-bn", "--bn-mode", "window", "--epochs", "1", "--checkpoint-every", "3micro"]
+        whole = self.path("bnwindow-whole")
+        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+        run_dir = self.path("bnwindow-killed")
+        process = self.start(*args, "--out", run_dir)
+        self.assertTrue(self.wait_for_checkpoint(run_dir, process))
+        time.sleep(1.0)
+        process.kill()
+        process.communicate()
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(whole, "weights.safetensors"), "rb"))
+        self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
+
     def test_keeps_the_newest_checkpoints(self):
         names = checkpoints(self.reference)
         self.assertEqual(len(names), 3)

@@ -169,6 +169,39 @@ class TrainTest(CliTestCase):
                               check=True).stdout)
         self.assertEqual((plan["scale_invariant_updates"], plan["adascale_scale"], plan["total_updates"]), (64, 8, 64))
 
+    def test_global_batch_schedule_grows_accumulation_and_follows_the_rule(self):
+        out = self.path("ramp")
+        # 2048 samples per epoch; 128 until sample 3000 (24 updates: 2048 + 7 x 128 = 2944 < 3000), then 512
+        # until the start of epoch 3, then 1024. The curve counts samples / 128; the peak is linear in the batch.
+        ramp = "0:128 3000s:512 2e:1024"
+        args = [a for a in SMALL if a not in ("--global-batch", "128")]
+        result = run("train", *args, "--train-subset", "2048", "--micro-batch", "64", "--global-batch-schedule", ramp,
+                     "--epochs", "4", "--schedule", "cosine", "--min-lr-factor", "0", "--warmup", "0.5e",
+                     "--lr", "0.05", "--lr-scaling", "linear", "--progress", "lines", "--out", out, check=True)
+        records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
+        updates = [r for r in records if "loss" in r]
+        changes = [r for r in records if r.get("event") == "batch_change"]
+        # Each change is keyed by the first update at the new batch.
+        self.assertEqual([(c["step"], c["global_batch"]) for c in changes], [(25, 512), (27, 1024)])
+        self.assertEqual([r["global_batch"] for r in updates], [128] * 24 + [512] * 2 + [1024] * 4)
+        self.assertEqual([r["micro_steps"] for r in updates], [2] * 16 + [2] * 8 + [8] * 2 + [16] * 4)
+        # Epoch 2 switches at position 1024 of its order and ends with two windows of 512.
+        self.assertEqual([r["items"] for r in updates[16:26]], [128] * 8 + [512, 512])
+        self.assertEqual(sum(r["items"] for r in updates), 4 * 2048)
+        seen = 0
+        for r in updates:
+            position = seen / 128
+            warmup, total = 8, 64  # 0.5e of 2048 at 128; 4 x 2048 / 128
+            curve = (position + 1) / warmup if position < warmup else \
+                0.5 * (1 + math.cos(math.pi * min(1.0, (position - warmup) / (total - warmup))))
+            self.assertAlmostEqual(r["lr"], 0.05 * r["global_batch"] / 128 * min(1.0, curve), places=12)
+            seen += r["items"]
+        self.assertIn("global batch 128 -> 512 = micro 64 x accumulation 8 x world 1 at update 25", result.stderr)
+        plan = json.loads(run("plan", "--dataset-size", "2048", "--micro-batch", "64", "--global-batch-schedule", ramp,
+                              "--epochs", "4", "--json", check=True).stdout)
+        self.assertEqual([(p["global_batch"], p["updates"]) for p in plan["ramp_phases"]],
+                         [(128, 24), (512, 2), (1024, 4)])
+
     def test_lr_scaling_auto_follows_the_optimizer(self):
         sgd = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.1", "--json",
                              check=True).stdout)
@@ -238,6 +271,11 @@ class TrainTest(CliTestCase):
                      "--micro-batch", "16", "--max-updates", "1", "--threads", "1", "--progress", "off",
                      "--out", self.path("bn"), check=True)
         self.assertIn("ghost batch norm", result.stderr)
+        window = run("train", "--model", "cnn-bn", "--train-subset", "128", "--global-batch", "64",
+                     "--micro-batch", "16", "--epochs", "1", "--threads", "1", "--progress", "off",
+                     "--bn-mode", "window", "--out", self.path("bn-window"), check=True)
+        self.assertIn("--bn-mode window: cnn-bn normalises every micro-batch with the statistics of its whole "
+                      "window of 64 samples", window.stderr)
 
 
 class VerifyTest(CliTestCase):
@@ -261,6 +299,17 @@ class VerifyTest(CliTestCase):
             result = run(*self.VERIFY, "--model", "cnn-bn", *extra)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
             self.assertIn("verdict: exact to fp32 tolerance", result.stdout)
+
+    def test_window_batchnorm_is_exact_after_the_last_batchnorm(self):
+        result = run(*self.VERIFY, "--model", "cnn-bn", "--bn-mode", "window")
+        self.assertEqual(result.returncode, 6, result.stdout + result.stderr)
+        self.assertIn("--bn-mode window: the forward pass is exact", result.stdout)
+        rows = {line.split()[0]: line for line in result.stdout.splitlines() if line[:1].isdigit()}
+        # Layer 5 is the last BatchNorm: its own parameters and everything after it are exact.
+        for name in ["5.weight", "5.bias", "9.weight", "9.bias", "11.weight", "11.bias"]:
+            self.assertNotIn("<- differs", rows[name], name)
+        for name in ["0.weight", "1.weight", "4.weight"]:
+            self.assertIn("<- differs", rows[name], name)
 
     def test_broken_normalisation_fails_loudly(self):
         # Per-micro-batch means over-weight the short last micro-batch (100 = 32 x 3 + 4).

@@ -135,6 +135,19 @@ TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
     EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
 }
 
+TEST_F(RunReportTest, AdaScaleRunsChartTheirGain) {
+  std::string metrics;
+  for (int step = 1; step <= 5; ++step) {
+    metrics += "{\"step\":" + std::to_string(step) +
+               ",\"loss\":1,\"lr\":0.1,\"lr_gain\":" + std::to_string(1 + step) +
+               ",\"items\":256}\n";
+  }
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
+  const std::string html = render_run_report(dir_.string());
+  EXPECT_NE(html.find("AdaScale gain"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), 10u);
+}
+
 TEST_F(RunReportTest, NoMetricsIsAClearError) {
   try {
     render_run_report(dir_.string());
