@@ -50,7 +50,15 @@ def main():
     rows = []
     for i, (name, args) in enumerate(cases(a.epochs)):
         out = os.path.join(workdir, f"run{i}")
-        subprocess.run([binary, "train", *common, *args, "--out", out], check=True, capture_output=True, env=ENV)
+        result = subprocess.run([binary, "train", *common, *args, "--out", out], capture_output=True, text=True,
+                                env=ENV)
+        if result.returncode == 4:  # diverged: non-finite updates in a row
+            row = {"name": name, "diverged": result.stderr.strip().splitlines()[-1]}
+            print("raw:", json.dumps(row), flush=True)
+            rows.append(row)
+            continue
+        if result.returncode != 0:
+            raise SystemExit(f"{name}: bigbatch failed ({result.returncode}):\n{result.stderr}")
         with open(os.path.join(out, "metrics.jsonl")) as f:
             records = [json.loads(line) for line in f]
         updates = [r for r in records if "loss" in r]
@@ -65,6 +73,9 @@ def main():
     print("\n| run | updates | samples | test accuracy | peak lr | training time |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
+        if "diverged" in r:
+            print(f"| {r['name']} | diverged | | | | |")
+            continue
         gain = f" (mean gain {r['mean_gain']:.2f})" if r["mean_gain"] else ""
         print(f"| {r['name']}{gain} | {r['updates']} | {r['samples']} | {r['test_accuracy']:.2%} | "
               f"{r['peak_lr']:.3g} | {r['train_seconds']:.0f} s |")

@@ -30,13 +30,19 @@ def bigbatch(build, workdir, model, micro, accum, threads, updates, tag):
                     "constant", "--progress", "off", "--out", out],
                    check=True, capture_output=True, env=ENV)
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        steady = [r for r in map(json.loads, f) if "loss" in r][3:]  # the peers warm up 3 updates too
-    return sum(r["items"] for r in steady) / sum(1 / r["updates_per_s"] for r in steady)
+        records = [json.loads(line) for line in f]
+    start = next(r for r in records if r.get("event") == "train_start")
+    updates = [r for r in records if "loss" in r]
+    steady = updates[3:]  # the peers warm up 3 updates too
+    return {"samples_per_s": sum(r["items"] for r in steady) / sum(1 / r["updates_per_s"] for r in steady),
+            "rss_growth": max(r["rss_peak_bytes"] for r in updates) - start["rss_bytes"]}
 
 
 def peer(command):
-    result = subprocess.run(command, check=True, capture_output=True, text=True, env=ENV)
-    return json.loads(result.stdout)["samples_per_s"]
+    """samples/s and what training added to the resident set (peak over the set-up's)."""
+    result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True, env=ENV).stdout)
+    return {"samples_per_s": result["samples_per_s"],
+            "rss_growth": result["rss_peak_bytes"] - result["rss_setup_bytes"]}
 
 
 def flops_per_sample(model):
@@ -91,19 +97,26 @@ def main():
                         runs["python"].append(peer(["/usr/bin/python3", python_peer, *common]))
                         runs["handwritten"].append(peer([handwritten, *common]))
                         print(f"raw: {model} micro {micro} x{accum} {threads}t repeat {repeat}: " +
-                              ", ".join(f"{k} {v[-1]:.0f}" for k, v in runs.items()))
-                    med = {k: statistics.median(v) for k, v in runs.items()}
+                              ", ".join(f"{k} {v[-1]['samples_per_s']:.0f} samples/s "
+                                        f"+{v[-1]['rss_growth'] / 2**20:.1f} MiB" for k, v in runs.items()),
+                              flush=True)
+                    med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
+                    memory = {k: statistics.median(r["rss_growth"] for r in v) / 2**20 for k, v in runs.items()}
+                    speeds = {k: [r["samples_per_s"] for r in v] for k, v in runs.items()}
                     mfu = med["bigbatch"] * flops_per_sample(model) / (ceilings[threads] * 1e9)
-                    rows.append((model, micro, accum, threads, med, runs, mfu))
+                    rows.append((model, micro, accum, threads, med, speeds, mfu, memory))
 
-    print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | Python | hand-written | "
-          "bigbatch / Python | bigbatch / hand-written | of GEMM ceiling |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for model, micro, accum, threads, med, runs, mfu in rows:
-        b = runs["bigbatch"]
+    print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | updates/s | Python | hand-written | "
+          "bigbatch / Python | bigbatch / hand-written | of GEMM ceiling | training RSS growth MiB: bigbatch / "
+          "Python / hand-written |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for model, micro, accum, threads, med, speeds, mfu, memory in rows:
+        b = speeds["bigbatch"]
         print(f"| {model} | {micro} | {accum} | {threads} | {med['bigbatch']:.0f} ({min(b):.0f}-{max(b):.0f}) | "
-              f"{med['python']:.0f} | {med['handwritten']:.0f} | {med['bigbatch'] / med['python']:.2f}x | "
-              f"{med['bigbatch'] / med['handwritten']:.2f}x | {100 * mfu:.0f}% |")
+              f"{med['bigbatch'] / (micro * accum):.1f} | {med['python']:.0f} | {med['handwritten']:.0f} | "
+              f"{med['bigbatch'] / med['python']:.2f}x | {med['bigbatch'] / med['handwritten']:.2f}x | "
+              f"{100 * mfu:.0f}% | {memory['bigbatch']:.0f} / {memory['python']:.0f} / "
+              f"{memory['handwritten']:.0f} |")
 
 
 if __name__ == "__main__":

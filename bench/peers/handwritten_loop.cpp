@@ -44,6 +44,22 @@ torch::nn::Sequential make(const std::string& name) {
   return m;
 }
 
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); 0 where unreadable.
+long long status_bytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f)
+    return 0;
+  char line[256];
+  long long kib = 0;
+  const size_t length = std::strlen(field);
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, field, length) == 0 && line[length] == ':')
+      kib = std::atoll(line + length + 1);
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -106,13 +122,22 @@ int main(int argc, char** argv) {
     optimizer.step();
     optimizer.zero_grad();
   };
+  // Training's resident peak, as bigbatch reports it: reset the high-water mark after set-up.
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+  const long long rss_setup = status_bytes("VmRSS");
   for (int i = 0; i < 3; ++i)
     run_update();  // warm-up
   const double start = now();
   for (int64_t i = 0; i < updates; ++i)
     run_update();
   const double seconds = now() - start;
-  std::printf("{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f}\n",
-              double(updates * accum * micro) / seconds, double(updates) / seconds);
+  std::printf(
+      "{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f, \"rss_setup_bytes\": %lld, "
+      "\"rss_peak_bytes\": %lld}\n",
+      double(updates * accum * micro) / seconds, double(updates) / seconds, rss_setup,
+      status_bytes("VmHWM"));
   return 0;
 }
