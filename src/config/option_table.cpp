@@ -274,6 +274,11 @@ std::vector<OptionSpec> build_table() {
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",
                             &TrainConfig::noise_scale, false));
+  t.push_back(switch_option("prefetch",
+                            "gather the window's next micro-batch on a background thread while "
+                            "the current one trains (off by default: with in-memory data on 2 "
+                            "cores it does not pay, see docs/benchmarks.md)",
+                            &TrainConfig::prefetch, true));
   t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1, both));
   t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2, both));
   t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps, both));

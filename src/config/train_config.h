@@ -64,6 +64,8 @@ struct TrainConfig {
   double weight_decay = 5e-4;
   double clip_norm = 0.0;  // 0: no clipping
   bool noise_scale = true;
+  // A background thread gathers the window's next micro-batch (data/dataset.h).
+  bool prefetch = false;
   std::string precision = "fp32";  // or bf16: autocast forward, fp32 weights and gradients  //
                                    // measure the gradient noise scale (stats/gradient_noise.h)
   double adam_beta1 = 0.9;

@@ -1,5 +1,9 @@
 #include "data/dataset.h"
 
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
 #include "core/error.h"
 #include "data/idx_reader.h"
 #include "report/files.h"
@@ -99,26 +103,128 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
   return splits;
 }
 
-BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity) : dataset_(dataset) {
-  auto input_shape = dataset.inputs.sizes().vec();
-  input_shape[0] = capacity;
-  input_buffer_ = torch::empty(input_shape, dataset.inputs.options());
-  target_buffer_ = torch::empty({capacity}, dataset.targets.options());
+BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background)
+    : dataset_(dataset) {
+  std::vector<int64_t> input_shape = {capacity};
+  for (int64_t d = 1; d < dataset.inputs.dim(); ++d)
+    input_shape.push_back(dataset.inputs.size(d));
+  for (Slot& slot : slots_) {
+    slot.inputs = torch::empty(input_shape, dataset.inputs.options());
+    slot.targets = torch::empty({capacity}, dataset.targets.options());
+  }
+  // Rows are copied as bytes, which needs rows laid out one after another.
+  BB_INTERNAL_ASSERT(dataset.inputs.is_contiguous() && dataset.targets.is_contiguous(),
+                     "the batch assembler needs contiguous dataset tensors");
+  if (background)
+    worker_ = std::thread([this] { work(); });
+}
+
+BatchAssembler::~BatchAssembler() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    worker_.join();
+  }
+}
+
+void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) {
+  const int64_t n = dataset_.inputs.size(0);
+  const size_t input_row =
+      size_t(dataset_.inputs.numel() / std::max<int64_t>(1, n)) * dataset_.inputs.element_size();
+  const size_t target_row = dataset_.targets.element_size();
+  const auto* inputs = static_cast<const char*>(dataset_.inputs.data_ptr());
+  const auto* targets = static_cast<const char*>(dataset_.targets.data_ptr());
+  auto* input_out = static_cast<char*>(slot.inputs.data_ptr());
+  auto* target_out = static_cast<char*>(slot.targets.data_ptr());
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = index[i];
+    BB_INTERNAL_ASSERT(row >= 0 && row < n, "sample index outside the dataset");
+    std::memcpy(input_out + size_t(i) * input_row, inputs + size_t(row) * input_row, input_row);
+    std::memcpy(target_out + size_t(i) * target_row, targets + size_t(row) * target_row,
+                target_row);
+  }
 }
 
 Batch BatchAssembler::gather(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
-  BB_INTERNAL_ASSERT(count > 0 && count <= input_buffer_.size(0),
+  BB_INTERNAL_ASSERT(count > 0 && count <= slots_[0].inputs.size(0),
                      "micro-batch larger than the buffer");
   BB_INTERNAL_ASSERT(begin >= 0 && begin + count <= int64_t(order.size()),
                      "window outside the epoch");
-  // A view of the order itself: the index tensor costs no copy.
-  const auto index =
-      torch::from_blob(const_cast<int64_t*>(order.data() + begin), {count}, torch::kInt64);
-  auto inputs = input_buffer_.narrow(0, 0, count);
-  auto targets = target_buffer_.narrow(0, 0, count);
-  torch::index_select_out(inputs, dataset_.inputs, 0, index);
-  torch::index_select_out(targets, dataset_.targets, 0, index);
-  return {inputs, targets};
+  drain();
+  copy_into(slots_[0], order.data() + begin, count);
+  next_slot_ = 1;
+  return {slots_[0].inputs.narrow(0, 0, count), slots_[0].targets.narrow(0, 0, count)};
+}
+
+void BatchAssembler::prefetch(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
+  BB_INTERNAL_ASSERT(count > 0 && count <= slots_[0].inputs.size(0),
+                     "micro-batch larger than the buffer");
+  BB_INTERNAL_ASSERT(begin >= 0 && begin + count <= int64_t(order.size()),
+                     "window outside the epoch");
+  const int slot = next_slot_;
+  next_slot_ = 1 - next_slot_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    BB_INTERNAL_ASSERT(pending_slot_ < 0, "one prefetch at a time: take() the last one first");
+    pending_slot_ = slot;
+    pending_count_ = count;
+    pending_index_ = order.data() + begin;
+    pending_done_ = false;
+  }
+  if (worker_.joinable()) {
+    changed_.notify_all();
+    return;
+  }
+  copy_into(slots_[slot], order.data() + begin, count);  // no worker: gathered here and now
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_done_ = true;
+}
+
+Batch BatchAssembler::take() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  BB_INTERNAL_ASSERT(pending_slot_ >= 0, "take() without a prefetch()");
+  changed_.wait(lock, [this] { return pending_done_; });
+  const Slot& slot = slots_[pending_slot_];
+  const int64_t count = pending_count_;
+  pending_slot_ = -1;
+  if (error_)
+    std::rethrow_exception(std::exchange(error_, nullptr));
+  return {slot.inputs.narrow(0, 0, count), slot.targets.narrow(0, 0, count)};
+}
+
+void BatchAssembler::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (pending_slot_ < 0)
+    return;
+  changed_.wait(lock, [this] { return pending_done_; });
+  pending_slot_ = -1;
+  error_ = nullptr;
+}
+
+void BatchAssembler::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stop_ || (pending_slot_ >= 0 && !pending_done_); });
+    if (stop_)
+      return;
+    const int slot = pending_slot_;
+    const int64_t count = pending_count_;
+    const int64_t* index = pending_index_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      copy_into(slots_[slot], index, count);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    error_ = error;
+    pending_done_ = true;
+    changed_.notify_all();
+  }
 }
 
 }  // namespace bigbatch

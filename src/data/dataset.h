@@ -7,6 +7,11 @@
 //   Batch batch = assembler.gather(order, /*begin=*/0, /*count=*/32);
 #include <torch/torch.h>
 
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,17 +47,53 @@ struct Batch {
   int64_t size() const { return targets.size(0); }
 };
 
-// Gathers the samples at order[begin, begin + count) into buffers reused across calls.
-// The returned tensors are views of those buffers, valid until the next gather().
+// Gathers the samples at order[begin, begin + count) into buffers allocated once (no
+// allocation per micro-batch). Two ways:
+//  - gather(): now, on the calling thread; a view valid until the next gather() or prefetch().
+//  - prefetch(), then take(): two buffers alternate, so the next micro-batch is gathered while
+//    the current one trains — with `background`, by a worker thread (batch assembly overlapped
+//    with compute). One prefetch may be outstanding; a taken batch stays valid until the
+//    prefetch after the next take(), i.e. through its micro-step.
+//
+//   BatchAssembler assembler(data, /*capacity=*/64, /*background=*/true);
+//   assembler.prefetch(order, 0, 64);
+//   Batch batch = assembler.take();      // waits for the worker if it is not done
+//   assembler.prefetch(order, 64, 64);   // gathered while `batch` trains
 class BatchAssembler {
  public:
-  BatchAssembler(const TensorDataset& dataset, int64_t capacity);
+  BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background = false);
+  ~BatchAssembler();
+  BatchAssembler(const BatchAssembler&) = delete;
+  BatchAssembler& operator=(const BatchAssembler&) = delete;
+
   Batch gather(const std::vector<int64_t>& order, int64_t begin, int64_t count);
+  void prefetch(const std::vector<int64_t>& order, int64_t begin, int64_t count);
+  Batch take();
+  // Waits for an outstanding prefetch and forgets it (a window left early).
+  void drain();
+  bool background() const { return worker_.joinable(); }
 
  private:
+  struct Slot {
+    torch::Tensor inputs;
+    torch::Tensor targets;
+  };
+  void copy_into(Slot& slot, const int64_t* index, int64_t count);
+  void work();
+
   const TensorDataset& dataset_;
-  torch::Tensor input_buffer_;
-  torch::Tensor target_buffer_;
+  Slot slots_[2];
+  int next_slot_ = 0;  // the slot the next prefetch fills
+  // The outstanding prefetch: its slot, size and source; guarded by mutex_ in background mode.
+  int pending_slot_ = -1;
+  int64_t pending_count_ = 0;
+  const int64_t* pending_index_ = nullptr;
+  bool pending_done_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::thread worker_;
 };
 
 }  // namespace bigbatch

@@ -213,13 +213,23 @@ bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
   int64_t position = window.rank_begin;
   for (size_t i = 0; i < static_cast<size_t>(first); ++i)
     position += window.micro_batch_sizes[i];
+  // The next micro-batch is gathered while this one trains; leaving early (a checkpoint stop,
+  // an out-of-memory error) waits for the gather in flight.
+  struct DrainOnExit {
+    BatchAssembler& assembler;
+    ~DrainOnExit() { assembler.drain(); }
+  } drain_on_exit{assembler};
+  if (static_cast<size_t>(first) < count)
+    assembler.prefetch(order, position, window.micro_batch_sizes[first]);
   for (size_t i = static_cast<size_t>(first); i < count; ++i) {
     const int64_t size = window.micro_batch_sizes[i];
-    const Batch batch = assembler.gather(order, position, size);
+    const Batch batch = assembler.take();
+    position += size;
+    if (i + 1 < count)
+      assembler.prefetch(order, position, window.micro_batch_sizes[i + 1]);
     engine.micro_step(batch.inputs, batch.targets,
                       i + 1 == count ? AccumulationEngine::MicroStep::Last
                                      : AccumulationEngine::MicroStep::Accumulate);
-    position += size;
     if (after_micro_step && !after_micro_step(static_cast<int64_t>(i) + 1))
       return false;
   }

@@ -647,7 +647,8 @@ TrainResult run_training(const TrainConfig& requested) {
       bool completed = false;
       try {
         if (!assembler)
-          assembler = std::make_unique<BatchAssembler>(data.train, run.plan.micro_batch_size);
+          assembler = std::make_unique<BatchAssembler>(data.train, run.plan.micro_batch_size,
+                                                       /*background=*/config.prefetch);
         if (window_bn)
           window_bn->begin(*assembler, order, window);
         completed =
@@ -687,12 +688,18 @@ TrainResult run_training(const TrainConfig& requested) {
         at.noise = noise.state();
       }
       // AdaScale's gain comes from the averages that now include this update's gradients.
-      const double gain =
-          run.adascale && noise.state().samples > 0
-              ? adascale_gain(double(stats.items), double(run.adascale->reference_batch),
-                              noise.trace(), noise.gradient_sq())
-                    .gain
-              : 1.0;
+      double gain = run.adascale && noise.state().samples > 0
+                        ? adascale_gain(double(stats.items), double(run.adascale->reference_batch),
+                                        noise.trace(), noise.gradient_sq())
+                              .gain
+                        : 1.0;
+      if (run.adascale && world_size > 1) {
+        // Each rank's small batch is its own, so its averages differ: rank 0's gain is
+        // everyone's, or the ranks' weights would drift apart.
+        std::vector<torch::Tensor> shared = {torch::tensor({gain}, torch::kFloat64)};
+        reducer->broadcast_from_first_rank(shared);
+        gain = shared[0].item<double>();
+      }
       const double lr =
           run.adascale ? gain * run.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step))
           : run.ramp   ? ramp_learning_rate(run, at.samples_seen, run.plan.global_batch_size)

@@ -109,6 +109,25 @@ class EquivalenceTest(DistributedTestCase):
         self.assertTrue(all(r["micro_steps"] == 1 for r in records))
         self.assertGreater(records[-1]["grad_noise_scale"], 0)
 
+    def test_adascale_ranks_share_one_gain(self):
+        # Rank 0's first micro-batch is the single process's first micro-batch, so with rank 0's
+        # gain broadcast the job follows the single process; a rank using its own small batch
+        # would step at another rate and pull the weights apart.
+        adascale = ["--lr-scaling", "adascale", "--lr-ref-batch", "32", "--micro-batch", "32"]
+        reference = self.path("adascale-single")
+        single = self.run_bigbatch(*train_args("mlp", reference, *adascale, "--threads", "1"))
+        self.assertEqual(single.returncode, 0, single.stderr)
+        out = self.path("adascale-dp")
+        self.launch(2, *train_args("mlp", out, *adascale))
+        diff = max_relative_difference(read_weights(os.path.join(out, "weights.safetensors")),
+                                       read_weights(os.path.join(reference, "weights.safetensors")))
+        self.assertLess(diff, 1e-5)
+        gains = [r["lr_gain"] for r in metrics(out) if "loss" in r]
+        expected = [r["lr_gain"] for r in metrics(reference) if "loss" in r]
+        self.assertEqual(len(gains), len(expected))
+        for mine, theirs in zip(gains, expected):
+            self.assertAlmostEqual(mine, theirs, delta=1e-4 * theirs)
+
     def test_mlp_four_ranks(self):
         self.check("mlp", 4, 16, 1e-5)
 

@@ -107,6 +107,37 @@ TEST_F(TempDir, AssemblerGathersPositionsOfTheOrder) {
   EXPECT_TRUE(torch::equal(batch.inputs[2], splits.train.inputs[0]));
 }
 
+TEST(BatchAssembler, PrefetchedBatchesEqualGatheredOnesAndSurviveTheNextPrefetch) {
+  torch::manual_seed(7);
+  const TensorDataset data{torch::randn({200, 1, 28, 28}),
+                           torch::randint(0, 10, {200}, torch::kInt64)};
+  std::vector<int64_t> order(200);
+  for (int64_t i = 0; i < 200; ++i)
+    order[i] = (i * 37) % 200;
+  for (bool background : {false, true}) {
+    BatchAssembler prefetching(data, 16, background);
+    BatchAssembler plain(data, 16);
+    EXPECT_EQ(prefetching.background(), background);
+    prefetching.prefetch(order, 0, 16);
+    for (int64_t begin = 0; begin < 192; begin += 16) {
+      const Batch batch = prefetching.take();
+      const int64_t next = begin + 16;
+      if (next < 192)
+        prefetching.prefetch(order, next, next + 16 <= 192 ? 16 : 192 - next);
+      // The batch in hand is untouched by the gather of the next one.
+      const Batch expected = plain.gather(order, begin, 16);
+      EXPECT_TRUE(torch::equal(batch.inputs, expected.inputs)) << begin << " " << background;
+      EXPECT_TRUE(torch::equal(batch.targets, expected.targets)) << begin << " " << background;
+    }
+    // Leaving with a prefetch in flight, then gathering synchronously: no mix-up, no hang.
+    prefetching.prefetch(order, 100, 7);
+    prefetching.drain();
+    EXPECT_TRUE(
+        torch::equal(prefetching.gather(order, 50, 5).targets, plain.gather(order, 50, 5).targets));
+    prefetching.prefetch(order, 10, 3);  // destroyed with a prefetch outstanding
+  }
+}
+
 TEST_F(TempDir, WeightsRoundTripIncludingBatchNormBuffers) {
   torch::manual_seed(1);
   auto saved = make_model({"cnn-bn"});
