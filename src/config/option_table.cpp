@@ -279,6 +279,11 @@ std::vector<OptionSpec> build_table() {
                             "the current one trains (off by default: with in-memory data on 2 "
                             "cores it does not pay, see docs/benchmarks.md)",
                             &TrainConfig::prefetch, true));
+  t.push_back(switch_option("keep-denormals",
+                            "compute with denormal floats (x86 FTZ/DAZ off); by default they are "
+                            "flushed to zero, which is much faster when they occur (e.g. "
+                            "confident softmax outputs) and changes no result above 1e-38",
+                            &TrainConfig::keep_denormals, true, kTrainCommand | kFitCommand));
   t.push_back(double_option("adam-beta1", "AdamW beta1", &TrainConfig::adam_beta1, both));
   t.push_back(double_option("adam-beta2", "AdamW beta2", &TrainConfig::adam_beta2, both));
   t.push_back(double_option("adam-eps", "AdamW epsilon", &TrainConfig::adam_eps, both));

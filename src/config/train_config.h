@@ -66,6 +66,8 @@ struct TrainConfig {
   bool noise_scale = true;
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;
+  // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
+  bool keep_denormals = false;
   std::string precision = "fp32";  // or bf16: autocast forward, fp32 weights and gradients  //
                                    // measure the gradient noise scale (stats/gradient_noise.h)
   double adam_beta1 = 0.9;

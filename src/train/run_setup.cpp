@@ -44,6 +44,20 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
 }
 
+bool configure_cpu(const TrainConfig& config, int64_t threads) {
+  // setFlushDenormal() sets the calling thread's mode and reports whether the CPU has it.
+  const bool flush = !config.keep_denormals;
+  const bool flushing = at::globalContext().setFlushDenormal(flush) && flush;
+  torch::set_num_threads(static_cast<int>(threads));
+  // The intra-op pool may predate this call (the BLAS starts it when it loads), and its
+  // threads keep their own mode: one chunk per thread sets it on each of them.
+  at::parallel_for(0, threads, 1, [flush](int64_t, int64_t) {
+    at::globalContext().setFlushDenormal(flush);
+  });
+  tune_malloc();
+  return flushing;
+}
+
 void start_memory_accounting(const TrainConfig& config) {
   install_tracking_allocator();
   set_memory_budget(config.memory_budget);

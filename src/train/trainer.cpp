@@ -156,8 +156,7 @@ TrainResult run_training(const TrainConfig& requested) {
   };
 
   int64_t threads = config.threads > 0 ? config.threads : default_thread_count();
-  torch::set_num_threads(static_cast<int>(threads));
-  tune_malloc();
+  const bool flushing_denormals = configure_cpu(config, threads);
 
   const DatasetSplits data = load_data_outside_budget(config);
   std::unique_ptr<GradientReducer> reducer;
@@ -216,7 +215,8 @@ TrainResult run_training(const TrainConfig& requested) {
       std::to_string(data.train.size()) + " train, " + std::to_string(data.validation.size()) +
       " validation, " + std::to_string(data.test.size()) + " test samples), " +
       (world_size > 1 ? std::to_string(world_size) + " ranks (" + env->source + "), " : "") +
-      runtime_environment_summary());
+      runtime_environment_summary() +
+      (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept"));
   say("batch plan: global batch " + run.plan.describe() + " (" +
       (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
       "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +

@@ -40,8 +40,7 @@ TensorDifference difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests) {
   config.validate();
-  torch::set_num_threads(
-      static_cast<int>(config.threads > 0 ? config.threads : default_thread_count()));
+  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
   const DatasetSplits data = load_data_outside_budget(config);
   const ResolvedRun run = resolve_run(config, data.train.size(), /*world_size=*/1);
   if (run.plan.accumulation_steps < 2) {

@@ -10,6 +10,7 @@
 #include "train/gradient_reducer.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
+#include "train/run_setup.h"
 
 namespace bigbatch {
 namespace {
@@ -73,6 +74,25 @@ TEST(Precision, Names) {
   EXPECT_EQ(parse_precision("bf16"), Precision::Bf16);
   EXPECT_STREQ(to_string(Precision::Fp32), "fp32");
   EXPECT_THROW(parse_precision("fp8"), std::exception);
+}
+
+TEST(CpuSetup, DenormalsAreFlushedUnlessKept) {
+  // 1e-30 x 1e-10 = 1e-40 is a denormal float: zero when flushed, kept otherwise.
+  const auto product = [] {
+    return (torch::tensor({1e-30f}) * torch::tensor({1e-10f})).item<float>();
+  };
+  TrainConfig config;
+  config.keep_denormals = true;
+  EXPECT_FALSE(configure_cpu(config, 1));
+  EXPECT_GT(product(), 0.0f);
+  config.keep_denormals = false;
+  if (configure_cpu(config, 1)) {  // x86 with SSE: always, in practice
+    EXPECT_EQ(product(), 0.0f);
+    // Normal numbers are untouched.
+    EXPECT_FLOAT_EQ((torch::tensor({1e-20f}) * torch::tensor({1e-10f})).item<float>(), 1e-30f);
+  }
+  config.keep_denormals = true;
+  configure_cpu(config, 1);  // as the other tests expect
 }
 
 }  // namespace
