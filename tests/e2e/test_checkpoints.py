@@ -265,36 +265,33 @@ class CheckpointTest(unittest.TestCase):
         resumed = subprocess.run([BINARY, "train", "--resume", rescued], capture_output=True, text=True)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
 
-    def test_layerwise_optimizer_state_resumes_bit_identical(self):
-        # LARS's momentum and LAMB's moments and step counts live in the checkpoint too.
-        for optimizer, lr in [("lars", "1.0"), ("lamb", "0.002")]:
-            args = [*RUN, "--optimizer", optimizer, "--lr", lr, "--epochs", "2"]
-            whole = self.path(f"{optimizer}-whole")
-            subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
-            run_dir = self.path(f"{optimizer}-killed")
-            process = self.start(*args, "--out", run_dir)
-            self.assertTrue(self.wait_for_checkpoint(run_dir, process))
-            process.kill()
-            process.communicate()
-            resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
-            self.assertEqual(resumed.returncode, 0, resumed.stderr)
-            self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
-                             read(os.path.join(whole, "weights.safetensors"), "rb"), optimizer)
-
-    def test_adascale_resumes_bit_identical(self):
-        # The scale-invariant count and the noise averages that set the gain are progress too.
-        args = [*RUN, "--lr-scaling", "adascale", "--lr-ref-batch", "32", "--lr", "0.05", "--epochs", "1"]
-        whole = self.path("adascale-whole")
+    def kill_at_a_checkpoint_then_resume(self, tag, args, pause=0.0):
+        """Runs `args` whole, and again killed (-9) `pause` s after its first checkpoint then
+        resumed; asserts the two end with the same weights and returns their run directories."""
+        whole = self.path(f"{tag}-whole")
         subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
-        run_dir = self.path("adascale-killed")
+        run_dir = self.path(f"{tag}-killed")
         process = self.start(*args, "--out", run_dir)
         self.assertTrue(self.wait_for_checkpoint(run_dir, process))
+        time.sleep(pause)
         process.kill()
         process.communicate()
         resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
-                         read(os.path.join(whole, "weights.safetensors"), "rb"))
+                         read(os.path.join(whole, "weights.safetensors"), "rb"), tag)
+        return whole, run_dir
+
+    def test_layerwise_optimizer_state_resumes_bit_identical(self):
+        # LARS's momentum and LAMB's moments and step counts live in the checkpoint too.
+        for optimizer, lr in [("lars", "1.0"), ("lamb", "0.002")]:
+            self.kill_at_a_checkpoint_then_resume(optimizer,
+                                                  [*RUN, "--optimizer", optimizer, "--lr", lr, "--epochs", "2"])
+
+    def test_adascale_resumes_bit_identical(self):
+        # The scale-invariant count and the noise averages that set the gain are progress too.
+        whole, run_dir = self.kill_at_a_checkpoint_then_resume(
+            "adascale", [*RUN, "--lr-scaling", "adascale", "--lr-ref-batch", "32", "--lr", "0.05", "--epochs", "1"])
         self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
         self.assertTrue(any("lr_gain" in r for r in metrics(run_dir)))
 
@@ -328,18 +325,7 @@ class CheckpointTest(unittest.TestCase):
         # resumed window measures its statistics again from the same samples and weights.
         args = [a for a in RUN if a not in ("--checkpoint-every", "4u")]
         args += ["--model", "cnn-bn", "--bn-mode", "window", "--epochs", "1", "--checkpoint-every", "3micro"]
-        whole = self.path("bnwindow-whole")
-        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
-        run_dir = self.path("bnwindow-killed")
-        process = self.start(*args, "--out", run_dir)
-        self.assertTrue(self.wait_for_checkpoint(run_dir, process))
-        time.sleep(1.0)
-        process.kill()
-        process.communicate()
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
-        self.assertEqual(resumed.returncode, 0, resumed.stderr)
-        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
-                         read(os.path.join(whole, "weights.safetensors"), "rb"))
+        whole, run_dir = self.kill_at_a_checkpoint_then_resume("bnwindow", args, pause=1.0)
         self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
 
     def test_keeps_the_newest_checkpoints(self):
