@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bigbatch against its peers (issue 6), side by side in one run: PyTorch in Python and a
-hand-written libtorch loop doing the same work (model, micro-batch, accumulation, SGD with
-momentum, thread count), and the machine's fp32 GEMM ceiling. Each cell runs the three peers
+hand-written libtorch loop doing the same work (model, Fashion-MNIST data normalised alike,
+micro-batch, accumulation, SGD with momentum, thread count), and the machine's fp32 GEMM
+ceiling. Each cell runs the three peers
 alternately, --repeats times; the table shows medians, min-max and the ratios.
 
 The peers run with the environment bigbatch gives itself (OpenBLAS kernels for this CPU,

@@ -1,15 +1,35 @@
 #!/usr/bin/python3
 """The peer a PyTorch user would write: nn.Sequential, SGD with momentum, the standard
-accumulation loop (loss / accum; backward; step every accum), in-memory data. Prints JSON.
+accumulation loop (loss / accum; backward; step every accum), in-memory data: Fashion-MNIST
+normalised as bigbatch does, or random data with --data random. Prints JSON.
 Benchmarks only; never part of the product.
 
 Usage: pytorch_loop.py --model cnn --micro 64 --accum 8 --threads 1 --updates 30
 """
 import argparse
+import gzip
 import json
+import struct
 import time
 
+import numpy as np
 import torch
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # bigbatch's data/dataset.h
+
+
+def read_idx(name):
+    with gzip.open(f"{FASHION}/{name}.gz", "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def images(name):
+    x = torch.from_numpy(read_idx(name).astype(np.float32) / 255.0)
+    return ((x - MEAN) / STD).unsqueeze(1)
 
 
 def make(name):
@@ -39,13 +59,18 @@ def main():
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--updates", type=int, default=30)
+    p.add_argument("--data", choices=["fashion", "random"], default="fashion")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     net = make(a.model)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    n = 60000
-    images, labels = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    if a.data == "random":
+        inputs, labels = torch.randn(60000, 1, 28, 28), torch.randint(0, 10, (60000,))
+    else:
+        inputs = images("train-images-idx3-ubyte")
+        labels = torch.from_numpy(read_idx("train-labels-idx1-ubyte").astype(np.int64))
+    n = inputs.shape[0]
     order = torch.randperm(n)
     position = 0
 
@@ -56,7 +81,7 @@ def main():
                 position = 0
             index = order[position:position + a.micro]
             position += a.micro
-            loss = torch.nn.functional.cross_entropy(net(images[index]), labels[index]) / a.accum
+            loss = torch.nn.functional.cross_entropy(net(inputs[index]), labels[index]) / a.accum
             loss.backward()
         optimizer.step()
         optimizer.zero_grad()

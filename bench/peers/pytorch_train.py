@@ -9,33 +9,14 @@ Benchmarks only; never part of the product.
 Usage: pytorch_train.py --threads 2 --target 0.9
 """
 import argparse
-import gzip
 import json
 import math
-import struct
 import time
 
 import numpy as np
 import torch
 
-from pytorch_loop import make  # the same model as the throughput peer
-
-FASHION = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530  # bigbatch's data/dataset.h
-
-
-def read_idx(name):
-    with gzip.open(f"{FASHION}/{name}.gz", "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def images(name):
-    x = torch.from_numpy(read_idx(name).astype(np.float32) / 255.0)
-    return ((x - MEAN) / STD).unsqueeze(1)
-
+from pytorch_loop import images, make, read_idx  # the same model and data as the throughput peer
 
 def main():
     p = argparse.ArgumentParser()
