@@ -153,6 +153,18 @@ TEST(ResolvedRun, RampFollowsTheRuleWithACurveInSamples) {
   EXPECT_NEAR(ramp_learning_rate(run, int64_t(half), 1024),
               0.4 * 0.5 * (1 + std::cos(M_PI * (half / 256) / 469)), 1e-12);
   EXPECT_DOUBLE_EQ(ramp_learning_rate(run, 0, 256), 0.1);
+  // Continuity at a switch: the curve's position is the same on both sides, only the rule's
+  // factor changes — and with --lr-scaling none (Smith et al.'s recipe) nothing changes.
+  const int64_t at_switch = 79 * 256;
+  EXPECT_DOUBLE_EQ(ramp_learning_rate(run, at_switch, 1024),
+                   4 * ramp_learning_rate(run, at_switch, 256));
+  config.lr_scaling = LrScaling::None;
+  const ResolvedRun constant = resolve_run(config, 60000, 1);
+  EXPECT_DOUBLE_EQ(ramp_learning_rate(constant, at_switch, 1024),
+                   ramp_learning_rate(constant, at_switch, 256));
+  // The next update moves along the cosine by 4 reference updates at most: 0.1 x pi/2 x 4/469.
+  EXPECT_NEAR(ramp_learning_rate(constant, at_switch + 1024, 1024),
+              ramp_learning_rate(constant, at_switch, 256), 0.1 * M_PI / 2 * 4 / 469);
 }
 
 TEST(ResolvedRun, RampRefusesWhatItSetsItself) {
