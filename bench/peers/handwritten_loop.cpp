@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
                  .div_(255.0)
                  .sub_(bigbatch::kPixelMean)
                  .div_(bigbatch::kPixelStd);
-    labels = torch::from_blob(classes.data.data(), {classes.count()}, torch::kUInt8)
-                 .to(torch::kInt64);
+    labels =
+        torch::from_blob(classes.data.data(), {classes.count()}, torch::kUInt8).to(torch::kInt64);
   }
   const int64_t n = images.size(0);
   auto order = torch::randperm(n, torch::kInt64);

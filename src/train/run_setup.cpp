@@ -51,9 +51,8 @@ bool configure_cpu(const TrainConfig& config, int64_t threads) {
   torch::set_num_threads(static_cast<int>(threads));
   // The intra-op pool may predate this call (the BLAS starts it when it loads), and its
   // threads keep their own mode: one chunk per thread sets it on each of them.
-  at::parallel_for(0, threads, 1, [flush](int64_t, int64_t) {
-    at::globalContext().setFlushDenormal(flush);
-  });
+  at::parallel_for(0, threads, 1,
+                   [flush](int64_t, int64_t) { at::globalContext().setFlushDenormal(flush); });
   tune_malloc();
   return flushing;
 }
