@@ -99,6 +99,13 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
 // Simulates the ramp over the run for its length and phases; the LR schedule counts
 // reference-batch updates.
 ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
+  if (config.lr_scaling == LrScaling::AdaScale) {
+    throw Error(ErrorKind::Config,
+                "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: "
+                "AdaScale's gain already follows a larger batch",
+                "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one "
+                "batch");
+  }
   ResolvedRun::RampRun ramp;
   ramp.batches = GlobalBatchSchedule::parse(config.global_batch_schedule);
   const int64_t micro = config.micro_batch.value_or(kDefaultMicroBatchSize);

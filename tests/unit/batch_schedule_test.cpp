@@ -178,6 +178,7 @@ TEST(ResolvedRun, RampRefusesWhatItSetsItself) {
   config.accum_steps.reset();
   config.lr_scaling = LrScaling::AdaScale;
   EXPECT_THROW(config.validate(), Error);
+  EXPECT_THROW(resolve_run(config, 60000, 1), Error);  // `bigbatch plan` refuses it too
   config.lr_scaling = LrScaling::Linear;
   config.micro_batch = 100;  // 256 is not whole micro-batches for 1 rank: fine (uneven); 1000:
   config.global_batch_schedule = "0:256 1e:50";  // a step below the micro-batch is not
