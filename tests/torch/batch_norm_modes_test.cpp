@@ -87,6 +87,15 @@ struct WindowFixture {
   }
 };
 
+// Summed cross-entropy, back-propagated: gradients of several calls add up as one batch's.
+void backward_summed_loss(torch::nn::Sequential& model, const torch::Tensor& inputs,
+                          const torch::Tensor& targets) {
+  torch::nn::functional::cross_entropy(
+      model->forward(inputs), targets,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+      .backward();
+}
+
 TEST(WindowBatchNorm, NormalisesLikeOneBatchAndMovesRunningStatisticsOnce) {
   torch::manual_seed(2);
   WindowFixture f;
@@ -124,10 +133,7 @@ TEST(WindowBatchNorm, GradientIsOneBatchsWithTheStatisticsHeldConstant) {
   window_bn.begin(assembler, f.order, f.window);
   for (int64_t begin : {0, 16, 32}) {
     const Batch b = assembler.gather(f.order, begin, 16);
-    torch::nn::functional::cross_entropy(
-        windowed->forward(b.inputs), b.targets,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-        .backward();
+    backward_summed_loss(windowed, b.inputs, b.targets);
   }
   window_bn.end(/*applied=*/false);
   // The oracle: one batch with every BatchNorm normalising by that batch's own statistics,
@@ -145,10 +151,7 @@ TEST(WindowBatchNorm, GradientIsOneBatchsWithTheStatisticsHeldConstant) {
       x = it->forward(x);
     }
   }
-  torch::nn::functional::cross_entropy(
-      oracle->forward(f.data.inputs), f.data.targets,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-      .backward();
+  backward_summed_loss(oracle, f.data.inputs, f.data.targets);
   const auto mine = windowed->parameters();
   const auto theirs = oracle->parameters();
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -157,10 +160,7 @@ TEST(WindowBatchNorm, GradientIsOneBatchsWithTheStatisticsHeldConstant) {
   }
   // ... which is not the true big batch's gradient: that one flows through the statistics.
   auto whole = WindowFixture::model();
-  torch::nn::functional::cross_entropy(
-      whole->forward(f.data.inputs), f.data.targets,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-      .backward();
+  backward_summed_loss(whole, f.data.inputs, f.data.targets);
   EXPECT_GT((mine[0].grad() - whole->parameters()[0].grad()).norm().item<double>() /
                 whole->parameters()[0].grad().norm().item<double>(),
             1e-3);
