@@ -8,7 +8,12 @@ alternately, --repeats times; the table shows medians, min-max and the ratios.
 The peers run with the environment bigbatch gives itself (OpenBLAS kernels for this CPU,
 passive OpenMP waiting), so the ratios measure the engines, not the environment.
 
+With --in-process it instead runs bench/engine_overhead.cpp over the same cells: the
+hand-written loop and bigbatch's engine alternating in blocks inside one process, which resolves
+the engine's own overhead (a few percent) far below this machine's run-to-run noise.
+
 Usage: bench/peer_bench.py BUILD_DIR [--repeats 3] [--threads 1 2] [--models mlp cnn cnn-bn]
+                           [--micros 16 64 256] [--accums 1 8] [--in-process]
 """
 import argparse
 import json
@@ -34,8 +39,10 @@ def bigbatch(build, workdir, model, micro, accum, threads, updates, tag):
         records = [json.loads(line) for line in f]
     start = next(r for r in records if r.get("event") == "train_start")
     updates = [r for r in records if "loss" in r]
-    steady = updates[3:]  # the peers warm up 3 updates too
-    return {"samples_per_s": sum(r["items"] for r in steady) / sum(1 / r["updates_per_s"] for r in steady),
+    # The peers warm up 3 updates too; then wall-clock time, so that everything bigbatch does
+    # between updates (metrics, progress, memory readings) counts as it does for the peers.
+    steady = updates[3:]
+    return {"samples_per_s": sum(r["items"] for r in steady) / (steady[-1]["wall_s"] - updates[2]["wall_s"]),
             "rss_growth": max(r["rss_peak_bytes"] for r in updates) - start["rss_bytes"]}
 
 
@@ -56,6 +63,27 @@ def flops_per_sample(model):
     return 2 * (2 * sum(layers) + sum(layers[1:]))
 
 
+def in_process(build, args):
+    """The engine against the hand-written loop in one process, per cell."""
+    print("\n| model | micro | accum | threads | hand-written update ms | engine update ms | "
+          "engine / hand-written speed (min-max over rounds) | engine overhead per micro-step µs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for threads in args.threads:
+        for model in args.models:
+            for micro in args.micros:
+                for accum in args.accums:
+                    # Blocks of about a quarter of the peer runs' samples, 10 rounds of both.
+                    block = max(1, TARGET_SAMPLES[model] // 4 // (micro * accum))
+                    r = json.loads(subprocess.run(
+                        [os.path.join(build, "bench", "engine_overhead"), "--model", model, "--micro", str(micro),
+                         "--accum", str(accum), "--threads", str(threads), "--rounds", "10", "--block", str(block)],
+                        check=True, capture_output=True, text=True, env=ENV).stdout)
+                    print(f"| {model} | {micro} | {accum} | {threads} | {r['handwritten_update_us'] / 1e3:.2f} | "
+                          f"{r['engine_update_us'] / 1e3:.2f} | {r['engine_speed_ratio']:.3f}x "
+                          f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['overhead_per_micro_step_us']:.1f} |",
+                          flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
@@ -64,6 +92,8 @@ def main():
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "cnn-bn"])
     parser.add_argument("--micros", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--accums", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--in-process", action="store_true",
+                        help="engine against the hand-written loop inside one process (bench/engine_overhead)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     handwritten = os.path.join(build, "bench", "handwritten_loop")
@@ -73,6 +103,9 @@ def main():
                                    capture_output=True, text=True).stdout.strip()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; libtorch/PyTorch {torch_version}; "
           f"OPENBLAS_CORETYPE={ENV['OPENBLAS_CORETYPE']} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
+    if args.in_process:
+        in_process(build, args)
+        return
     ceilings = {}
     for threads in args.threads:
         ceilings[threads] = statistics.median(

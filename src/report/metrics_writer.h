@@ -1,9 +1,16 @@
 #pragma once
-// metrics.jsonl: one JSON object per line, appended and flushed as the run goes, so a crashed
-// or interrupted run still leaves every line it finished. Keys are documented in the README.
+// metrics.jsonl: one JSON object per line, appended as the run goes. Lines are written out in
+// whole-line batches at least once a second, at every flush() (the trainer flushes before each
+// checkpoint and after each epoch's record) and when the writer closes, also on the way out of
+// an error. A process killed outright loses at most its last second of lines, all of them after
+// its last checkpoint, which a resumed run drops and writes again anyway. Writing each line
+// with its own system call cost 2-3% of an update at micro-batch 16 (measured). Keys are
+// documented in the README.
 //
 //   MetricsWriter metrics(run_dir + "/metrics.jsonl");
 //   metrics.write({{"step", 12}, {"loss", 0.41}, {"lr", 0.05}});
+//   metrics.flush();  // before a checkpoint
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,16 +20,22 @@ namespace bigbatch {
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);
-  ~MetricsWriter();
+  ~MetricsWriter();  // flushes; an error there is reported on stderr (a destructor cannot throw)
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   void write(const nlohmann::json& record);
+  void flush();
   const std::string& path() const { return path_; }
+
+  // How long a written line may wait in memory.
+  static constexpr std::chrono::milliseconds kFlushInterval{1000};
 
  private:
   std::string path_;
   std::FILE* file_;
+  std::string pending_;  // whole lines not yet written out
+  std::chrono::steady_clock::time_point last_flush_;
 };
 
 }  // namespace bigbatch

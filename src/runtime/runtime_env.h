@@ -28,8 +28,8 @@ int64_t available_cpus();
 int64_t default_thread_count();
 
 // The process's resident set: now, and its peak since the start or reset_peak_rss() (Linux's
-// VmHWM; getrusage's lifetime peak where /proc is not readable), in bytes. What the operating
-// system sees, beside the tensor bytes the tracking allocator counts.
+// VmHWM, read through getrusage where a reset confirmed that it follows the reset), in bytes. What
+// the operating system sees, beside the tensor bytes the tracking allocator counts.
 int64_t current_rss_bytes();
 int64_t peak_rss_bytes();
 // Starts a new peak from the current resident set (Linux: /proc/self/clear_refs), so that a

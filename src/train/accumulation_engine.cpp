@@ -20,11 +20,6 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
   // A window of one micro-step has no smaller batch inside it on this rank; with ranks, the
   // rank's own gradient before the all-reduce is one.
   local_norm_available_ = options_.measure_noise && reducer_.measure_local_norm(false);
-  // The window's loss sum in the loss's own dtype: one add per micro-step, and float32 is
-  // ample for a window's sum (it only feeds metrics).
-  loss_sum_ =
-      torch::zeros({}, parameters_.empty() ? torch::kFloat32 : parameters_.front().scalar_type());
-  correct_ = torch::zeros({}, torch::kInt64);
 }
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
@@ -38,9 +33,7 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
     logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
   auto loss = torch::nn::functional::cross_entropy(
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-  // Kept as tensors so that nothing synchronises with the device inside the window.
-  loss_sum_.add_(loss.detach());
-  correct_.add_(logits.detach().argmax(1).eq(targets).sum());
+  tally_.add(logits, loss, targets);
   items_ += targets.size(0);
   ++micro_steps_;
   if (kind == MicroStep::Last) {
@@ -90,8 +83,8 @@ void AccumulationEngine::begin_window(int64_t global_items) {
 WindowTotals AccumulationEngine::local_totals() const {
   WindowTotals local;
   local.items = double(items_);
-  local.loss_sum = loss_sum_.item<double>();
-  local.correct = double(correct_.item<int64_t>());
+  local.loss_sum = tally_.loss_sum();
+  local.correct = double(tally_.correct());
   local.stop = stop_requested_ ? 1.0 : 0.0;
   return local;
 }
@@ -164,8 +157,7 @@ void AccumulationEngine::apply(double lr) {
 }
 
 WindowState AccumulationEngine::window_state() const {
-  return {micro_steps_, items_,        loss_sum_.item<double>(), correct_.item<int64_t>(),
-          first_items_, first_sq_norm_};
+  return {micro_steps_, items_, tally_.loss_sum(), tally_.correct(), first_items_, first_sq_norm_};
 }
 
 void AccumulationEngine::restore_window(const WindowState& state,
@@ -182,8 +174,7 @@ void AccumulationEngine::restore_window(const WindowState& state,
   items_ = state.items;
   first_items_ = state.first_items;
   first_sq_norm_ = state.first_sq_norm;
-  loss_sum_.fill_(state.loss_sum);
-  correct_.fill_(state.correct);
+  tally_.reset(state.loss_sum, state.correct);
 }
 
 void AccumulationEngine::discard() {
@@ -196,8 +187,7 @@ void AccumulationEngine::discard() {
       p.mutable_grad() = torch::Tensor();
     }
   }
-  loss_sum_.zero_();
-  correct_.zero_();
+  tally_.reset();
   items_ = 0;
   micro_steps_ = 0;
   expected_items_ = 0;

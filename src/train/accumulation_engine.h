@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "train/gradient_reducer.h"
 #include "train/precision.h"
+#include "train/prediction_tally.h"
 
 namespace bigbatch {
 
@@ -126,8 +127,7 @@ class AccumulationEngine {
   GradientReducer& reducer_;
   EngineOptions options_;
   std::vector<torch::Tensor> parameters_;
-  torch::Tensor loss_sum_;
-  torch::Tensor correct_;
+  PredictionTally tally_;  // the window's loss and correct predictions on this rank
   int64_t items_ = 0;
   int64_t micro_steps_ = 0;
   int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact

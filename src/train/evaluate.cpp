@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "train/prediction_tally.h"
+
 namespace bigbatch {
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
@@ -19,8 +21,7 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
   model->eval();
   {
     c10::InferenceMode inference;
-    auto loss_sum = torch::zeros({}, torch::kFloat64);
-    auto correct = torch::zeros({}, torch::kInt64);
+    PredictionTally tally;
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
       const auto batch = data.slice(begin, end);
@@ -29,15 +30,15 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
         AutocastScope autocast(precision);
         logits = model->forward(batch.inputs).to(torch::kFloat32);
       }
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, batch.targets,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .to(torch::kFloat64);
-      correct += logits.argmax(1).eq(batch.targets).sum();
+      tally.add(logits,
+                torch::nn::functional::cross_entropy(
+                    logits, batch.targets,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)),
+                batch.targets);
     }
     result.items = data.size();
-    result.loss = loss_sum.item<double>() / double(result.items);
-    result.accuracy = double(correct.item<int64_t>()) / double(result.items);
+    result.loss = tally.loss_sum() / double(result.items);
+    result.accuracy = double(tally.correct()) / double(result.items);
   }
   for (const auto& [module, training] : modes)
     module->train(training);

@@ -416,7 +416,14 @@ TrainResult run_training(const TrainConfig& requested) {
   int64_t last_checkpoint_step = at.step;
   auto last_checkpoint_time = Clock::now();
   int64_t micro_steps_since_checkpoint = 0;
+  // A checkpoint's metrics lines reach the file before it does: a run killed after it
+  // resumes with every line up to it.
+  auto flush_metrics = [&] {
+    if (metrics)
+      metrics->flush();
+  };
   auto checkpoint_inside_window = [&] {
+    flush_metrics();
     PartialWindow window{run.plan.micro_batch_size, world_size, engine.window_state(), {}};
     for (const auto& p : model->parameters())
       window.gradients.push_back(p.grad());
@@ -429,6 +436,7 @@ TrainResult run_training(const TrainConfig& requested) {
     micro_steps_since_checkpoint = 0;
   };
   auto checkpoint = [&](const TrainingProgress& p) {
+    flush_metrics();
     if (is_main)
       write_checkpoint(result.run_dir, p, identity, *model, *optimizer, config.keep_checkpoints,
                        plan_json(run));
@@ -500,6 +508,9 @@ TrainResult run_training(const TrainConfig& requested) {
   // The process's resident peak from here on is training's, not the data loader's transient
   // buffers'; where it starts is recorded, so the growth is known.
   reset_peak_rss();
+  // Wall-clock time from here, everything included (metrics, progress, checkpoints): what a
+  // stopwatch beside the run would read, unlike train_seconds, which times the updates alone.
+  const auto train_start = Clock::now();
   if (is_main) {
     metrics->write({{"event", "train_start"},
                     {"step", at.step},
@@ -554,6 +565,7 @@ TrainResult run_training(const TrainConfig& requested) {
       last_test = evaluate(model, data.test, eval_batch, precision);
       record.update(eval_record("test", last_test));
       metrics->write(record);
+      metrics->flush();
       progress.message(epoch_summary(record, at));
       if (config.target_accuracy > 0) {
         // Validation accuracy when there is a validation split: the test set is not for
@@ -757,6 +769,7 @@ TrainResult run_training(const TrainConfig& requested) {
             {"allreduce_calls", reducer->calls() - calls_before},
             {"samples_per_s", double(stats.items) / seconds},
             {"updates_per_s", 1.0 / seconds},
+            {"wall_s", seconds_since(train_start)},
             {"skipped", stats.non_finite},
             {"skipped_updates", skipped_updates},
             {"micro_batch", run.plan.micro_batch_size},

@@ -15,6 +15,7 @@
 #include "train/accumulation_engine.h"
 #include "train/gradient_reducer.h"
 #include "train/optimizer.h"
+#include "train/prediction_tally.h"
 
 namespace bigbatch {
 namespace {
@@ -242,6 +243,60 @@ TEST(Engine, ClippingActsOnTheAccumulatedMeanGradient) {
   EXPECT_NEAR(std::sqrt(squared), 0.01, 1e-6);
   EXPECT_EQ(stats.micro_steps, 2);
   EXPECT_EQ(stats.items, 64);
+}
+
+TEST(Engine, WindowLossAndCorrectPredictionsAreTheBigBatchs) {
+  const auto data = synthetic_dataset(96);
+  auto model = seeded_model("mlp");
+  torch::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = model->forward(data.inputs);
+  }
+  // Every other target is the untrained model's prediction, so some are right.
+  const auto targets = torch::where(torch::arange(96) % 2 == 0, logits.argmax(1), data.targets);
+  const double loss = torch::nn::functional::cross_entropy(logits, targets).item<double>();
+  const int64_t correct = logits.argmax(1).eq(targets).sum().item<int64_t>();
+  ASSERT_GE(correct, 48);
+  auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+  LocalReducer reducer;
+  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+  engine.micro_step(data.inputs.slice(0, 0, 40), targets.slice(0, 0, 40));
+  engine.micro_step(data.inputs.slice(0, 40, 96), targets.slice(0, 40, 96));
+  const UpdateStats stats = engine.finish_gradients();
+  EXPECT_NEAR(stats.loss, loss, 1e-6);
+  EXPECT_EQ(stats.correct, correct);
+}
+
+// The host loop and the tensor operations it replaces agree, ties and NaN included; the
+// tensor path (taken for what the host loop cannot read, as on an accelerator) agrees too.
+TEST(PredictionTallyTest, HostCountsEqualTorchArgmaxAndTheTensorPath) {
+  torch::manual_seed(5);
+  // Rounded logits make ties common; a few rows get a NaN.
+  auto logits = torch::randn({500, 10}).mul(2).round();
+  logits.index_put_(
+      {torch::randint(0, 500, {20}, torch::kInt64), torch::randint(0, 10, {20}, torch::kInt64)},
+      std::numeric_limits<float>::quiet_NaN());
+  const auto targets = torch::randint(0, 10, {500}, torch::kInt64);
+  const auto loss = torch::randn({}).abs();
+  const int64_t expected = logits.argmax(1).eq(targets).sum().item<int64_t>();
+
+  PredictionTally host;
+  host.add(logits.slice(0, 0, 200), loss, targets.slice(0, 0, 200));
+  host.add(logits.slice(0, 200, 500), loss, targets.slice(0, 200, 500));
+  EXPECT_EQ(host.correct(), expected);
+  EXPECT_DOUBLE_EQ(host.loss_sum(), 2 * loss.item<double>());
+
+  // Column-major logits are not what the host loop reads: the tensor path counts them.
+  const auto transposed = logits.t().contiguous().t();
+  ASSERT_FALSE(transposed.is_contiguous());
+  PredictionTally tensors;
+  tensors.add(transposed, loss, targets);
+  EXPECT_EQ(tensors.correct(), expected);
+  EXPECT_DOUBLE_EQ(tensors.loss_sum(), loss.item<double>());
+  tensors.reset(1.5, 7);
+  EXPECT_EQ(tensors.correct(), 7);
+  EXPECT_DOUBLE_EQ(tensors.loss_sum(), 1.5);
 }
 
 TEST(Engine, NonFiniteWindowIsDiscardedWithoutTouchingWeightsOrMomentum) {
