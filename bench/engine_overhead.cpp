@@ -21,6 +21,7 @@
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "models/accumulating_linear.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
 #include "train/gradient_reducer.h"
@@ -74,8 +75,9 @@ int main(int argc, char** argv) {
   const int64_t window_items = micro * accum;
   const int64_t windows_per_epoch = data.size() / window_items;
 
-  // The hand-written loop.
+  // The hand-written loop, with libtorch's own Linear arithmetic.
   auto plain_model = twin(model);
+  bigbatch::set_gradient_accumulation_fusion(*plain_model, false);
   plain_model->train();
   torch::optim::SGD plain_optimizer(plain_model->parameters(),
                                     torch::optim::SGDOptions(0.05).momentum(0.9));

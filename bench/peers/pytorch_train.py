@@ -6,7 +6,7 @@ cnn, Fashion-MNIST normalised the same way, 256 = 32 x 8 with the standard accum
 epoch. Stops at the first epoch whose test accuracy reaches --target. Prints JSON per epoch.
 Benchmarks only; never part of the product.
 
-Usage: pytorch_train.py --threads 2 --target 0.9
+Usage: pytorch_train.py --threads 2 --target 0.9 [--seed 42]
 """
 import argparse
 import json
@@ -23,9 +23,10 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(42)
+    torch.manual_seed(a.seed)  # initialisation and shuffling
     start = time.perf_counter()
     train_x, train_y = images("train-images-idx3-ubyte"), torch.from_numpy(
         read_idx("train-labels-idx1-ubyte").astype(np.int64))

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/accumulating_linear.h"
 
 namespace bigbatch {
 
@@ -13,11 +14,11 @@ torch::nn::Sequential make_mlp(const ModelSpec& spec) {
   model->push_back(torch::nn::Flatten());
   int64_t width = spec.channels * spec.height * spec.width;
   for (int64_t hidden : spec.hidden) {
-    model->push_back(torch::nn::Linear(width, hidden));
+    model->push_back(AccumulatingLinear(width, hidden));
     model->push_back(torch::nn::ReLU());
     width = hidden;
   }
-  model->push_back(torch::nn::Linear(width, spec.classes));
+  model->push_back(AccumulatingLinear(width, spec.classes));
   return model;
 }
 
@@ -51,9 +52,9 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
     }
   }
   model->push_back(torch::nn::Flatten());
-  model->push_back(torch::nn::Linear(channels * height * width, 128));
+  model->push_back(AccumulatingLinear(channels * height * width, 128));
   model->push_back(torch::nn::ReLU());
-  model->push_back(torch::nn::Linear(128, spec.classes));
+  model->push_back(AccumulatingLinear(128, spec.classes));
   return model;
 }
 

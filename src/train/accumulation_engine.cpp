@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "models/accumulating_linear.h"
 #include "train/optimizer.h"
 
 namespace bigbatch {
@@ -20,6 +21,9 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
   // A window of one micro-step has no smaller batch inside it on this rank; with ranks, the
   // rank's own gradient before the all-reduce is one.
   local_norm_available_ = options_.measure_noise && reducer_.measure_local_norm(false);
+  set_gradient_accumulation_fusion(*model_, options_.fuse_gradient_accumulation &&
+                                                options_.precision == Precision::Fp32 &&
+                                                !reducer_.watches_gradient_accumulators());
 }
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
@@ -45,9 +49,15 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   if (options_.per_micro_batch_mean_for_tests) {
     (loss * (1.0 / double(targets.size(0)))).backward();
   } else if (expected_items_ > 0) {
-    // The window's size is known: scaling the summed loss (a scalar) makes backward produce
-    // the mean gradient directly, and saves a pass over every gradient at the end.
-    (loss * (1.0 / double(expected_items_))).backward();
+    // The window's size is known: seeding backward with 1 / count instead of 1 makes it
+    // produce the mean gradient directly, which saves a pass over every gradient at the end.
+    // The seed is the value `loss * (1 / count)` would pass back, without that multiplication
+    // and its backward node in every micro-step.
+    if (!backward_seed_.defined() || seed_items_ != expected_items_) {
+      backward_seed_ = torch::full({}, 1.0 / double(expected_items_), loss.options());
+      seed_items_ = expected_items_;
+    }
+    loss.backward(backward_seed_);
   } else {
     loss.backward();
   }

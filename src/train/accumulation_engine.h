@@ -37,6 +37,10 @@ struct EngineOptions {
   bool per_micro_batch_mean_for_tests = false;
   // The forward pass under bf16 autocast; weights, loss and gradients stay fp32.
   Precision precision = Precision::Fp32;
+  // Fully connected layers add their weight gradients into .grad inside the GEMM
+  // (models/accumulating_linear.h) where they can: fp32, and a reducer that does not hook the
+  // gradient accumulators. Off only to compare against autograd's own accumulation.
+  bool fuse_gradient_accumulation = true;
 };
 
 struct UpdateStats {
@@ -130,7 +134,9 @@ class AccumulationEngine {
   PredictionTally tally_;  // the window's loss and correct predictions on this rank
   int64_t items_ = 0;
   int64_t micro_steps_ = 0;
-  int64_t expected_items_ = 0;  // from begin_window(); 0: count after the fact
+  int64_t expected_items_ = 0;   // from begin_window(); 0: count after the fact
+  torch::Tensor backward_seed_;  // 1 / seed_items_, the gradient backward starts from
+  int64_t seed_items_ = 0;
   bool stop_requested_ = false;
   bool local_norm_available_ = false;  // the reducer reads this rank's pre-reduction norm
   int64_t first_items_ = 0;  // the first micro-step's items, when its gradient norm was read
