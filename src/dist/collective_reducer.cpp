@@ -190,7 +190,6 @@ class CollectiveReducer final : public GradientReducer {
   double local_sq_norm() const override { return local_sq_norm_; }
 
   bool keeps_gradient_storage() const override { return true; }
-  bool watches_gradient_accumulators() const override { return true; }
   int64_t world_size() const override { return env_.world_size; }
   int64_t rank() const override { return env_.rank; }
   int64_t calls() const override { return calls_; }

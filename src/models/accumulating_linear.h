@@ -8,9 +8,10 @@
 //
 // Same parameters, names ("weight", "bias") and initialisation as torch::nn::Linear, so weights
 // files and seeds are unchanged; with fusion off (set_gradient_accumulation_fusion) it is
-// plain F::linear. Fusion needs no autocast (it keeps fp32 gradients of fp32 weights) and no
-// hooks on the gradient accumulators, which the fused parameters bypass: the engine turns it
-// off under bf16 autocast and for reducers that watch those hooks (multi-rank overlap).
+// plain F::linear. Fusion needs no autocast (it keeps fp32 gradients of fp32 weights): the
+// engine turns it off under bf16. A fused step hands autograd no weight gradient, but the
+// weight's gradient accumulator still runs after it, so hooks there (the multi-rank reducer's
+// readiness signal) fire once the gradient is final, as they do unfused.
 //
 //   auto layer = AccumulatingLinear(784, 512);
 //   layer(x1).sum().backward();  // weight.grad = g1

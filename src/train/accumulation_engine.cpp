@@ -21,9 +21,8 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
   // A window of one micro-step has no smaller batch inside it on this rank; with ranks, the
   // rank's own gradient before the all-reduce is one.
   local_norm_available_ = options_.measure_noise && reducer_.measure_local_norm(false);
-  set_gradient_accumulation_fusion(*model_, options_.fuse_gradient_accumulation &&
-                                                options_.precision == Precision::Fp32 &&
-                                                !reducer_.watches_gradient_accumulators());
+  set_gradient_accumulation_fusion(
+      *model_, options_.fuse_gradient_accumulation && options_.precision == Precision::Fp32);
 }
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,

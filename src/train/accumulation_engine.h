@@ -38,8 +38,9 @@ struct EngineOptions {
   // The forward pass under bf16 autocast; weights, loss and gradients stay fp32.
   Precision precision = Precision::Fp32;
   // Fully connected layers add their weight gradients into .grad inside the GEMM
-  // (models/accumulating_linear.h) where they can: fp32, and a reducer that does not hook the
-  // gradient accumulators. Off only to compare against autograd's own accumulation.
+  // (models/accumulating_linear.h) in fp32 (not under bf16 autocast). With a multi-rank reducer
+  // the gradients live in its buckets from the start, so every micro-step adds in place. Off
+  // only to compare against autograd's own accumulation.
   bool fuse_gradient_accumulation = true;
 };
 

@@ -46,10 +46,6 @@ class GradientReducer {
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }
-  // Whether it hooks the parameters' gradient accumulators (to start communication as soon as
-  // a gradient is final), which fused gradient accumulation bypasses
-  // (models/accumulating_linear.h).
-  virtual bool watches_gradient_accumulators() const { return false; }
   virtual int64_t world_size() const = 0;
   virtual int64_t rank() const = 0;
   // Collective calls issued so far; metrics report the count per update.

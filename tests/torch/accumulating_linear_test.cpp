@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace bigbatch {
@@ -71,6 +73,37 @@ TEST(AccumulatingLinearTest, AddsIntoTheGradientInPlaceAndLeadingDimensionsAreRo
   const auto expected = first + torch::ones({8, 3}).t().mm(x2.reshape({8, 6}));
   EXPECT_LT(relative_difference(layer->weight.grad(), expected), 1e-6);
   EXPECT_LT(relative_difference(layer->bias.grad(), torch::full({3}, 16.0)), 1e-6);
+}
+
+// A multi-rank reducer starts a bucket's all-reduce from the post-hooks of its parameters'
+// gradient accumulators (dist/collective_reducer.cpp). A fused step adds into .grad itself and
+// hands autograd no gradient, yet the accumulator still runs after it: the hooks fire once per
+// backward pass, and only once the gradient is final.
+TEST(AccumulatingLinearTest, AccumulatorHooksFireAfterTheFusedAdditionIsFinal) {
+  struct Recorder final : torch::autograd::FunctionPostHook {
+    Recorder(torch::Tensor parameter, std::vector<torch::Tensor>* seen)
+        : parameter_(std::move(parameter)), seen_(seen) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& outputs,
+        const torch::autograd::variable_list& /*inputs*/) override {
+      seen_->push_back(parameter_.grad().clone());
+      return outputs;
+    }
+    torch::Tensor parameter_;
+    std::vector<torch::Tensor>* seen_;
+  };
+  torch::manual_seed(9);
+  AccumulatingLinear layer(5, 3);
+  std::vector<torch::Tensor> seen;
+  auto accumulator = torch::autograd::impl::grad_accumulator(layer->weight);
+  accumulator->add_post_hook(std::make_unique<Recorder>(layer->weight, &seen));
+  const auto x1 = torch::randn({4, 5});
+  const auto x2 = torch::randn({4, 5});
+  layer(x1).pow(2).sum().backward();  // autograd's path: no gradient yet
+  layer(x2).pow(2).sum().backward();  // fused: added inside the GEMM
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_TRUE(torch::equal(seen[1], layer->weight.grad()));
+  EXPECT_FALSE(torch::equal(seen[0], seen[1]));
 }
 
 TEST(AccumulatingLinearTest, FrozenWeightsGetNoGradient) {
