@@ -3,7 +3,9 @@
 hand-written libtorch loop doing the same work (model, Fashion-MNIST data normalised alike,
 micro-batch, accumulation, SGD with momentum, thread count), and the machine's fp32 GEMM
 ceiling. Each cell runs the three peers
-alternately, --repeats times; the table shows medians, min-max and the ratios.
+alternately, --repeats times (the order rotating); the table shows medians, min-max and the
+ratios, each the median of the repeats' own ratios (the three runs of a repeat follow one
+another, so their ratio is not thrown by the machine's slower drifts) with its min-max.
 
 The peers run with the environment bigbatch gives itself (OpenBLAS kernels for this CPU,
 passive OpenMP waiting), so the ratios measure the engines, not the environment.
@@ -122,14 +124,20 @@ def main():
                 for accum in args.accums:
                     updates = max(5, TARGET_SAMPLES[model] // (micro * accum))
                     runs = {"bigbatch": [], "python": [], "handwritten": []}
+                    common = ["--model", model, "--micro", str(micro), "--accum", str(accum), "--threads",
+                              str(threads), "--updates", str(updates)]
                     for repeat in range(args.repeats):
                         tag += 1
-                        common = ["--model", model, "--micro", str(micro), "--accum", str(accum), "--threads",
-                                  str(threads), "--updates", str(updates)]
-                        runs["bigbatch"].append(bigbatch(build, workdir, model, micro, accum, threads, updates,
-                                                         f"run{tag}"))
-                        runs["python"].append(peer(["/usr/bin/python3", python_peer, *common]))
-                        runs["handwritten"].append(peer([handwritten, *common]))
+                        launch = {
+                            "bigbatch": lambda: bigbatch(build, workdir, model, micro, accum, threads, updates,
+                                                         f"run{tag}"),
+                            "python": lambda: peer(["/usr/bin/python3", python_peer, *common]),
+                            "handwritten": lambda: peer([handwritten, *common]),
+                        }
+                        # The order rotates, so no engine always runs first (or right after another).
+                        names = list(launch)
+                        for name in names[repeat % 3:] + names[:repeat % 3]:
+                            runs[name].append(launch[name]())
                         print(f"raw: {model} micro {micro} x{accum} {threads}t repeat {repeat}: " +
                               ", ".join(f"{k} {v[-1]['samples_per_s']:.0f} samples/s "
                                         f"+{v[-1]['rss_growth'] / 2**20:.1f} MiB" for k, v in runs.items()),
@@ -137,18 +145,23 @@ def main():
                     med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
                     memory = {k: statistics.median(r["rss_growth"] for r in v) / 2**20 for k, v in runs.items()}
                     speeds = {k: [r["samples_per_s"] for r in v] for k, v in runs.items()}
+                    # Each repeat's three runs follow one another: their ratio cancels the machine's
+                    # slower drifts, so the median of per-repeat ratios is the steadier figure.
+                    paired = {k: [b / p for b, p in zip(speeds["bigbatch"], speeds[k])]
+                              for k in ("python", "handwritten")}
                     mfu = med["bigbatch"] * flops_per_sample(model) / (ceilings[threads] * 1e9)
-                    rows.append((model, micro, accum, threads, med, speeds, mfu, memory))
+                    rows.append((model, micro, accum, threads, med, speeds, paired, mfu, memory))
 
     print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | updates/s | Python | hand-written | "
-          "bigbatch / Python | bigbatch / hand-written | of GEMM ceiling | training RSS growth MiB: bigbatch / "
-          "Python / hand-written |")
+          "bigbatch / Python: median of repeats (min-max) | bigbatch / hand-written: median of repeats (min-max) | "
+          "of GEMM ceiling | training RSS growth MiB: bigbatch / Python / hand-written |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for model, micro, accum, threads, med, speeds, mfu, memory in rows:
+    for model, micro, accum, threads, med, speeds, paired, mfu, memory in rows:
         b = speeds["bigbatch"]
+        ratios = {k: f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" for k, v in paired.items()}
         print(f"| {model} | {micro} | {accum} | {threads} | {med['bigbatch']:.0f} ({min(b):.0f}-{max(b):.0f}) | "
               f"{med['bigbatch'] / (micro * accum):.1f} | {med['python']:.0f} | {med['handwritten']:.0f} | "
-              f"{med['bigbatch'] / med['python']:.2f}x | {med['bigbatch'] / med['handwritten']:.2f}x | "
+              f"{ratios['python']} | {ratios['handwritten']} | "
               f"{100 * mfu:.0f}% | {memory['bigbatch']:.0f} / {memory['python']:.0f} / "
               f"{memory['handwritten']:.0f} |")
 
