@@ -52,7 +52,10 @@ nlohmann::json progress_json(const TrainingProgress& p) {
             {"trace_ema", p.noise.trace_ema},
             {"weight", p.noise.weight},
             {"samples", p.noise.samples}}},
-          {"scale_invariant_step", p.scale_invariant_step}};
+          {"scale_invariant_step", p.scale_invariant_step},
+          {"metrics_bytes", p.metrics_bytes},
+          {"recorded_epoch_step", p.recorded_epoch_step},
+          {"oom_backoffs", p.oom_backoffs}};
 }
 
 TrainingProgress progress_from(const nlohmann::json& j) {
@@ -76,6 +79,9 @@ TrainingProgress progress_from(const nlohmann::json& j) {
     p.noise.samples = n.at("samples").get<int64_t>();
   }
   p.scale_invariant_step = j.value("scale_invariant_step", 0.0);
+  p.metrics_bytes = j.value("metrics_bytes", int64_t{-1});
+  p.recorded_epoch_step = j.value("recorded_epoch_step", int64_t{-1});
+  p.oom_backoffs = j.value("oom_backoffs", int64_t{0});
   return p;
 }
 

@@ -55,6 +55,16 @@ struct TrainingProgress {
   NoiseScaleState noise;
   // AdaScale's scale-invariant updates so far (tau; 0 under the other rules).
   double scale_invariant_step = 0;
+  // metrics.jsonl's length when the checkpoint was written (its lines are flushed first): a
+  // resumed run cuts the file back to exactly this, dropping every line the interrupted process
+  // wrote after it, events included. -1 in checkpoints from before it was saved (resume then
+  // drops the lines of later steps).
+  int64_t metrics_bytes = -1;
+  // The step at which the last epoch record (with its evaluation) was written, so a resumed run
+  // with nothing left to train does not evaluate and record the same point twice.
+  int64_t recorded_epoch_step = -1;
+  // Out-of-memory back-offs so far in the run.
+  int64_t oom_backoffs = 0;
 };
 
 // The part of a window accumulated before a mid-window checkpoint. Valid only for the plan it

@@ -1,5 +1,6 @@
 #include "report/metrics_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -15,6 +16,9 @@ MetricsWriter::MetricsWriter(const std::string& path)
     throw Error(ErrorKind::Io, "cannot open metrics file '" + path + "': " + std::strerror(errno),
                 "check that the run directory is writable");
   }
+  // Appending continues a resumed run's file: its length so far counts.
+  if (std::fseek(file_, 0, SEEK_END) == 0)
+    flushed_bytes_ = std::max<int64_t>(0, std::ftell(file_));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -40,6 +44,8 @@ void MetricsWriter::flush() {
   // One call for the whole batch: the stream passes a block this size straight to the file.
   const bool written = std::fwrite(pending_.data(), 1, pending_.size(), file_) == pending_.size() &&
                        std::fflush(file_) == 0;
+  if (written)
+    flushed_bytes_ += static_cast<int64_t>(pending_.size());
   pending_.clear();
   if (!written) {
     throw Error(ErrorKind::Io,

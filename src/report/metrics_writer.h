@@ -11,6 +11,7 @@
 //   metrics.write({{"step", 12}, {"loss", 0.41}, {"lr", 0.05}});
 //   metrics.flush();  // before a checkpoint
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,6 +27,8 @@ class MetricsWriter {
 
   void write(const nlohmann::json& record);
   void flush();
+  // The file's length up to the last flush(): where a checkpoint written now stands in it.
+  int64_t flushed_bytes() const { return flushed_bytes_; }
   const std::string& path() const { return path_; }
 
   // How long a written line may wait in memory.
@@ -35,6 +38,7 @@ class MetricsWriter {
   std::string path_;
   std::FILE* file_;
   std::string pending_;  // whole lines not yet written out
+  int64_t flushed_bytes_ = 0;
   std::chrono::steady_clock::time_point last_flush_;
 };
 

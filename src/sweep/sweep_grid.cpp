@@ -1,5 +1,6 @@
 #include "sweep/sweep_grid.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
@@ -88,6 +89,13 @@ std::string SweepCell::name() const {
 
 std::string SweepCell::series() const {
   return lr_scaling + ", warmup " + warmup;
+}
+
+int64_t SweepCell::micro_batch(int64_t micro_batch) const {
+  const int64_t micro = std::min(micro_batch, global_batch);
+  if (lr_scaling == "adascale" && global_batch >= 2)
+    return std::min(micro, global_batch / 2);
+  return micro;
 }
 
 std::vector<SweepCell> SweepGrid::cells() const {

@@ -31,6 +31,10 @@ struct SweepCell {
   std::string name() const;
   // The rule and warmup, the series a chart groups cells by: "linear, warmup 2e".
   std::string series() const;
+  // The cell's micro-batch: `micro_batch`, at most the global batch. AdaScale measures its gain
+  // from two batch sizes per update, so its cells keep at least two micro-steps (a cell of
+  // global batch 1 has no smaller batch and is left to train's own error).
+  int64_t micro_batch(int64_t micro_batch) const;
 };
 
 struct SweepGrid {

@@ -35,7 +35,7 @@ std::vector<std::string> cell_arguments(const SweepOptions& o, const SweepCell& 
           "--global-batch",
           std::to_string(cell.global_batch),
           "--micro-batch",
-          std::to_string(std::min(o.micro_batch, cell.global_batch)),
+          std::to_string(cell.micro_batch(o.micro_batch)),
           "--lr-scaling",
           cell.lr_scaling,
           "--warmup",

@@ -16,7 +16,7 @@ struct SweepOptions {
   SweepGrid grid;
   std::string out;           // the sweep directory
   std::string base_config;   // TOML of everything the cells share (written to out/base.toml)
-  int64_t micro_batch = 32;  // per cell: min(micro_batch, global batch)
+  int64_t micro_batch = 32;  // per cell: SweepCell::micro_batch (at most the global batch)
   double target_accuracy = 0.9;
   int64_t max_epochs = 20;
   int64_t jobs = 1;

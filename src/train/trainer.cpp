@@ -115,22 +115,34 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
   return text;
 }
 
-// Keeps the metrics lines of updates and epochs up to `step`, atomically.
-void keep_metrics_up_to(const std::string& path, int64_t step) {
+// Cuts metrics.jsonl back to what it held when the checkpoint was written. The file may not be
+// as the checkpoint left it (an older checkpoint without its length, a file edited or shortened
+// since): then the lines of steps after the checkpoint's are dropped instead. Returns whether
+// the cut was exact.
+bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress& progress) {
   if (!path_exists(path))
-    return;
+    return false;
+  const std::string text = read_text_file(path);
+  const auto length = static_cast<size_t>(std::max<int64_t>(0, progress.metrics_bytes));
+  if (progress.metrics_bytes >= 0 && length <= text.size() &&
+      (length == 0 || text[length - 1] == '\n')) {
+    if (length < text.size())
+      atomic_write_file(path, text.substr(0, length));
+    return true;
+  }
   std::string kept;
-  for (const auto& line : split(read_text_file(path), '\n')) {
+  for (const auto& line : split(text, '\n')) {
     if (line.empty())
       continue;
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded())
       continue;  // a line cut short by a crash
-    if (record.contains("step") && record["step"].get<int64_t>() > step)
+    if (record.contains("step") && record["step"].get<int64_t>() > progress.step)
       continue;
     kept += line + "\n";
   }
   atomic_write_file(path, kept);
+  return false;
 }
 
 }  // namespace
@@ -321,6 +333,9 @@ TrainResult run_training(const TrainConfig& requested) {
       config.seed, config.shuffle, to_string(config.optimizer));
   TrainingProgress at;
   PartialWindow partial;
+  // The update whose announcements metrics.jsonl already holds: one a checkpoint inside its
+  // window was taken in, when the file was cut back exactly to that checkpoint (-1: none).
+  int64_t update_already_logged = -1;
   if (resuming) {
     // Every rank reads the checkpoint (a shared file system across machines is assumed).
     at = read_checkpoint(config.resume, identity, *model, *optimizer, &partial);
@@ -333,6 +348,7 @@ TrainResult run_training(const TrainConfig& requested) {
     say("resumed from " + config.resume + " at update " + std::to_string(at.step) + " (epoch " +
         std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
         " samples seen); batch plan " + run.plan.describe());
+    const bool resumed_inside_window = at.micro_step > 0;
     if (at.micro_step > 0 && (partial.micro_batch_size != run.plan.micro_batch_size ||
                               partial.world_size != world_size)) {
       // The partial gradient belongs to another cut of the window: redo the window instead,
@@ -356,7 +372,9 @@ TrainResult run_training(const TrainConfig& requested) {
     if (is_main) {
       write_run_description();
       // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
-      keep_metrics_up_to(result.run_dir + "/metrics.jsonl", at.step);
+      if (keep_metrics_of_checkpoint(result.run_dir + "/metrics.jsonl", at) &&
+          resumed_inside_window)
+        update_already_logged = at.step + 1;
     }
   }
   std::unique_ptr<MetricsWriter> metrics;
@@ -419,8 +437,10 @@ TrainResult run_training(const TrainConfig& requested) {
   // A checkpoint's metrics lines reach the file before it does: a run killed after it
   // resumes with every line up to it.
   auto flush_metrics = [&] {
-    if (metrics)
+    if (metrics) {
       metrics->flush();
+      at.metrics_bytes = metrics->flushed_bytes();
+    }
   };
   auto checkpoint_inside_window = [&] {
     flush_metrics();
@@ -454,7 +474,6 @@ TrainResult run_training(const TrainConfig& requested) {
   // sample): throw the partial window away, halve the micro-batch, raise accumulation, and
   // replay the same samples. The global batch, the samples and the mathematics stay the same
   // (except BatchNorm's statistics, which follow the micro-batch).
-  int64_t backoffs = 0;
   auto back_off = [&](const c10::OutOfMemoryError& oom) {
     engine.discard();
     at.micro_step = 0;
@@ -485,7 +504,7 @@ TrainResult run_training(const TrainConfig& requested) {
     run.epoch = plan_epoch(run.plan, data.train.size(), config.last_window);
     assembler.reset();  // the next window allocates the smaller buffer
     prepare_for_training(model, config, run.plan.accumulation_steps);  // BatchNorm momentum
-    ++backoffs;
+    ++at.oom_backoffs;
     say("warning: out of memory in update " + std::to_string(at.step + 1) + " at micro-batch " +
         std::to_string(from) + " (" + what + "); backing off to " + run.plan.describe() +
         ": the same global batch, the window replayed from its first sample");
@@ -530,6 +549,7 @@ TrainResult run_training(const TrainConfig& requested) {
   // The record of an epoch — or of the part of one where the run ends inside it (--max-updates,
   // AdaScale's scale-invariant length) — with its evaluation and the --target-accuracy check.
   auto record_epoch = [&](bool ends_inside) {
+    at.recorded_epoch_step = at.step;
     if (is_main) {
       // An epoch whose updates were all skipped (non-finite) has no training figures.
       const auto per_item = [&](double total) {
@@ -546,7 +566,7 @@ TrainResult run_training(const TrainConfig& requested) {
           {"peak_bytes", epoch_peak_bytes},
           {"rss_peak_bytes", peak_rss_bytes()},
           {"micro_batch", run.plan.micro_batch_size},
-          {"oom_backoffs", backoffs},
+          {"oom_backoffs", at.oom_backoffs},
           {"grad_noise_scale",
            noise.noise_scale() ? nlohmann::json(*noise.noise_scale()) : nlohmann::json(nullptr)}};
       if (ends_inside) {
@@ -627,9 +647,10 @@ TrainResult run_training(const TrainConfig& requested) {
     say("global batch " + std::to_string(from) + " -> " + run.plan.describe() + " at update " +
         std::to_string(at.step + 1) + " (" + std::to_string(at.samples_seen) +
         " samples seen); lr now " + format_significant(next_lr, 4));
-    if (is_main) {
-      // Keyed by the first update at the new batch, so a run resumed from a checkpoint taken
-      // before it (or inside that update's window) drops the line and writes it again.
+    if (is_main && at.step + 1 != update_already_logged) {
+      // Keyed by the first update at the new batch. A run resumed from a checkpoint taken
+      // before it drops the line and writes it again; one resumed from inside that update's
+      // window kept it (it was written before the checkpoint) and announces it on stderr only.
       metrics->write({{"event", "batch_change"},
                       {"step", at.step + 1},
                       {"samples_seen", at.samples_seen},
@@ -859,8 +880,9 @@ TrainResult run_training(const TrainConfig& requested) {
     if (target_reached)
       break;
   }
-  // A run that ends inside an epoch is evaluated where it ends.
-  if (at.update_in_epoch > 0 && !target_reached)
+  // A run that ends inside an epoch is evaluated where it ends (once: a resumed run with nothing
+  // left to train finds that record already written).
+  if (at.update_in_epoch > 0 && !target_reached && at.recorded_epoch_step != at.step)
     record_epoch(/*ends_inside=*/true);
   if (run.adascale) {
     say(describe_adascale_run(at.step, at.scale_invariant_step, run.adascale->scale));

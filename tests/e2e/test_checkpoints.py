@@ -156,6 +156,30 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(a["step"], b["step"])
         self.assertAlmostEqual(a["test_loss"], b["test_loss"], delta=1e-3)
 
+    def test_resume_drops_every_line_written_after_its_checkpoint(self):
+        # A process killed after its checkpoint may have written lines of any kind, events keyed
+        # to the checkpoint's own step among them (an out-of-memory back-off is keyed to the
+        # last update done): the resumed run writes whatever happens again, so none may stay.
+        step = int(checkpoints(self.reference)[0].split("_")[1])
+        run_dir = self.copy_of_reference_at("after-checkpoint", step)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({"event": "oom_backoff", "step": step, "micro_batch_from": 32, "micro_batch": 16}) + "\n")
+        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_same_as_reference(run_dir)
+
+    def test_resumed_run_with_nothing_left_records_its_end_once(self):
+        run_dir = self.path("ends-inside-an-epoch")
+        subprocess.run([BINARY, "train", *RUN, "--max-updates", "6", "--out", run_dir], check=True, capture_output=True)
+        before = metrics(run_dir)
+        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        ends = [r for r in metrics(run_dir) if "test_accuracy" in r]
+        self.assertEqual(len(ends), 1, ends)
+        self.assertEqual(ends[0]["step"], 6)
+        self.assertEqual(ends[0]["partial_epoch"], 6 / 32)
+        self.assertEqual(comparable(metrics(run_dir)), comparable(before))
+
     def assert_resume_error(self, run_dir, *extra, fragment):
         result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2, result.stderr)

@@ -105,6 +105,19 @@ class SweepTest(unittest.TestCase):
         epochs = [r for r in metrics(cell) if "val_accuracy" in r]
         self.assertEqual([e["epoch"] for e in epochs], [1, 2, 3, 4])  # no epoch lost or repeated
 
+    def test_adascale_cells_keep_two_micro_steps(self):
+        # AdaScale measures its gain from two batch sizes per update: a cell whose global batch
+        # equals --micro-batch still runs, on two micro-steps of half the size.
+        out = os.path.join(self.root, "adascale")
+        result = bigbatch("sweep", *SMALL, "--global-batch", "32,64", "--lr-scaling", "adascale", "--target-accuracy",
+                          "0.5", "--max-epochs", "1", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {int(r["global_batch"]): r for r in csv.DictReader(open(os.path.join(out, "summary.csv")))}
+        self.assertEqual({b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
+        first = [r for r in metrics(os.path.join(out, rows[32]["cell"])) if "loss" in r][0]
+        self.assertEqual((first["micro_batch"], first["micro_steps"]), (16, 2))
+        self.assertIn("lr_gain", first)
+
     def test_bad_lists_are_one_line_errors(self):
         for args, fragment in [(["--global-batch", "32,64,...,100"], "does not reach 100"),
                                (["--global-batch", "64", "--lr-scaling", "linear,cubic"], "'cubic' is not known"),

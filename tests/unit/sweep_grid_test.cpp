@@ -47,5 +47,18 @@ TEST(SweepGrid, CellsAreBatchMajorWithSortableNames) {
   EXPECT_THROW(parse_word_list("none,,linear", "--lr-scaling", [](const std::string&) {}), Error);
 }
 
+TEST(SweepGrid, AdaScaleCellsKeepTwoMicroStepsPerUpdate) {
+  const SweepCell linear_small{16, "linear", "0u"};
+  const SweepCell linear_large{256, "linear", "0u"};
+  EXPECT_EQ(linear_small.micro_batch(32), 16);  // never above the global batch
+  EXPECT_EQ(linear_large.micro_batch(32), 32);
+  const SweepCell adascale_small{32, "adascale", "0u"};
+  const SweepCell adascale_large{256, "adascale", "0u"};
+  const SweepCell adascale_odd{33, "adascale", "0u"};
+  EXPECT_EQ(adascale_small.micro_batch(32), 16);  // two micro-steps: the gain's two batch sizes
+  EXPECT_EQ(adascale_large.micro_batch(32), 32);
+  EXPECT_EQ(adascale_odd.micro_batch(64), 16);  // 16 + 16 + 1: uneven, still exact
+}
+
 }  // namespace
 }  // namespace bigbatch
