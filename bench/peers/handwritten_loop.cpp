@@ -2,7 +2,8 @@
 // momentum, and the standard accumulation loop (loss / accum; backward; step every accum),
 // on in-memory data gathered by index_select — Fashion-MNIST normalised as bigbatch does (read
 // with bigbatch's IDX reader, since libtorch's MNIST reader takes no .gz; loading is not
-// timed), or random data with --data random. It also measures the machine's fp32 GEMM ceiling.
+// timed), or random data with --data random. It also measures the machine's GEMM ceilings: fp32,
+// and bf16 (libtorch's CPU kernel for it, the one --precision bf16 runs on).
 // Prints one JSON object. Benchmarks only; never part of the product.
 //
 //   handwritten_loop --model cnn --micro 64 --accum 8 --threads 1 --updates 30
@@ -97,15 +98,19 @@ int main(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(threads));
   if (gemm) {
     const int64_t n = 2048;
-    auto a = torch::randn({n, n}), b = torch::randn({n, n});
-    for (int i = 0; i < 2; ++i)
-      torch::mm(a, b);
-    const int reps = 5;
-    const double start = now();
-    for (int i = 0; i < reps; ++i)
-      torch::mm(a, b);
-    const double flops = 2.0 * n * n * n * reps / (now() - start);
-    std::printf("{\"gemm_gflops\": %.1f}\n", flops / 1e9);
+    auto rate = [&](torch::ScalarType dtype) {
+      auto a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+      for (int i = 0; i < 2; ++i)
+        torch::mm(a, b);
+      const int reps = 5;
+      const double start = now();
+      for (int i = 0; i < reps; ++i)
+        torch::mm(a, b);
+      return 2.0 * n * n * n * reps / (now() - start) / 1e9;
+    };
+    const double fp32 = rate(torch::kFloat32);
+    const double bf16 = rate(torch::kBFloat16);
+    std::printf("{\"gemm_gflops\": %.1f, \"gemm_bf16_gflops\": %.1f}\n", fp32, bf16);
     return 0;
   }
   torch::manual_seed(0);
