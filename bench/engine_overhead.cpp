@@ -2,7 +2,7 @@
 // blocks of updates of the hand-written loop (bench/peers/handwritten_loop.cpp's: loss / accum;
 // backward; step every accum; index_select gathers) and of AccumulationEngine with its
 // BatchAssembler (sum-reduced losses, the window's loss and accuracy totals, the noise-scale
-// reading, the gradient norm) alternate on twin models, the same data and the same threads, so
+// reading, the gradient norm, fused accumulation and the fused SGD step) alternate on twin models, the same data and the same threads, so
 // the machine's drift and the CPU settings (denormals flushed) hit both alike. Separate
 // processes, as bench/peer_bench.py runs them, cannot resolve differences of a few percent on
 // this noisy machine; alternating blocks in one process can. The trainer's work between updates
@@ -24,6 +24,7 @@
 #include "models/accumulating_linear.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
+#include "train/fused_sgd.h"
 #include "train/gradient_reducer.h"
 #include "train/run_setup.h"
 
@@ -99,8 +100,9 @@ int main(int argc, char** argv) {
   // bigbatch's engine, as the trainer drives it.
   auto engine_model = twin(model);
   engine_model->train();
-  torch::optim::SGD engine_optimizer(engine_model->parameters(),
-                                     torch::optim::SGDOptions(0.05).momentum(0.9));
+  // What the trainer builds: libtorch's SGD updated in one pass per parameter.
+  bigbatch::FusedSgd engine_optimizer(engine_model->parameters(),
+                                      torch::optim::SGDOptions(0.05).momentum(0.9));
   bigbatch::LocalReducer reducer;
   bigbatch::AccumulationEngine engine(engine_model, engine_optimizer, reducer, {});
   bigbatch::BatchAssembler assembler(data, micro);

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include "train/fused_sgd.h"
 #include "train/layerwise_optimizers.h"
 
 namespace bigbatch {
@@ -40,10 +41,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
                         .eps(s.adam_eps)
                         .weight_decay(s.weight_decay));
   }
-  return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(1e-3)
-                                                             .momentum(s.momentum)
-                                                             .nesterov(s.nesterov)
-                                                             .weight_decay(s.weight_decay));
+  return std::make_unique<FusedSgd>(parameters, torch::optim::SGDOptions(1e-3)
+                                                    .momentum(s.momentum)
+                                                    .nesterov(s.nesterov)
+                                                    .weight_decay(s.weight_decay));
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
