@@ -47,8 +47,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Evaluation needs no saved activations, so it runs in larger batches than training.
-constexpr int64_t kEvalBatchSize = 1000;
+// Evaluation needs no saved activations, so it may run in larger batches than training; but not
+// so large that one activation passes glibc's largest mmap threshold (32 MiB, which bigbatch
+// sets): such blocks are mapped, faulted in page by page and unmapped again for every batch.
+// At 1000 the cnn's first activation is 83 MiB; at 250 it is 21 MiB, and evaluating the 10,000
+// test images took ~0.6 s less with 660,000 fewer page faults (measured, 2 threads).
+constexpr int64_t kEvalBatchSize = 250;
 
 std::string default_run_directory() {
   const std::time_t now = std::time(nullptr);
