@@ -2,8 +2,9 @@
 // blocks of updates of the hand-written loop (bench/peers/handwritten_loop.cpp's: loss / accum;
 // backward; step every accum; index_select gathers) and of AccumulationEngine with its
 // BatchAssembler (sum-reduced losses, the window's loss and accuracy totals, the noise-scale
-// reading, the gradient norm, fused accumulation and the fused SGD step) alternate on twin models, the same data and the same threads, so
-// the machine's drift and the CPU settings (denormals flushed) hit both alike. Separate
+// reading, the gradient norm, fused accumulation and the fused SGD step) alternate on twin
+// models, the same data and the same threads, so the machine's drift and the CPU settings
+// (denormals flushed) hit both alike. Separate
 // processes, as bench/peer_bench.py runs them, cannot resolve differences of a few percent on
 // this noisy machine; alternating blocks in one process can. The trainer's work between updates
 // (metrics, progress) is not in it: peer_bench.py measures the CLI end to end.

@@ -1,8 +1,8 @@
 #pragma once
 // Optimizers with PyTorch's semantics (libtorch's SGD, updated in one pass per parameter by
-// train/fused_sgd.h, and AdamW; LARS and LAMB in train/layerwise_optimizers.h), built from typed settings, plus the one operation the engine needs
-// beyond step(): setting the rate for the next update. They act once per update, on the accumulated
-// mean gradient.
+// train/fused_sgd.h, and AdamW; LARS and LAMB in train/layerwise_optimizers.h), built from
+// typed settings, plus the one operation the engine needs beyond step(): setting the rate for
+// the next update. They act once per update, on the accumulated mean gradient.
 //
 //   auto optimizer = make_optimizer(settings, model->parameters());
 //   set_learning_rate(*optimizer, schedule.lr_at(step));
