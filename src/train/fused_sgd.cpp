@@ -4,15 +4,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <memory>
-#include <string>
+
+#include "train/optimizer.h"
 
 namespace bigbatch {
 
 namespace {
-
-std::string key_of(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
 
 bool loop_covers(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
@@ -60,7 +57,7 @@ torch::Tensor FusedSgd::step(LossClosure closure) {
       if (!p.grad().defined())
         continue;
       const torch::Tensor& grad = p.grad();
-      auto slot = state_.find(key_of(p));
+      auto slot = state_.find(optimizer_state_key(p));
       if (o.momentum() != 0 && slot != state_.end()) {
         torch::Tensor& buffer =
             static_cast<torch::optim::SGDParamState&>(*slot->second).momentum_buffer();
@@ -90,7 +87,7 @@ torch::Tensor FusedSgd::step(LossClosure closure) {
           buffer = torch::clone(d).detach();
           auto state = std::make_unique<torch::optim::SGDParamState>();
           state->momentum_buffer(buffer);
-          state_[key_of(p)] = std::move(state);
+          state_[optimizer_state_key(p)] = std::move(state);
         } else {
           buffer = static_cast<torch::optim::SGDParamState&>(*slot->second).momentum_buffer();
           buffer.mul_(o.momentum()).add_(d, 1 - o.dampening());

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "train/optimizer.h"
+
 namespace bigbatch {
 
 namespace {
@@ -10,9 +12,6 @@ bool excluded(const torch::Tensor& p) {
   return p.dim() <= 1;
 }
 
-std::string key_of(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
 }  // namespace
 
 double trust_ratio(double weight_norm, double update_norm) {
@@ -64,7 +63,7 @@ torch::Tensor Lars::step(LossClosure closure) {
         if (o.weight_decay() != 0)
           d = d.add(p, o.weight_decay());
       }
-      auto& slot = state_[key_of(p)];
+      auto& slot = state_[optimizer_state_key(p)];
       if (!slot) {
         auto state = std::make_unique<LarsParamState>();
         state->momentum_buffer(torch::zeros_like(p));
@@ -129,7 +128,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
       if (!p.grad().defined())
         continue;
       const auto& g = p.grad();
-      auto& slot = state_[key_of(p)];
+      auto& slot = state_[optimizer_state_key(p)];
       if (!slot) {
         auto state = std::make_unique<LambParamState>();
         state->exp_avg(torch::zeros_like(p));

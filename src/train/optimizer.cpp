@@ -47,6 +47,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
                                                     .weight_decay(s.weight_decay));
 }
 
+std::string optimizer_state_key(const torch::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups())
     group.options().set_lr(lr);

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "config/train_config.h"
@@ -33,5 +34,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const OptimizerSettings& settings, const std::vector<torch::Tensor>& parameters);
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+// The key of a parameter's entry in a libtorch optimizer's state, as libtorch's own optimizers
+// write it (so checkpoints hold our optimizers' state the same way).
+std::string optimizer_state_key(const torch::Tensor& parameter);
 
 }  // namespace bigbatch
