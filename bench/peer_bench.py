@@ -5,7 +5,9 @@ micro-batch, accumulation, SGD with momentum, thread count), and the machine's f
 ceiling. Each cell runs the three peers
 alternately, --repeats times (the order rotating); the table shows medians, min-max and the
 ratios, each the median of the repeats' own ratios (the three runs of a repeat follow one
-another, so their ratio is not thrown by the machine's slower drifts) with its min-max.
+another, so their ratio is not thrown by the machine's slower drifts) with its min-max, and
+the same ratio taken between the runs' median update times (the typical update, which the
+streaks of slow updates this machine has at random moments do not move).
 
 The peers run with the environment bigbatch gives itself (OpenBLAS kernels for this CPU,
 passive OpenMP waiting), so the ratios measure the engines, not the environment.
@@ -44,14 +46,16 @@ def bigbatch(build, workdir, model, micro, accum, threads, updates, tag):
     # The peers warm up 3 updates too; then wall-clock time, so that everything bigbatch does
     # between updates (metrics, progress, memory readings) counts as it does for the peers.
     steady = updates[3:]
+    durations = [b["wall_s"] - a["wall_s"] for a, b in zip(updates[2:], steady)]
     return {"samples_per_s": sum(r["items"] for r in steady) / (steady[-1]["wall_s"] - updates[2]["wall_s"]),
+            "update_ms_median": 1e3 * statistics.median_high(durations),
             "rss_growth": max(r["rss_peak_bytes"] for r in updates) - start["rss_bytes"]}
 
 
 def peer(command):
     """samples/s and what training added to the resident set (peak over the set-up's)."""
     result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True, env=ENV).stdout)
-    return {"samples_per_s": result["samples_per_s"],
+    return {"samples_per_s": result["samples_per_s"], "update_ms_median": result["update_ms_median"],
             "rss_growth": result["rss_peak_bytes"] - result["rss_setup_bytes"]}
 
 
@@ -152,19 +156,26 @@ def main():
                     # slower drifts, so the median of per-repeat ratios is the steadier figure.
                     paired = {k: [b / p for b, p in zip(speeds["bigbatch"], speeds[k])]
                               for k in ("python", "handwritten")}
+                    # The same pairs by their median update time: the typical update, not moved by
+                    # the streaks of slow updates this machine has at random moments.
+                    typical = {k: [p["update_ms_median"] / b["update_ms_median"]
+                                   for b, p in zip(runs["bigbatch"], runs[k])]
+                               for k in ("python", "handwritten")}
                     mfu = med["bigbatch"] * flops_per_sample(model) / (ceilings[threads] * 1e9)
-                    rows.append((model, micro, accum, threads, med, speeds, paired, mfu, memory))
+                    rows.append((model, micro, accum, threads, med, speeds, paired, typical, mfu, memory))
 
     print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | updates/s | Python | hand-written | "
           "bigbatch / Python: median of repeats (min-max) | bigbatch / hand-written: median of repeats (min-max) | "
+          "by median update: / Python, / hand-written | "
           "of GEMM ceiling | training RSS growth MiB: bigbatch / Python / hand-written |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for model, micro, accum, threads, med, speeds, paired, mfu, memory in rows:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for model, micro, accum, threads, med, speeds, paired, typical, mfu, memory in rows:
         b = speeds["bigbatch"]
         ratios = {k: f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" for k, v in paired.items()}
+        by_update = {k: f"{statistics.median(v):.2f}x" for k, v in typical.items()}
         print(f"| {model} | {micro} | {accum} | {threads} | {med['bigbatch']:.0f} ({min(b):.0f}-{max(b):.0f}) | "
               f"{med['bigbatch'] / (micro * accum):.1f} | {med['python']:.0f} | {med['handwritten']:.0f} | "
-              f"{ratios['python']} | {ratios['handwritten']} | "
+              f"{ratios['python']} | {ratios['handwritten']} | {by_update['python']}, {by_update['handwritten']} | "
               f"{100 * mfu:.0f}% | {memory['bigbatch']:.0f} / {memory['python']:.0f} / "
               f"{memory['handwritten']:.0f} |")
 

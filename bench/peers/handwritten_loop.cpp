@@ -10,11 +10,13 @@
 //   handwritten_loop --gemm --threads 1
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"     // the normalisation bigbatch uses
 #include "data/idx_reader.h"  // .gz IDX files
@@ -157,14 +159,21 @@ int main(int argc, char** argv) {
   const long long rss_setup = status_bytes("VmRSS");
   for (int i = 0; i < 3; ++i)
     run_update();  // warm-up
+  // Each update's duration too: its median is not moved by the machine's slow streaks.
+  std::vector<double> update_seconds;
   const double start = now();
-  for (int64_t i = 0; i < updates; ++i)
+  for (int64_t i = 0; i < updates; ++i) {
+    const double begin = now();
     run_update();
+    update_seconds.push_back(now() - begin);
+  }
   const double seconds = now() - start;
+  std::nth_element(update_seconds.begin(), update_seconds.begin() + updates / 2,
+                   update_seconds.end());
   std::printf(
-      "{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f, \"rss_setup_bytes\": %lld, "
-      "\"rss_peak_bytes\": %lld}\n",
-      double(updates * accum * micro) / seconds, double(updates) / seconds, rss_setup,
-      status_bytes("VmHWM"));
+      "{\"samples_per_s\": %.1f, \"updates_per_s\": %.3f, \"update_ms_median\": %.3f, "
+      "\"rss_setup_bytes\": %lld, \"rss_peak_bytes\": %lld}\n",
+      double(updates * accum * micro) / seconds, double(updates) / seconds,
+      1e3 * update_seconds[updates / 2], rss_setup, status_bytes("VmHWM"));
   return 0;
 }

@@ -9,6 +9,7 @@ Usage: pytorch_loop.py --model cnn --micro 64 --accum 8 --threads 1 --updates 30
 import argparse
 import gzip
 import json
+import statistics
 import struct
 import time
 
@@ -92,11 +93,16 @@ def main():
     rss_setup = status_bytes("VmRSS")
     for _ in range(3):
         update()
+    # Each update's duration too: its median is not moved by the machine's slow streaks.
+    durations = []
     start = time.perf_counter()
     for _ in range(a.updates):
+        begin = time.perf_counter()
         update()
+        durations.append(time.perf_counter() - begin)
     seconds = time.perf_counter() - start
     print(json.dumps({"samples_per_s": a.updates * a.accum * a.micro / seconds, "updates_per_s": a.updates / seconds,
+                      "update_ms_median": 1e3 * statistics.median_high(durations),
                       "rss_setup_bytes": rss_setup,
                       "rss_peak_bytes": status_bytes("VmHWM")}))
 
