@@ -18,7 +18,18 @@ namespace bigbatch {
 
 namespace {
 
-constexpr int64_t kTotalsSlots = 4;  // items, loss_sum, correct, stop
+// The window's totals travel at the end of the last bucket, the last to be launched: by then
+// this rank's pre-reduction gradient norm is complete too (WindowTotals::pre_reduction_norm_scale).
+enum TotalsSlot : int64_t {
+  kItems,
+  kLossSum,
+  kCorrect,
+  kStop,
+  kSmallBatches,
+  kSmallSqNorm,
+  kSmallInverseItems
+};
+constexpr int64_t kTotalsSlots = kSmallInverseItems + 1;
 // Item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
 constexpr double kMaxExactItems = 16777216.0;
 
@@ -78,8 +89,8 @@ class CollectiveReducer final : public GradientReducer {
     // Reverse order: backward produces the last layers' gradients first, so buckets fill in
     // the order the gradients become ready.
     std::vector<at::Tensor> ordered(parameters.rbegin(), parameters.rend());
-    size_t begin = 0;
-    while (begin < ordered.size()) {
+    std::vector<size_t> ends;  // bucket b holds ordered[ends[b - 1], ends[b])
+    for (size_t begin = 0; begin < ordered.size(); begin = ends.back()) {
       int64_t bytes = 0;
       size_t end = begin;
       // Buckets hold one dtype and device each; cut at the size limit or at a change.
@@ -90,12 +101,16 @@ class CollectiveReducer final : public GradientReducer {
         bytes += static_cast<int64_t>(ordered[end].nbytes());
         ++end;
       }
-      int64_t numel = buckets_.empty() ? kTotalsSlots : 0;
+      ends.push_back(end);
+    }
+    for (size_t bucket = 0; bucket < ends.size(); ++bucket) {
+      const size_t begin = bucket == 0 ? 0 : ends[bucket - 1];
+      const size_t end = ends[bucket];
+      int64_t numel = bucket + 1 == ends.size() ? kTotalsSlots : 0;
       for (size_t i = begin; i < end; ++i)
         numel += ordered[i].numel();
       auto flat = torch::zeros({numel}, ordered[begin].options());
-      int64_t offset = buckets_.empty() ? kTotalsSlots : 0;
-      const size_t bucket = buckets_.size();
+      int64_t offset = 0;
       for (size_t i = begin; i < end; ++i) {
         auto& p = const_cast<at::Tensor&>(ordered[i]);
         p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p);
@@ -107,14 +122,12 @@ class CollectiveReducer final : public GradientReducer {
       }
       buckets_.push_back(flat);
       parameters_in_bucket_.push_back(static_cast<int64_t>(end - begin));
-      begin = end;
     }
   }
 
   void begin_last_backward(const WindowTotals& local) override {
     write_totals(local);
     armed_ = true;
-    local_sq_norm_ = 0;
     pending_ = parameters_in_bucket_;
     next_launch_ = 0;
     in_flight_.clear();
@@ -138,7 +151,6 @@ class CollectiveReducer final : public GradientReducer {
       // No marked last micro-step (this rank had no samples in a short window, or a caller
       // that does not mark): everything goes now, in the same order.
       write_totals(local);
-      local_sq_norm_ = 0;
       next_launch_ = 0;
       in_flight_.clear();
     }
@@ -156,16 +168,20 @@ class CollectiveReducer final : public GradientReducer {
                   "another rank exited or stopped responding (timeout " +
                       std::to_string(int(options_.timeout_seconds)) + " s); see its output");
     }
-    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
-    const auto host = totals.to(torch::kCPU, torch::kFloat64);
+    auto slots = totals();
+    const auto host = slots.to(torch::kCPU, torch::kFloat64);
+    const double* sum = host.data_ptr<double>();
     WindowTotals global;
-    global.items = host[0].item<double>();
-    global.loss_sum = host[1].item<double>();
-    global.correct = host[2].item<double>();
-    global.stop = host[3].item<double>();
+    global.items = sum[kItems];
+    global.loss_sum = sum[kLossSum];
+    global.correct = sum[kCorrect];
+    global.stop = sum[kStop];
+    global.small_batches = sum[kSmallBatches];
+    global.small_sq_norm = sum[kSmallSqNorm];
+    global.small_inverse_items = sum[kSmallInverseItems];
     BB_INTERNAL_ASSERT(global.items < kMaxExactItems,
                        "more items per update than float32 counts exactly");
-    totals.zero_();
+    slots.zero_();
     return global;
   }
 
@@ -182,12 +198,6 @@ class CollectiveReducer final : public GradientReducer {
                   "another rank exited or stopped responding; see its output");
     }
   }
-
-  bool measure_local_norm(bool enable) override {
-    measure_local_norm_ = enable;
-    return true;
-  }
-  double local_sq_norm() const override { return local_sq_norm_; }
 
   bool keeps_gradient_storage() const override { return true; }
   int64_t world_size() const override { return env_.world_size; }
@@ -207,23 +217,36 @@ class CollectiveReducer final : public GradientReducer {
     size_t bucket_;
   };
 
+  at::Tensor totals() {
+    const auto& last = buckets_.back();
+    return last.narrow(0, last.numel() - kTotalsSlots, kTotalsSlots);
+  }
+
   void write_totals(const WindowTotals& local) {
-    auto totals = buckets_.front().narrow(0, 0, kTotalsSlots);
-    totals[0].fill_(local.items);
-    totals[1].fill_(local.loss_sum);
-    totals[2].fill_(local.correct);
-    totals[3].fill_(local.stop);
+    const double values[kTotalsSlots] = {local.items,
+                                         local.loss_sum,
+                                         local.correct,
+                                         local.stop,
+                                         local.small_batches,
+                                         local.small_sq_norm,
+                                         local.small_inverse_items};
+    totals().copy_(torch::from_blob(const_cast<double*>(values), {kTotalsSlots}, torch::kFloat64));
+    pre_reduction_norm_scale_ = local.pre_reduction_norm_scale;
+    local_sq_norm_ = 0;
   }
 
   // Issues one bucket's all-reduce without waiting for it.
   void launch(size_t bucket) {
-    if (measure_local_norm_) {
+    const bool last = bucket + 1 == buckets_.size();
+    if (pre_reduction_norm_scale_ > 0) {
       // Read before the all-reduce overwrites the bucket (CPU ops run to completion here; on a
       // device they are queued ahead of the collective on the same stream).
-      const int64_t skip = bucket == 0 ? kTotalsSlots : 0;
       const auto& flat = buckets_[bucket];
+      const int64_t gradients = flat.numel() - (last ? kTotalsSlots : 0);
       local_sq_norm_ +=
-          flat.narrow(0, skip, flat.numel() - skip).to(torch::kFloat64).pow(2).sum().item<double>();
+          flat.narrow(0, 0, gradients).to(torch::kFloat64).pow(2).sum().item<double>();
+      if (last)
+        totals()[kSmallSqNorm].add_(local_sq_norm_ * pre_reduction_norm_scale_);
     }
     std::vector<at::Tensor> one{buckets_[bucket]};
     in_flight_.push_back(group_for(buckets_[bucket])->allreduce(one));
@@ -260,8 +283,8 @@ class CollectiveReducer final : public GradientReducer {
   size_t next_launch_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;
-  bool measure_local_norm_ = false;
-  double local_sq_norm_ = 0;  // this rank's gradients before the last reduction, squared
+  double pre_reduction_norm_scale_ = 0;  // > 0: measure local_sq_norm_ (WindowTotals)
+  double local_sq_norm_ = 0;             // this rank's gradients before the all-reduce, squared
 };
 
 }  // namespace

@@ -4,9 +4,11 @@
 //
 // Accumulation gives two batch sizes for free in every update: the first micro-step's gradient
 // (B_small, read before the second micro-step adds to it) and the update's mean gradient
-// (B_big = the global batch). From their squared norms, appendix A.2's unbiased estimators give
-// |G|^2 (the true gradient's squared norm) and tr(Sigma) (the per-example gradient variance);
-// each is smoothed by its own bias-corrected EMA, and their ratio is the simple noise scale
+// (B_big = the global batch); with data parallelism the ranks' small batches are pooled (mean
+// squared norm, harmonic-mean size; train/gradient_reducer.h). From their squared norms, appendix
+// A.2's unbiased estimators give |G|^2 (the true gradient's squared norm) and tr(Sigma) (the
+// per-example gradient variance); each is smoothed by its own bias-corrected EMA, and their ratio
+// is the simple noise scale
 //   B_simple = tr(Sigma) / |G|^2,
 // an estimate of the critical batch: below it, doubling the batch halves the updates needed;
 // far above it, a larger batch only costs samples. With B_noise fixed, reaching a loss takes

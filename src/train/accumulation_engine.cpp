@@ -20,7 +20,7 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
   reducer_.attach(parameters_);
   // A window of one micro-step has no smaller batch inside it on this rank; with ranks, the
   // rank's own gradient before the all-reduce is one.
-  local_norm_available_ = options_.measure_noise && reducer_.measure_local_norm(false);
+  local_norm_available_ = options_.measure_noise && reducer_.world_size() > 1;
   set_gradient_accumulation_fusion(
       *model_, options_.fuse_gradient_accumulation && options_.precision == Precision::Fp32);
 }
@@ -39,12 +39,8 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   tally_.add(logits, loss, targets);
   items_ += targets.size(0);
   ++micro_steps_;
-  if (kind == MicroStep::Last) {
-    // The pre-reduction norm costs a pass: only when the first micro-step gave no small batch.
-    if (local_norm_available_)
-      reducer_.measure_local_norm(first_items_ == 0 && micro_steps_ == 1);
+  if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
-  }
   if (options_.per_micro_batch_mean_for_tests) {
     (loss * (1.0 / double(targets.size(0)))).backward();
   } else if (expected_items_ > 0) {
@@ -95,6 +91,19 @@ WindowTotals AccumulationEngine::local_totals() const {
   local.loss_sum = tally_.loss_sum();
   local.correct = double(tally_.correct());
   local.stop = stop_requested_ ? 1.0 : 0.0;
+  if (first_items_ > 0) {
+    local.small_batches = 1;
+    local.small_sq_norm = first_sq_norm_;
+    local.small_inverse_items = 1.0 / double(first_items_);
+  } else if (local_norm_available_ && micro_steps_ == 1 && items_ > 0) {
+    // The whole window is this rank's small batch; its gradients were its summed loss's (scaled
+    // by 1 / expected when announced), so the measured squared norm takes scale^2.
+    const double scale =
+        expected_items_ > 0 ? double(expected_items_) / double(items_) : 1.0 / double(items_);
+    local.small_batches = 1;
+    local.small_inverse_items = 1.0 / double(items_);
+    local.pre_reduction_norm_scale = scale * scale;
+  }
   return local;
 }
 
@@ -123,15 +132,9 @@ UpdateStats AccumulationEngine::finish_gradients() {
   stats.correct = static_cast<int64_t>(global.correct);
   stats.loss = global.loss_sum / global.items;
   stats.stop_requested = global.stop > 0;
-  stats.small_batch_items = first_items_;
-  stats.small_batch_sq_norm = first_sq_norm_;
-  if (first_items_ == 0 && local_norm_available_ && micro_steps_ == 1 && items_ > 0 &&
-      double(items_) < global.items) {
-    // This rank's gradients were its summed loss's (scaled by 1 / expected when announced).
-    const double scale =
-        expected_items_ > 0 ? double(expected_items_) / double(items_) : 1.0 / double(items_);
-    stats.small_batch_items = items_;
-    stats.small_batch_sq_norm = reducer_.local_sq_norm() * scale * scale;
+  if (global.small_batches > 0 && global.small_inverse_items > 0) {
+    stats.small_batch = global.small_batches / global.small_inverse_items;
+    stats.small_batch_sq_norm = global.small_sq_norm / global.small_batches;
   }
 
   // Normalise once, by what was really seen on all ranks (unless the scaled loss already did).

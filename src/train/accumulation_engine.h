@@ -52,9 +52,11 @@ struct UpdateStats {
   int64_t micro_steps = 0;
   bool stop_requested = false;  // some rank asked to stop after this update
   bool non_finite = false;      // loss or gradient was inf/NaN: the update was skipped
-  // The first micro-step's mean gradient on this rank, a smaller batch nested in the update's
-  // (0 items: not measured — one micro-step, a resumed window, or measure_noise off).
-  int64_t small_batch_items = 0;
+  // A smaller batch nested in the update's, for the gradient noise scale: the first
+  // micro-step's mean gradient (or, with ranks and one micro-step, a rank's whole window),
+  // its squared norm averaged over the ranks and its size their harmonic mean (0: not
+  // measured — one micro-step in one process, a resumed window, or measure_noise off).
+  double small_batch = 0;
   double small_batch_sq_norm = 0;
 };
 

@@ -23,6 +23,18 @@ struct WindowTotals {
   double loss_sum = 0;  // summed per-sample loss
   double correct = 0;   // correctly classified samples
   double stop = 0;      // ranks asking to stop after this update (SIGINT/SIGTERM)
+  // The gradient noise scale's small batch (stats/gradient_noise.h), per rank that measured
+  // one: 1, its mean gradient's squared norm, and 1 / its items. Summed over ranks, they give
+  // the mean squared norm of all ranks' small batches and their harmonic-mean size: an estimate
+  // with the variance of one rank's divided by the ranks, and the same on every rank.
+  double small_batches = 0;
+  double small_sq_norm = 0;
+  double small_inverse_items = 0;
+  // Not summed: when positive, this rank's small batch is its whole window, whose own gradient
+  // only the reducer sees (before the all-reduce adds the other ranks'): it measures that
+  // gradient's squared norm, multiplies it by this factor (the mean's scale) and adds it to
+  // small_sq_norm. A single process ignores it: its window is the big batch.
+  double pre_reduction_norm_scale = 0;
 };
 
 class GradientReducer {
@@ -37,12 +49,6 @@ class GradientReducer {
   virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
   // Makes every rank hold rank 0's values (initial weights and buffers).
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
-  // Asks for the squared norm of this rank's gradients as they were before each reduction (one
-  // more pass over them): the gradient noise scale's small batch when a window is one
-  // micro-step. Returns false when the reducer cannot (a single process has nothing to reduce).
-  virtual bool measure_local_norm(bool /*enable*/) { return false; }
-  // That norm for the last reduce() (valid after it, when measuring).
-  virtual double local_sq_norm() const { return 0; }
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }

@@ -718,25 +718,19 @@ TrainResult run_training(const TrainConfig& requested) {
       if (interrupts.requested())
         engine.request_stop();
       const UpdateStats stats = engine.finish_gradients();
-      if (!stats.non_finite && stats.small_batch_items > 0 &&
-          stats.small_batch_items < stats.items) {
-        noise.add({double(stats.small_batch_items), stats.small_batch_sq_norm, double(stats.items),
+      if (!stats.non_finite && stats.small_batch > 0 && stats.small_batch < double(stats.items)) {
+        noise.add({stats.small_batch, stats.small_batch_sq_norm, double(stats.items),
                    stats.grad_norm * stats.grad_norm});
         at.noise = noise.state();
       }
-      // AdaScale's gain comes from the averages that now include this update's gradients.
-      double gain = run.adascale && noise.state().samples > 0
-                        ? adascale_gain(double(stats.items), double(run.adascale->reference_batch),
-                                        noise.trace(), noise.gradient_sq())
-                              .gain
-                        : 1.0;
-      if (run.adascale && world_size > 1) {
-        // Each rank's small batch is its own, so its averages differ: rank 0's gain is
-        // everyone's, or the ranks' weights would drift apart.
-        std::vector<torch::Tensor> shared = {torch::tensor({gain}, torch::kFloat64)};
-        reducer->broadcast_from_first_rank(shared);
-        gain = shared[0].item<double>();
-      }
+      // AdaScale's gain comes from the averages that now include this update's gradients. The
+      // noise sample is made of reduced values only, so every rank computes the same gain.
+      const double gain =
+          run.adascale && noise.state().samples > 0
+              ? adascale_gain(double(stats.items), double(run.adascale->reference_batch),
+                              noise.trace(), noise.gradient_sq())
+                    .gain
+              : 1.0;
       const double lr =
           run.adascale ? gain * run.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step))
           : run.ramp   ? ramp_learning_rate(run, at.samples_seen, run.plan.global_batch_size)

@@ -343,7 +343,7 @@ TEST(Engine, FirstMicroStepIsTheNoiseScalesSmallBatch) {
                                     : AccumulationEngine::MicroStep::Accumulate);
     }
     const UpdateStats stats = engine.update(0.1);
-    EXPECT_EQ(stats.small_batch_items, 16);
+    EXPECT_DOUBLE_EQ(stats.small_batch, 16.0);
     EXPECT_NEAR(stats.small_batch_sq_norm, expected, 1e-5 * expected) << announced;
     EXPECT_LT(stats.grad_norm * stats.grad_norm, stats.small_batch_sq_norm);  // averaging helps
   }
@@ -358,7 +358,82 @@ TEST(Engine, FirstMicroStepIsTheNoiseScalesSmallBatch) {
         measure ? AccumulationEngine::MicroStep::Last : AccumulationEngine::MicroStep::Accumulate);
     if (!measure)
       engine.micro_step(data.inputs.slice(0, 32, 64), data.targets.slice(0, 32, 64));
-    EXPECT_EQ(engine.update(0.1).small_batch_items, 0);
+    EXPECT_EQ(engine.update(0.1).small_batch, 0.0);
+  }
+}
+
+// Stands in for a second rank: its totals are added to this rank's, and this rank's
+// pre-reduction gradient norm is measured as the collective reducer measures it (its
+// gradients count as zero: only the noise statistics are under test).
+class TwoRankReducer final : public GradientReducer {
+ public:
+  explicit TwoRankReducer(const WindowTotals& other) : other_(other) {}
+  WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) override {
+    WindowTotals global = local;
+    if (local.pre_reduction_norm_scale > 0) {
+      for (const auto& g : gradients)
+        global.small_sq_norm += g.pow(2).sum().item<double>() * local.pre_reduction_norm_scale;
+    }
+    global.items += other_.items;
+    global.loss_sum += other_.loss_sum;
+    global.small_batches += other_.small_batches;
+    global.small_sq_norm += other_.small_sq_norm;
+    global.small_inverse_items += other_.small_inverse_items;
+    return global;
+  }
+  int64_t world_size() const override { return 2; }
+  int64_t rank() const override { return 0; }
+  int64_t calls() const override { return 0; }
+
+ private:
+  WindowTotals other_;
+};
+
+TEST(Engine, RanksAverageTheirSmallBatchesIntoOneEstimate) {
+  const auto data = synthetic_dataset(64);
+  // The other rank saw 48 samples; its small batch was 48 too, with squared norm 2.5.
+  WindowTotals other;
+  other.items = 48;
+  other.loss_sum = 1;
+  other.small_batches = 1;
+  other.small_sq_norm = 2.5;
+  other.small_inverse_items = 1.0 / 48;
+  // This rank: 4 x 16 (its first micro-batch is its small batch) or 1 x 32 (its whole window,
+  // measured before the all-reduce), announced or not.
+  struct Case {
+    std::vector<int64_t> micro_sizes;
+    int64_t small;
+  };
+  for (const Case& c : {Case{{16, 16, 16, 16}, 16}, Case{{32}, 32}}) {
+    double own = 0;
+    for (const auto& g : window_gradient("mlp", data, {c.small}))
+      own += g.pow(2).sum().item<double>();
+    for (const bool announced : {true, false}) {
+      auto model = seeded_model("mlp");
+      auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+      TwoRankReducer reducer(other);
+      AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+      int64_t items = 0;
+      for (int64_t size : c.micro_sizes)
+        items += size;
+      if (announced)
+        engine.begin_window(items + 48);
+      int64_t begin = 0;
+      for (size_t i = 0; i < c.micro_sizes.size(); ++i) {
+        const int64_t size = c.micro_sizes[i];
+        engine.micro_step(
+            data.inputs.slice(0, begin, begin + size), data.targets.slice(0, begin, begin + size),
+            i + 1 == c.micro_sizes.size() ? AccumulationEngine::MicroStep::Last
+                                          : AccumulationEngine::MicroStep::Accumulate);
+        begin += size;
+      }
+      const UpdateStats stats = engine.finish_gradients();
+      // The harmonic mean of the sizes (E|g_b|^2 = |G|^2 + tr(Sigma) / b is linear in 1 / b)
+      // and the mean of the squared norms.
+      EXPECT_NEAR(stats.small_batch, 2.0 / (1.0 / double(c.small) + 1.0 / 48), 1e-9);
+      EXPECT_NEAR(stats.small_batch_sq_norm, (own + 2.5) / 2, 1e-5 * (own + 2.5))
+          << c.small << " " << announced;
+    }
   }
 }
 
