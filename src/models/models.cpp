@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/accumulating_linear.h"
+#include "models/max_pool_2x2.h"
 
 namespace bigbatch {
 
@@ -40,7 +41,7 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
     if (norm == ConvNorm::Group)
       model->push_back(torch::nn::GroupNorm(8, out_channels));
     model->push_back(torch::nn::ReLU());
-    model->push_back(torch::nn::MaxPool2d(2));
+    model->push_back(MaxPool2x2());  // torch::nn::MaxPool2d(2), specialised
     height = (height - 2) / 2;
     width = (width - 2) / 2;
     channels = out_channels;
