@@ -32,14 +32,24 @@ inline void challenge_with_nan(float value, uint8_t position, float& best, uint8
   }
 }
 
+// An N x C x H x W input seen as N x C planes, and its pooled size.
+struct PlaneGeometry {
+  explicit PlaneGeometry(const torch::Tensor& input)
+      : planes(input.size(0) * input.size(1)),
+        height(input.size(2)),
+        width(input.size(3)),
+        out_height(height / 2),
+        out_width(width / 2) {}
+  int64_t planes, height, width, out_height, out_width;
+};
+
 // Pools `input` (contiguous fp32 N x C x H x W) into `output`; when `winners` is defined, also
 // records each window's winning position (0..3, row-major in the window).
 void pool_forward(const torch::Tensor& input, torch::Tensor& output, torch::Tensor& winners) {
-  const int64_t planes = input.size(0) * input.size(1);
-  const int64_t height = input.size(2);
-  const int64_t width = input.size(3);
-  const int64_t out_height = height / 2;
-  const int64_t out_width = width / 2;
+  // Plain locals, not structured bindings: C++17 lambdas cannot capture those.
+  const PlaneGeometry geometry(input);
+  const int64_t planes = geometry.planes, height = geometry.height, width = geometry.width;
+  const int64_t out_height = geometry.out_height, out_width = geometry.out_width;
   const float* in = input.data_ptr<float>();
   float* out = output.data_ptr<float>();
   uint8_t* win = winners.defined() ? winners.data_ptr<uint8_t>() : nullptr;
@@ -86,11 +96,10 @@ inline float gradient_if(bool selected, float gradient) {
 // (including an odd size's last row and column, which no window covers).
 void pool_backward(const torch::Tensor& grad_output, const torch::Tensor& winners,
                    torch::Tensor& grad_input) {
-  const int64_t planes = grad_input.size(0) * grad_input.size(1);
-  const int64_t height = grad_input.size(2);
-  const int64_t width = grad_input.size(3);
-  const int64_t out_height = height / 2;
-  const int64_t out_width = width / 2;
+  // Plain locals, not structured bindings: C++17 lambdas cannot capture those.
+  const PlaneGeometry geometry(grad_input);
+  const int64_t planes = geometry.planes, height = geometry.height, width = geometry.width;
+  const int64_t out_height = geometry.out_height, out_width = geometry.out_width;
   const float* go = grad_output.data_ptr<float>();
   const uint8_t* win = winners.data_ptr<uint8_t>();
   float* gi = grad_input.data_ptr<float>();
