@@ -46,39 +46,38 @@ struct PlaneGeometry {
 // Pools `input` (contiguous fp32 N x C x H x W) into `output`; when `winners` is defined, also
 // records each window's winning position (0..3, row-major in the window).
 void pool_forward(const torch::Tensor& input, torch::Tensor& output, torch::Tensor& winners) {
-  // Plain locals, not structured bindings: C++17 lambdas cannot capture those.
-  const PlaneGeometry geometry(input);
-  const int64_t planes = geometry.planes, height = geometry.height, width = geometry.width;
-  const int64_t out_height = geometry.out_height, out_width = geometry.out_width;
+  const PlaneGeometry shape(input);
   const float* in = input.data_ptr<float>();
   float* out = output.data_ptr<float>();
   uint8_t* win = winners.defined() ? winners.data_ptr<uint8_t>() : nullptr;
-  at::parallel_for(0, planes, planes_per_chunk(height * width), [&](int64_t begin, int64_t end) {
-    for (int64_t plane = begin; plane < end; ++plane) {
-      for (int64_t i = 0; i < out_height; ++i) {
-        const float* row0 = in + (plane * height + 2 * i) * width;
-        const float* row1 = row0 + width;
-        const int64_t o = (plane * out_height + i) * out_width;
-        for (int64_t j = 0; j < out_width; ++j) {
-          const float a = row0[2 * j], b = row0[2 * j + 1], c = row1[2 * j], d = row1[2 * j + 1];
-          float best = a;
-          uint8_t at = 0;
-          if (__builtin_expect((a != a) | (b != b) | (c != c) | (d != d), 0)) {
-            challenge_with_nan(b, 1, best, at);
-            challenge_with_nan(c, 2, best, at);
-            challenge_with_nan(d, 3, best, at);
-          } else {
-            challenge(b, 1, best, at);
-            challenge(c, 2, best, at);
-            challenge(d, 3, best, at);
-          }
-          out[o + j] = best;
-          if (win != nullptr)
-            win[o + j] = at;
-        }
-      }
-    }
-  });
+  at::parallel_for(0, shape.planes, planes_per_chunk(shape.height * shape.width),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t plane = begin; plane < end; ++plane) {
+                       for (int64_t i = 0; i < shape.out_height; ++i) {
+                         const float* row0 = in + (plane * shape.height + 2 * i) * shape.width;
+                         const float* row1 = row0 + shape.width;
+                         const int64_t o = (plane * shape.out_height + i) * shape.out_width;
+                         for (int64_t j = 0; j < shape.out_width; ++j) {
+                           const float a = row0[2 * j], b = row0[2 * j + 1], c = row1[2 * j],
+                                       d = row1[2 * j + 1];
+                           float best = a;
+                           uint8_t at = 0;
+                           if (__builtin_expect((a != a) | (b != b) | (c != c) | (d != d), 0)) {
+                             challenge_with_nan(b, 1, best, at);
+                             challenge_with_nan(c, 2, best, at);
+                             challenge_with_nan(d, 3, best, at);
+                           } else {
+                             challenge(b, 1, best, at);
+                             challenge(c, 2, best, at);
+                             challenge(d, 3, best, at);
+                           }
+                           out[o + j] = best;
+                           if (win != nullptr)
+                             win[o + j] = at;
+                         }
+                       }
+                     }
+                   });
 }
 
 // `gradient` where `selected`, else +0 (what libtorch's zero-filled gradient holds): a bit mask
@@ -96,37 +95,36 @@ inline float gradient_if(bool selected, float gradient) {
 // (including an odd size's last row and column, which no window covers).
 void pool_backward(const torch::Tensor& grad_output, const torch::Tensor& winners,
                    torch::Tensor& grad_input) {
-  // Plain locals, not structured bindings: C++17 lambdas cannot capture those.
-  const PlaneGeometry geometry(grad_input);
-  const int64_t planes = geometry.planes, height = geometry.height, width = geometry.width;
-  const int64_t out_height = geometry.out_height, out_width = geometry.out_width;
+  const PlaneGeometry shape(grad_input);
   const float* go = grad_output.data_ptr<float>();
   const uint8_t* win = winners.data_ptr<uint8_t>();
   float* gi = grad_input.data_ptr<float>();
-  at::parallel_for(0, planes, planes_per_chunk(height * width), [&](int64_t begin, int64_t end) {
-    for (int64_t plane = begin; plane < end; ++plane) {
-      float* plane_grad = gi + plane * height * width;
-      for (int64_t i = 0; i < out_height; ++i) {
-        float* row0 = plane_grad + 2 * i * width;
-        float* row1 = row0 + width;
-        const int64_t o = (plane * out_height + i) * out_width;
-        for (int64_t j = 0; j < out_width; ++j) {
-          const float g = go[o + j];
-          const uint8_t at = win[o + j];
-          row0[2 * j] = gradient_if(at == 0, g);
-          row0[2 * j + 1] = gradient_if(at == 1, g);
-          row1[2 * j] = gradient_if(at == 2, g);
-          row1[2 * j + 1] = gradient_if(at == 3, g);
-        }
-        if (width % 2 != 0) {
-          row0[width - 1] = 0.0f;
-          row1[width - 1] = 0.0f;
-        }
-      }
-      if (height % 2 != 0)
-        std::fill(plane_grad + (height - 1) * width, plane_grad + height * width, 0.0f);
-    }
-  });
+  at::parallel_for(0, shape.planes, planes_per_chunk(shape.height * shape.width),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t plane = begin; plane < end; ++plane) {
+                       float* plane_grad = gi + plane * shape.height * shape.width;
+                       for (int64_t i = 0; i < shape.out_height; ++i) {
+                         float* row0 = plane_grad + 2 * i * shape.width;
+                         float* row1 = row0 + shape.width;
+                         const int64_t o = (plane * shape.out_height + i) * shape.out_width;
+                         for (int64_t j = 0; j < shape.out_width; ++j) {
+                           const float g = go[o + j];
+                           const uint8_t at = win[o + j];
+                           row0[2 * j] = gradient_if(at == 0, g);
+                           row0[2 * j + 1] = gradient_if(at == 1, g);
+                           row1[2 * j] = gradient_if(at == 2, g);
+                           row1[2 * j + 1] = gradient_if(at == 3, g);
+                         }
+                         if (shape.width % 2 != 0) {
+                           row0[shape.width - 1] = 0.0f;
+                           row1[shape.width - 1] = 0.0f;
+                         }
+                       }
+                       if (shape.height % 2 != 0)
+                         std::fill(plane_grad + (shape.height - 1) * shape.width,
+                                   plane_grad + shape.height * shape.width, 0.0f);
+                     }
+                   });
 }
 
 torch::Tensor empty_output(const torch::Tensor& input, torch::ScalarType dtype) {
