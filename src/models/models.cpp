@@ -27,6 +27,12 @@ enum class ConvNorm { None, Batch, Group };
 
 // conv3x3(32) [norm] relu maxpool2 - conv3x3(64) [norm] relu maxpool2 - fc128 relu - fc(classes).
 // Unpadded convolutions, as in ../shared/PERF_NOTES.md's measured peers.
+//
+// Built as conv [norm] maxpool2 relu: max pooling commutes with ReLU (both monotone; a window's
+// winner is the same, and where it is <= 0 both orders pass no gradient), so outputs and
+// gradients are bit-identical to the usual order while the ReLU touches a quarter of the
+// elements and keeps a quarter of the activation for its backward pass. Neither layer has
+// parameters, so parameter names (and weights files) are those of the usual order.
 torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
   torch::nn::Sequential model;
   int64_t height = spec.height;
@@ -40,8 +46,8 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
       model->push_back(torch::nn::BatchNorm2d(out_channels));
     if (norm == ConvNorm::Group)
       model->push_back(torch::nn::GroupNorm(8, out_channels));
-    model->push_back(torch::nn::ReLU());
     model->push_back(MaxPool2x2());  // torch::nn::MaxPool2d(2), specialised
+    model->push_back(torch::nn::ReLU());
     height = (height - 2) / 2;
     width = (width - 2) / 2;
     channels = out_channels;

@@ -1,12 +1,16 @@
 // models/max_pool_2x2.h: bit-identical to torch::max_pool2d(x, 2), forward and gradient, for
 // even and odd sizes, ties (ReLU zeros), NaN and -inf, and one or several threads; libtorch's
-// own operator for tensors the loop does not cover.
+// own operator for tensors the loop does not cover. And the cnn models, which pool before their
+// ReLU, bit-identical to the usual order (conv, ReLU, pool) built from libtorch's modules.
 #include "models/max_pool_2x2.h"
+
+#include "models/models.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace bigbatch {
@@ -77,6 +81,56 @@ TEST(MaxPool2x2, WithoutGradientsAndOutsideTheLoop) {
   expect_identical(x[0]);
   // The module is what the cnn models use.
   EXPECT_TRUE(torch::equal(MaxPool2x2()(x), torch::max_pool2d(x, 2)));
+}
+
+// The usual order, conv [norm] relu maxpool2, with libtorch's modules throughout.
+torch::nn::Sequential usual_cnn(const std::string& name) {
+  torch::nn::Sequential model;
+  int64_t channels = 1;
+  for (int64_t out : {32, 64}) {
+    model->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, out, 3).bias(name != "cnn-bn")));
+    if (name == "cnn-bn")
+      model->push_back(torch::nn::BatchNorm2d(out));
+    if (name == "cnn-gn")
+      model->push_back(torch::nn::GroupNorm(8, out));
+    model->push_back(torch::nn::ReLU());
+    model->push_back(torch::nn::MaxPool2d(2));
+    channels = out;
+  }
+  model->push_back(torch::nn::Flatten());
+  model->push_back(torch::nn::Linear(1600, 128));
+  model->push_back(torch::nn::ReLU());
+  model->push_back(torch::nn::Linear(128, 10));
+  return model;
+}
+
+TEST(CnnModels, PoolingBeforeReluIsTheUsualOrderBitForBit) {
+  for (const std::string name : {"cnn", "cnn-bn", "cnn-gn"}) {
+    torch::manual_seed(1);
+    auto ours = make_model({.name = name});
+    auto usual = usual_cnn(name);
+    {
+      // Same parameter names (the swapped layers have none), so the weights carry over.
+      torch::NoGradGuard no_grad;
+      auto theirs = usual->named_parameters();
+      for (const auto& item : ours->named_parameters())
+        theirs[item.key()].copy_(item.value());
+    }
+    torch::manual_seed(2);
+    // Half the pixels negative: many windows where ReLU and pooling meet at zero.
+    const auto images = torch::randn({8, 1, 28, 28});
+    const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
+    const auto out_ours = ours->forward(images);
+    const auto out_usual = usual->forward(images);
+    EXPECT_TRUE(torch::equal(out_ours, out_usual)) << name;
+    torch::nn::functional::cross_entropy(out_ours, labels).backward();
+    torch::nn::functional::cross_entropy(out_usual, labels).backward();
+    auto usual_parameters = usual->named_parameters();
+    for (const auto& item : ours->named_parameters())
+      EXPECT_TRUE(torch::equal(item.value().grad(), usual_parameters[item.key()].grad()))
+          << name << " " << item.key();
+  }
 }
 
 }  // namespace
