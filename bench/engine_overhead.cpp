@@ -22,12 +22,13 @@
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "dist/gradient_reducer.h"
 #include "models/accumulating_linear.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
 #include "train/fused_sgd.h"
-#include "train/gradient_reducer.h"
 #include "train/run_setup.h"
+#include "train/train_step.h"
 
 namespace {
 

@@ -7,17 +7,12 @@
 
 namespace bigbatch {
 
-const char* to_string(LastWindow policy) {
-  return policy == LastWindow::Keep ? "keep" : "drop";
-}
-
-LastWindow parse_last_window(const std::string& text) {
-  if (text == "keep")
-    return LastWindow::Keep;
-  if (text == "drop")
-    return LastWindow::Drop;
-  throw Error(ErrorKind::Config, "last window policy '" + text + "' is not known",
-              "use --last-window keep or --last-window drop");
+const NameTable<LastWindow>& last_window_names() {
+  static const NameTable<LastWindow> table{
+      "last window policy",
+      "--last-window",
+      {{LastWindow::Keep, "keep"}, {LastWindow::Drop, "drop"}}};
+  return table;
 }
 
 std::string BatchPlan::describe() const {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/name_table.h"
+
 namespace bigbatch {
 
 inline constexpr int64_t kDefaultGlobalBatchSize = 256;
@@ -30,8 +32,10 @@ inline constexpr int64_t kDefaultMicroBatchSize = 32;
 // global batch: Keep trains one short final update on them (its gradient is the exact mean
 // over the samples it really saw); Drop skips them.
 enum class LastWindow { Keep, Drop };
-const char* to_string(LastWindow policy);
-LastWindow parse_last_window(const std::string& text);
+const NameTable<LastWindow>& last_window_names();
+inline const char* to_string(LastWindow policy) {
+  return last_window_names().name(policy);
+}
 
 struct BatchRequest {
   std::optional<int64_t> global_batch_size;

@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "io/safetensors.h"
-#include "report/files.h"
 
 namespace bigbatch {
 
@@ -42,10 +42,12 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"position_in_epoch", p.position_in_epoch},
           {"global_batch", p.global_batch},
           {"samples_seen", p.samples_seen},
+          {"items_seen", p.items_seen},
           {"train_seconds", p.train_seconds},
-          {"epoch_loss_sum", p.epoch_loss_sum},
-          {"epoch_correct", p.epoch_correct},
-          {"epoch_items", p.epoch_items},
+          {"epoch_samples", p.epoch_counts.samples},
+          {"epoch_items", p.epoch_counts.items},
+          {"epoch_loss_sum", p.epoch_counts.loss_sum},
+          {"epoch_correct", p.epoch_counts.correct},
           {"micro_step", p.micro_step},
           {"noise",
            {{"gradient_sq_ema", p.noise.gradient_sq_ema},
@@ -66,10 +68,13 @@ TrainingProgress progress_from(const nlohmann::json& j) {
   p.position_in_epoch = j.value("position_in_epoch", int64_t{-1});
   p.global_batch = j.value("global_batch", int64_t{0});
   p.samples_seen = j.at("samples_seen").get<int64_t>();
+  // Absent in checkpoints from before items were counted apart: one item per sample then.
+  p.items_seen = j.value("items_seen", p.samples_seen);
   p.train_seconds = j.at("train_seconds").get<double>();
-  p.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
-  p.epoch_correct = j.at("epoch_correct").get<int64_t>();
-  p.epoch_items = j.at("epoch_items").get<int64_t>();
+  p.epoch_counts.items = j.at("epoch_items").get<int64_t>();
+  p.epoch_counts.samples = j.value("epoch_samples", p.epoch_counts.items);
+  p.epoch_counts.loss_sum = j.at("epoch_loss_sum").get<double>();
+  p.epoch_counts.correct = j.at("epoch_correct").get<int64_t>();
   p.micro_step = j.at("micro_step").get<int64_t>();
   if (j.contains("noise")) {  // absent in checkpoints written before the noise scale existed
     const auto& n = j.at("noise");
@@ -146,12 +151,13 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
       save_safetensors(temporary + "/window.safetensors", gradients, {{"producer", "bigbatch"}});
       state["window"] = {{"micro_batch_size", window->micro_batch_size},
                          {"world_size", window->world_size},
-                         {"micro_steps", window->totals.micro_steps},
-                         {"items", window->totals.items},
-                         {"loss_sum", window->totals.loss_sum},
-                         {"correct", window->totals.correct},
-                         {"first_items", window->totals.first_items},
-                         {"first_sq_norm", window->totals.first_sq_norm}};
+                         {"micro_steps", window->window.micro_steps},
+                         {"samples", window->window.counts.samples},
+                         {"items", window->window.counts.items},
+                         {"loss_sum", window->window.counts.loss_sum},
+                         {"correct", window->window.counts.correct},
+                         {"first_items", window->window.first_items},
+                         {"first_sq_norm", window->window.first_sq_norm}};
     }
     atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
     fsync_path(temporary, true);
@@ -244,12 +250,14 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
       const auto& w = state.at("window");
       window->micro_batch_size = w.at("micro_batch_size").get<int64_t>();
       window->world_size = w.at("world_size").get<int64_t>();
-      window->totals.micro_steps = w.at("micro_steps").get<int64_t>();
-      window->totals.items = w.at("items").get<int64_t>();
-      window->totals.loss_sum = w.at("loss_sum").get<double>();
-      window->totals.correct = w.at("correct").get<int64_t>();
-      window->totals.first_items = w.value("first_items", int64_t{0});
-      window->totals.first_sq_norm = w.value("first_sq_norm", 0.0);
+      WindowState& partial = window->window;
+      partial.micro_steps = w.at("micro_steps").get<int64_t>();
+      partial.counts.items = w.at("items").get<int64_t>();
+      partial.counts.samples = w.value("samples", partial.counts.items);
+      partial.counts.loss_sum = w.at("loss_sum").get<double>();
+      partial.counts.correct = w.at("correct").get<int64_t>();
+      partial.first_items = w.value("first_items", int64_t{0});
+      partial.first_sq_norm = w.value("first_sq_norm", 0.0);
     } catch (const std::exception&) {
       bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",
                      "resume from an earlier checkpoint");

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
-#include "report/files.h"
 
 namespace bigbatch {
 

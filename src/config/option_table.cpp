@@ -4,8 +4,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/name_table.h"
 #include "core/text.h"
-#include "report/files.h"
 #include "schedule/batch_schedule.h"
 
 namespace bigbatch {
@@ -108,14 +109,14 @@ OptionSpec string_option(std::string name, std::string help, std::string value_h
   return s;
 }
 
+// The value hint ("keep|drop"), parsing and rendering all come from the enum's name table.
 template <typename Enum>
-OptionSpec enum_option(std::string name, std::string help, std::string value_hint,
-                       Enum TrainConfig::*field, Enum (*parse)(const std::string&),
-                       unsigned commands = kTrainCommand) {
-  OptionSpec s{name, std::move(help), std::move(value_hint), commands, nullptr, nullptr};
-  s.set = [field, parse](TrainConfig& c, const std::string& t) { c.*field = parse(t); };
-  s.get = [field](const TrainConfig& c) -> std::optional<ConfigValue> {
-    return std::string(to_string(c.*field));
+OptionSpec enum_option(std::string name, std::string help, Enum TrainConfig::*field,
+                       const NameTable<Enum>& (*names)(), unsigned commands = kTrainCommand) {
+  OptionSpec s{name, std::move(help), join(names().names(), "|"), commands, nullptr, nullptr};
+  s.set = [field, names](TrainConfig& c, const std::string& t) { c.*field = names().parse(t); };
+  s.get = [field, names](const TrainConfig& c) -> std::optional<ConfigValue> {
+    return std::string(names().name(c.*field));
   };
   return s;
 }
@@ -135,16 +136,16 @@ std::vector<OptionSpec> build_table() {
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.hidden; };
     t.push_back(s);
   }
-  t.push_back(string_option("bn-mode",
-                            "BatchNorm statistics under accumulation: micro (per micro-batch, "
-                            "ghost batch norm), window (pooled over the accumulation window: "
-                            "exact normalisation, one statistics pass per BatchNorm layer) or "
-                            "frozen (running statistics)",
-                            "micro|window|frozen", &TrainConfig::bn_mode));
-  t.push_back(string_option("norm",
-                            "batch keeps BatchNorm layers; group rewrites them as GroupNorm "
-                            "(per-sample: exact under accumulation)",
-                            "batch|group", &TrainConfig::norm));
+  t.push_back(enum_option("bn-mode",
+                          "BatchNorm statistics under accumulation: micro (per micro-batch, "
+                          "ghost batch norm), window (pooled over the accumulation window: "
+                          "exact normalisation, one statistics pass per BatchNorm layer) or "
+                          "frozen (running statistics)",
+                          &TrainConfig::bn_mode, &batch_norm_mode_names));
+  t.push_back(enum_option("norm",
+                          "batch keeps BatchNorm layers; group rewrites them as GroupNorm "
+                          "(per-sample: exact under accumulation)",
+                          &TrainConfig::norm, &norm_names));
   t.push_back(switch_option("no-bn-momentum-correction",
                             "update BatchNorm's running statistics with the plain momentum at "
                             "every micro-step (default: corrected, so their horizon is the same "
@@ -205,8 +206,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(optional_int_option("accum-steps", "micro-steps accumulated per update",
                                   &TrainConfig::accum_steps, both));
   t.push_back(enum_option("last-window",
-                          "short final window of an epoch: keep (exact mean) or drop", "keep|drop",
-                          &TrainConfig::last_window, &parse_last_window, both));
+                          "short final window of an epoch: keep (exact mean) or drop",
+                          &TrainConfig::last_window, &last_window_names, both));
   t.push_back(switch_option("strict-batch",
                             "make any change to the effective batch an error (a short last "
                             "window, an out-of-memory back-off that cannot keep it)",
@@ -239,7 +240,7 @@ std::vector<OptionSpec> build_table() {
   t.push_back(enum_option("optimizer",
                           "sgd (momentum, nesterov), adamw, lars (layer-wise SGD) or lamb "
                           "(layer-wise Adam; uses --adam-beta1/2 and --adam-eps)",
-                          "sgd|adamw|lars|lamb", &TrainConfig::optimizer, &parse_optimizer_kind,
+                          &TrainConfig::optimizer, &optimizer_names,
                           kTrainCommand | kFitCommand | kPlanCommand));
   t.push_back(
       double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
@@ -250,8 +251,7 @@ std::vector<OptionSpec> build_table() {
                           "scale the rate from --lr-ref-batch to the global batch: auto (linear "
                           "for sgd, sqrt for adamw), none, linear, sqrt, or adascale (sgd: a gain "
                           "measured each update from the gradient noise; Johnson et al. 2020)",
-                          "auto|none|linear|sqrt|adascale", &TrainConfig::lr_scaling,
-                          &parse_lr_scaling, both));
+                          &TrainConfig::lr_scaling, &lr_scaling_names, both));
   t.push_back(switch_option("adam-sqrt-adjust",
                             "with adamw and the sqrt rule, also scale the betas and epsilon "
                             "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k)",
@@ -266,10 +266,10 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("clip-norm",
                             "clip the accumulated gradient to this global L2 norm (0: off)",
                             &TrainConfig::clip_norm));
-  t.push_back(string_option("precision",
-                            "fp32, or bf16: forward pass under bfloat16 autocast with fp32 "
-                            "weights, loss and gradient accumulation",
-                            "fp32|bf16", &TrainConfig::precision, train_and_fit));
+  t.push_back(enum_option("precision",
+                          "fp32, or bf16: forward pass under bfloat16 autocast with fp32 "
+                          "weights, loss and gradient accumulation",
+                          &TrainConfig::precision, &precision_names, train_and_fit));
   t.push_back(switch_option("no-noise-scale",
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",
@@ -301,7 +301,7 @@ std::vector<OptionSpec> build_table() {
                             "warmup starts at this fraction of the peak rate",
                             &TrainConfig::warmup_start_factor, both));
   t.push_back(enum_option("schedule", "decay after warmup: constant, cosine, linear or step",
-                          "NAME", &TrainConfig::schedule, &parse_schedule_kind, both));
+                          &TrainConfig::schedule, &schedule_kind_names, both));
   t.push_back(double_option("min-lr-factor", "cosine and linear decay end at peak x this factor",
                             &TrainConfig::min_lr_factor, both));
   {
@@ -358,9 +358,9 @@ std::vector<OptionSpec> build_table() {
                             &TrainConfig::init_weights));
   t.push_back(string_option("save-weights", "also write the final weights here (safetensors)",
                             "FILE", &TrainConfig::save_weights));
-  t.push_back(string_option("progress",
-                            "auto (bar on a terminal, lines otherwise), bar, lines or off", "MODE",
-                            &TrainConfig::progress));
+  t.push_back(enum_option("progress",
+                          "auto (bar on a terminal, lines otherwise), bar, lines or off",
+                          &TrainConfig::progress, &progress_mode_names));
   t.push_back(string_option(
       "checkpoint-every",
       "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples), 30min, or 40micro "

@@ -7,37 +7,6 @@
 
 namespace bigbatch {
 
-const char* to_string(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::Sgd:
-      return "sgd";
-    case OptimizerKind::AdamW:
-      return "adamw";
-    case OptimizerKind::Lars:
-      return "lars";
-    case OptimizerKind::Lamb:
-      return "lamb";
-  }
-  return "?";
-}
-
-bool is_adaptive(OptimizerKind kind) {
-  return kind == OptimizerKind::AdamW || kind == OptimizerKind::Lamb;
-}
-
-OptimizerKind parse_optimizer_kind(const std::string& text) {
-  if (text == "sgd")
-    return OptimizerKind::Sgd;
-  if (text == "adamw")
-    return OptimizerKind::AdamW;
-  if (text == "lars")
-    return OptimizerKind::Lars;
-  if (text == "lamb")
-    return OptimizerKind::Lamb;
-  throw Error(ErrorKind::Config, "optimizer '" + text + "' is not known",
-              "use --optimizer sgd, adamw, lars or lamb");
-}
-
 namespace {
 void check(bool ok, const std::string& problem, const std::string& hint) {
   if (!ok)
@@ -46,13 +15,7 @@ void check(bool ok, const std::string& problem, const std::string& hint) {
 }  // namespace
 
 void TrainConfig::validate() const {
-  static const std::vector<std::string> models = {"mlp", "cnn", "cnn-bn", "cnn-gn"};
-  if (std::find(models.begin(), models.end(), model) == models.end()) {
-    const auto guess = closest_match(model, models);
-    throw Error(ErrorKind::Config, "model '" + model + "' is not known",
-                (guess ? "did you mean '" + *guess + "'? " : std::string()) +
-                    "use --model mlp, cnn, cnn-bn or cnn-gn");
-  }
+  builtin_model_names().parse(model);  // throws, naming the models there are
   check(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
   for (int64_t width : hidden) {
     check(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
@@ -67,12 +30,6 @@ void TrainConfig::validate() const {
         "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
         "gain already follows a larger batch",
         "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
-  check(bn_mode == "micro" || bn_mode == "frozen" || bn_mode == "window",
-        "--bn-mode '" + bn_mode + "' is not known", "use --bn-mode micro, window or frozen");
-  check(precision == "fp32" || precision == "bf16", "--precision '" + precision + "' is not known",
-        "use --precision fp32 or bf16");
-  check(norm == "batch" || norm == "group", "--norm '" + norm + "' is not known",
-        "use --norm batch or --norm group");
   check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,
         "dataset '" + dataset + "' is not known",
         "use --dataset fashion-mnist or --dataset idx:DIR");
@@ -96,8 +53,6 @@ void TrainConfig::validate() const {
   check(!max_updates || *max_updates >= 0, "--max-updates must be zero or positive",
         "use --max-updates 0 to write the initial weights only");
   check(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
-  check(progress == "auto" || progress == "bar" || progress == "lines" || progress == "off",
-        "--progress '" + progress + "' is not known", "use auto, bar, lines or off");
   if (!checkpoint_every.empty())
     Cadence::parse(checkpoint_every);  // throws with the fix
   check(max_bad_updates >= 1, "--max-bad-updates must be at least 1", "e.g. --max-bad-updates 5");

@@ -9,27 +9,22 @@
 #include <vector>
 
 #include "batching/batch_plan.h"
+#include "config/modes.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 
 namespace bigbatch {
 
-enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
-// Adam-type optimizers (AdamW, LAMB): the square-root rule is theirs under --lr-scaling auto.
-bool is_adaptive(OptimizerKind kind);
-const char* to_string(OptimizerKind kind);
-OptimizerKind parse_optimizer_kind(const std::string& text);
-
 inline constexpr const char* kFashionMnistDirectory = "/usr/share/datasets/fashion-mnist";
 
 struct TrainConfig {
   // Model and data.
-  std::string model = "cnn";
+  std::string model = "cnn";                 // a name of builtin_model_names()
   std::vector<int64_t> hidden = {512, 256};  // mlp hidden layer widths
-  // BatchNorm under accumulation (models/models.h): "micro" or "frozen"; "batch" keeps the
-  // model's BatchNorm layers, "group" rewrites them as GroupNorm.
-  std::string bn_mode = "micro";
-  std::string norm = "batch";
+  // BatchNorm under accumulation (models/models.h): per micro-batch, pooled over the window,
+  // or frozen; --norm batch keeps the model's BatchNorm layers, group rewrites them as GroupNorm.
+  BatchNormMode bn_mode = BatchNormMode::Micro;
+  NormKind norm = NormKind::Batch;
   bool bn_momentum_correction = true;     // running statistics keep their horizon in updates
   std::string dataset = "fashion-mnist";  // or idx:DIR
   int64_t train_subset = 0;               // 0: the whole training set
@@ -62,14 +57,13 @@ struct TrainConfig {
   double momentum = 0.9;
   bool nesterov = true;
   double weight_decay = 5e-4;
-  double clip_norm = 0.0;  // 0: no clipping
-  bool noise_scale = true;
+  double clip_norm = 0.0;   // 0: no clipping
+  bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;
   // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
   bool keep_denormals = false;
-  std::string precision = "fp32";  // or bf16: autocast forward, fp32 weights and gradients  //
-                                   // measure the gradient noise scale (stats/gradient_noise.h)
+  Precision precision = Precision::Fp32;  // bf16: autocast forward, fp32 weights and gradients
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
@@ -93,7 +87,7 @@ struct TrainConfig {
   std::string out;      // empty: runs/<timestamp>
   std::string init_weights;
   std::string save_weights;
-  std::string progress = "auto";  // auto | bar | lines | off
+  ProgressMode progress = ProgressMode::Auto;
 
   // Faults.
   int64_t max_bad_updates = 5;  // non-finite updates in a row before the run stops

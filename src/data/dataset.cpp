@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/idx_reader.h"
-#include "report/files.h"
 
 namespace bigbatch {
 

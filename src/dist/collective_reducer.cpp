@@ -21,6 +21,7 @@ namespace {
 // The window's totals travel at the end of the last bucket, the last to be launched: by then
 // this rank's pre-reduction gradient norm is complete too (WindowTotals::pre_reduction_norm_scale).
 enum TotalsSlot : int64_t {
+  kSamples,
   kItems,
   kLossSum,
   kCorrect,
@@ -30,7 +31,7 @@ enum TotalsSlot : int64_t {
   kSmallInverseItems
 };
 constexpr int64_t kTotalsSlots = kSmallInverseItems + 1;
-// Item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
+// Sample and item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
 constexpr double kMaxExactItems = 16777216.0;
 
 std::string first_line(const std::string& text) {
@@ -171,16 +172,17 @@ class CollectiveReducer final : public GradientReducer {
     auto slots = totals();
     const auto host = slots.to(torch::kCPU, torch::kFloat64);
     const double* sum = host.data_ptr<double>();
+    BB_INTERNAL_ASSERT(sum[kItems] < kMaxExactItems && sum[kSamples] < kMaxExactItems,
+                       "more items per update than float32 counts exactly");
     WindowTotals global;
-    global.items = sum[kItems];
-    global.loss_sum = sum[kLossSum];
-    global.correct = sum[kCorrect];
+    global.counts.samples = static_cast<int64_t>(sum[kSamples]);
+    global.counts.items = static_cast<int64_t>(sum[kItems]);
+    global.counts.loss_sum = sum[kLossSum];
+    global.counts.correct = static_cast<int64_t>(sum[kCorrect]);
     global.stop = sum[kStop];
     global.small_batches = sum[kSmallBatches];
     global.small_sq_norm = sum[kSmallSqNorm];
     global.small_inverse_items = sum[kSmallInverseItems];
-    BB_INTERNAL_ASSERT(global.items < kMaxExactItems,
-                       "more items per update than float32 counts exactly");
     slots.zero_();
     return global;
   }
@@ -223,9 +225,10 @@ class CollectiveReducer final : public GradientReducer {
   }
 
   void write_totals(const WindowTotals& local) {
-    const double values[kTotalsSlots] = {local.items,
-                                         local.loss_sum,
-                                         local.correct,
+    const double values[kTotalsSlots] = {double(local.counts.samples),
+                                         double(local.counts.items),
+                                         local.counts.loss_sum,
+                                         double(local.counts.correct),
                                          local.stop,
                                          local.small_batches,
                                          local.small_sq_norm,

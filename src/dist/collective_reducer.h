@@ -2,16 +2,19 @@
 // The multi-process GradientReducer on PyTorch's own distributed engine (c10d): a TCP store
 // on rank 0 for the rendezvous, Gloo for CPU tensors (NCCL for CUDA tensors in CUDA builds of
 // libtorch). Gradients live in flat buckets from the start (each parameter's .grad is a view
-// into one), so the once-per-update all-reduce needs no copies; the window's item count, loss
-// and accuracy ride along at the end of the first bucket, so they cost no extra call.
+// into one), so the once-per-update all-reduce needs no copies; the window's counts (samples,
+// items, loss sum, correct predictions) ride along at the end of the last bucket, so they cost
+// no extra call.
 //
-//   auto reducer = make_collective_reducer(*env, {.timeout_seconds = 300, .bucket_bytes = 25 <<
-//   20}); AccumulationEngine engine(model, *optimizer, *reducer, options);
+//   CollectiveOptions options;
+//   options.timeout_seconds = 300;
+//   auto reducer = make_collective_reducer(*env, options);
+//   AccumulationEngine engine(model, *optimizer, *reducer, EngineOptions{});
 #include <cstdint>
 #include <memory>
 
 #include "dist/environment.h"
-#include "train/gradient_reducer.h"
+#include "dist/gradient_reducer.h"
 
 namespace bigbatch {
 

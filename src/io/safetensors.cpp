@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "io/safetensors_format.h"
-#include "report/files.h"
 
 namespace bigbatch {
 

@@ -68,16 +68,18 @@ torch::nn::Sequential make_cnn(const ModelSpec& spec, ConvNorm norm) {
 }  // namespace
 
 torch::nn::Sequential make_model(const ModelSpec& spec) {
-  if (spec.name == "mlp")
-    return make_mlp(spec);
-  if (spec.name == "cnn")
-    return make_cnn(spec, ConvNorm::None);
-  if (spec.name == "cnn-bn")
-    return make_cnn(spec, ConvNorm::Batch);
-  if (spec.name == "cnn-gn")
-    return make_cnn(spec, ConvNorm::Group);
-  throw Error(ErrorKind::Config, "model '" + spec.name + "' is not known",
-              "use --model mlp, cnn, cnn-bn or cnn-gn");
+  switch (builtin_model_names().parse(spec.name)) {
+    case BuiltinModel::Mlp:
+      return make_mlp(spec);
+    case BuiltinModel::Cnn:
+      return make_cnn(spec, ConvNorm::None);
+    case BuiltinModel::CnnBn:
+      return make_cnn(spec, ConvNorm::Batch);
+    case BuiltinModel::CnnGn:
+      return make_cnn(spec, ConvNorm::Group);
+  }
+  BB_INTERNAL_ASSERT(false, "a built-in model without a builder");
+  return nullptr;
 }
 
 std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
@@ -96,29 +98,6 @@ std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
 
 bool uses_batch_statistics(torch::nn::Module& model) {
   return !batch_statistics_layers(model).empty();
-}
-
-const char* to_string(BatchNormMode mode) {
-  switch (mode) {
-    case BatchNormMode::Micro:
-      return "micro";
-    case BatchNormMode::Frozen:
-      return "frozen";
-    case BatchNormMode::Window:
-      return "window";
-  }
-  return "?";
-}
-
-BatchNormMode parse_batch_norm_mode(const std::string& text) {
-  if (text == "micro")
-    return BatchNormMode::Micro;
-  if (text == "frozen")
-    return BatchNormMode::Frozen;
-  if (text == "window")
-    return BatchNormMode::Window;
-  throw Error(ErrorKind::Config, "BatchNorm mode '" + text + "' is not known",
-              "use --bn-mode micro, window or frozen");
 }
 
 namespace {

@@ -4,17 +4,21 @@
 // bigbatch and Python through safetensors with no renaming (docs/weights.md lists them).
 //
 //   torch::manual_seed(42);                       // initialisation is deterministic per seed
-//   auto model = make_model({.name = "cnn", .height = 28, .width = 28});
+//   ModelSpec spec;
+//   spec.name = "cnn";  spec.height = 28;  spec.width = 28;
+//   auto model = make_model(spec);
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "config/modes.h"
+
 namespace bigbatch {
 
 struct ModelSpec {
-  std::string name = "cnn";  // mlp | cnn | cnn-bn | cnn-gn
+  std::string name = "cnn";  // one of builtin_model_names()
   std::vector<int64_t> hidden = {512, 256};
   int64_t channels = 1;
   int64_t height = 28;
@@ -38,9 +42,6 @@ int64_t parameter_count(torch::nn::Module& model);
 // fine-tuning from trained weights; from scratch the running statistics are the identity).
 // Window: statistics pooled over the whole accumulation window (train/window_batch_norm.h);
 // the layers train normally outside windows.
-enum class BatchNormMode { Micro, Frozen, Window };
-const char* to_string(BatchNormMode mode);
-BatchNormMode parse_batch_norm_mode(const std::string& text);
 
 // Puts the BatchNorm layers into the mode; call after model->train().
 void apply_batch_norm_mode(torch::nn::Module& model, BatchNormMode mode);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
-#include "report/files.h"
 #include "report/run_records.h"
 #include "report/svg_chart.h"
 

@@ -9,19 +9,6 @@
 
 namespace bigbatch {
 
-ProgressMode parse_progress_mode(const std::string& text) {
-  if (text == "auto")
-    return ProgressMode::Auto;
-  if (text == "bar")
-    return ProgressMode::Bar;
-  if (text == "lines")
-    return ProgressMode::Lines;
-  if (text == "off")
-    return ProgressMode::Off;
-  throw Error(ErrorKind::Config, "progress mode '" + text + "' is not known",
-              "use --progress auto, bar, lines or off");
-}
-
 Progress::Progress(ProgressMode mode, std::FILE* stream) : mode_(mode), stream_(stream) {
   if (mode_ == ProgressMode::Auto)
     mode_ = ::isatty(::fileno(stream)) ? ProgressMode::Bar : ProgressMode::Lines;

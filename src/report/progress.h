@@ -4,17 +4,18 @@
 // the numbers.
 //
 //   Progress progress(ProgressMode::Auto, stderr);
-//   progress.update({.epoch = 1, .epochs = 10, .step_in_epoch = 40, ...});
+//   ProgressState state;
+//   state.epoch = 1;  state.epochs = 10;  state.step_in_epoch = 40;
+//   progress.update(state);
 //   progress.finish_epoch("epoch 1: test accuracy 88.1%");
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
-namespace bigbatch {
+#include "config/modes.h"
 
-enum class ProgressMode { Auto, Bar, Lines, Off };
-ProgressMode parse_progress_mode(const std::string& text);
+namespace bigbatch {
 
 struct ProgressState {
   int64_t epoch = 0;  // 1-based for display

@@ -1,7 +1,7 @@
 #include "report/run_records.h"
 
+#include "core/files.h"
 #include "core/text.h"
-#include "report/files.h"
 
 namespace bigbatch {
 

@@ -9,62 +9,25 @@
 
 namespace bigbatch {
 
-const char* to_string(LrScaling scaling) {
-  switch (scaling) {
-    case LrScaling::None:
-      return "none";
-    case LrScaling::Linear:
-      return "linear";
-    case LrScaling::Sqrt:
-      return "sqrt";
-    case LrScaling::Auto:
-      return "auto";
-    case LrScaling::AdaScale:
-      return "adascale";
-  }
-  return "?";
+const NameTable<LrScaling>& lr_scaling_names() {
+  static const NameTable<LrScaling> table{"learning-rate scaling rule",
+                                          "--lr-scaling",
+                                          {{LrScaling::Auto, "auto"},
+                                           {LrScaling::None, "none"},
+                                           {LrScaling::Linear, "linear"},
+                                           {LrScaling::Sqrt, "sqrt"},
+                                           {LrScaling::AdaScale, "adascale"}}};
+  return table;
 }
 
-const char* to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::Constant:
-      return "constant";
-    case ScheduleKind::Cosine:
-      return "cosine";
-    case ScheduleKind::Linear:
-      return "linear";
-    case ScheduleKind::Step:
-      return "step";
-  }
-  return "?";
-}
-
-LrScaling parse_lr_scaling(const std::string& text) {
-  if (text == "none")
-    return LrScaling::None;
-  if (text == "linear")
-    return LrScaling::Linear;
-  if (text == "sqrt")
-    return LrScaling::Sqrt;
-  if (text == "auto")
-    return LrScaling::Auto;
-  if (text == "adascale")
-    return LrScaling::AdaScale;
-  throw Error(ErrorKind::Config, "learning-rate scaling rule '" + text + "' is not known",
-              "use --lr-scaling auto, none, linear, sqrt or adascale");
-}
-
-ScheduleKind parse_schedule_kind(const std::string& text) {
-  if (text == "constant")
-    return ScheduleKind::Constant;
-  if (text == "cosine")
-    return ScheduleKind::Cosine;
-  if (text == "linear")
-    return ScheduleKind::Linear;
-  if (text == "step")
-    return ScheduleKind::Step;
-  throw Error(ErrorKind::Config, "schedule '" + text + "' is not known",
-              "use --schedule constant, cosine, linear or step");
+const NameTable<ScheduleKind>& schedule_kind_names() {
+  static const NameTable<ScheduleKind> table{"schedule",
+                                             "--schedule",
+                                             {{ScheduleKind::Constant, "constant"},
+                                              {ScheduleKind::Cosine, "cosine"},
+                                              {ScheduleKind::Linear, "linear"},
+                                              {ScheduleKind::Step, "step"}}};
+  return table;
 }
 
 double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "core/name_table.h"
+
 namespace bigbatch {
 
 // Auto is a configuration value only: resolved per optimizer (resolve_lr_scaling) before a
@@ -28,10 +30,14 @@ namespace bigbatch {
 enum class LrScaling { None, Linear, Sqrt, Auto, AdaScale };
 enum class ScheduleKind { Constant, Cosine, Linear, Step };
 
-const char* to_string(LrScaling scaling);
-const char* to_string(ScheduleKind kind);
-LrScaling parse_lr_scaling(const std::string& text);
-ScheduleKind parse_schedule_kind(const std::string& text);
+const NameTable<LrScaling>& lr_scaling_names();
+const NameTable<ScheduleKind>& schedule_kind_names();
+inline const char* to_string(LrScaling scaling) {
+  return lr_scaling_names().name(scaling);
+}
+inline const char* to_string(ScheduleKind kind) {
+  return schedule_kind_names().name(kind);
+}
 
 // The batch-size scaling rule alone: base_lr at reference_batch -> rate at global_batch.
 // AdaScale returns base_lr: its gain is applied per update.

@@ -5,7 +5,7 @@
 // Accumulation gives two batch sizes for free in every update: the first micro-step's gradient
 // (B_small, read before the second micro-step adds to it) and the update's mean gradient
 // (B_big = the global batch); with data parallelism the ranks' small batches are pooled (mean
-// squared norm, harmonic-mean size; train/gradient_reducer.h). From their squared norms, appendix
+// squared norm, harmonic-mean size; dist/gradient_reducer.h). From their squared norms, appendix
 // A.2's unbiased estimators give |G|^2 (the true gradient's squared norm) and tr(Sigma) (the
 // per-example gradient variance); each is smoothed by its own bias-corrected EMA, and their ratio
 // is the simple noise scale
@@ -15,7 +15,8 @@
 //   S = S_min (1 + B_noise / B) updates and E = E_min (1 + B / B_noise) samples   (eq. 2.11).
 //
 //   NoiseScaleTracker tracker;
-//   tracker.add({.small_batch = 32, .small_sq_norm = 4.1, .big_batch = 256, .big_sq_norm = 0.9});
+//   tracker.add(NoiseSample{/*small_batch=*/32, /*small_sq_norm=*/4.1, /*big_batch=*/256,
+//                           /*big_sq_norm=*/0.9});
 //   std::optional<double> b_noise = tracker.noise_scale();
 #include <cstdint>
 #include <optional>

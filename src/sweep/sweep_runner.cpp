@@ -13,8 +13,8 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
-#include "report/files.h"
 #include "runtime/interrupts.h"
 #include "sweep/sweep_summary.h"
 

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "core/files.h"
 #include "core/text.h"
-#include "report/files.h"
 #include "report/run_records.h"
 
 namespace bigbatch {

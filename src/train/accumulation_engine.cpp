@@ -37,6 +37,8 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   auto loss = torch::nn::functional::cross_entropy(
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   tally_.add(logits, loss, targets);
+  // Classification: one item per sample.
+  samples_ += targets.size(0);
   items_ += targets.size(0);
   ++micro_steps_;
   if (kind == MicroStep::Last)
@@ -77,19 +79,20 @@ void AccumulationEngine::read_first_gradient(int64_t items) {
   first_sq_norm_ = norm * norm * scale * scale;
 }
 
-void AccumulationEngine::begin_window(int64_t global_items) {
+void AccumulationEngine::begin_window(int64_t global_samples, int64_t global_items) {
   // Inside a window only to re-announce it (a window restored from a checkpoint).
-  BB_INTERNAL_ASSERT(expected_items_ == 0 || expected_items_ == global_items,
+  BB_INTERNAL_ASSERT(expected_samples_ == 0 ||
+                         (expected_samples_ == global_samples && expected_items_ == global_items),
                      "begin_window() changed the window");
-  BB_INTERNAL_ASSERT(global_items > 0, "a window needs items");
+  BB_INTERNAL_ASSERT(global_samples > 0, "a window needs samples");
+  BB_INTERNAL_ASSERT(global_items >= 0, "a window's item count cannot be negative");
+  expected_samples_ = global_samples;
   expected_items_ = global_items;
 }
 
 WindowTotals AccumulationEngine::local_totals() const {
   WindowTotals local;
-  local.items = double(items_);
-  local.loss_sum = tally_.loss_sum();
-  local.correct = double(tally_.correct());
+  local.counts = {samples_, items_, tally_.loss_sum(), tally_.correct()};
   local.stop = stop_requested_ ? 1.0 : 0.0;
   if (first_items_ > 0) {
     local.small_batches = 1;
@@ -119,18 +122,20 @@ UpdateStats AccumulationEngine::finish_gradients() {
   }
   const WindowTotals local = local_totals();
   const WindowTotals global = reducer_.reduce(gradients, local);
-  BB_INTERNAL_ASSERT(global.items > 0, "an update window with no items on any rank");
-  // With begin_window() the count was known and already applied; the reduced count checks
-  // that every rank fed exactly the samples the plan says.
-  BB_INTERNAL_ASSERT(expected_items_ == 0 || global.items == double(expected_items_),
-                     "the window saw " + std::to_string(global.items) + " items, the plan says " +
+  const Counts& counts = global.counts;
+  BB_INTERNAL_ASSERT(counts.items > 0, "an update window with no items on any rank");
+  // The reduced counts check that every rank fed exactly the samples (and, when announced,
+  // the items) the plan says; announced items were already applied by the backward seed.
+  BB_INTERNAL_ASSERT(expected_samples_ == 0 || counts.samples == expected_samples_,
+                     "the window saw " + std::to_string(counts.samples) +
+                         " samples, the plan says " + std::to_string(expected_samples_));
+  BB_INTERNAL_ASSERT(expected_items_ == 0 || counts.items == expected_items_,
+                     "the window saw " + std::to_string(counts.items) + " items, the plan says " +
                          std::to_string(expected_items_));
 
   UpdateStats stats;
-  stats.items = static_cast<int64_t>(global.items);
+  stats.counts = counts;
   stats.micro_steps = micro_steps_;
-  stats.correct = static_cast<int64_t>(global.correct);
-  stats.loss = global.loss_sum / global.items;
   stats.stop_requested = global.stop > 0;
   if (global.small_batches > 0 && global.small_inverse_items > 0) {
     stats.small_batch = global.small_batches / global.small_inverse_items;
@@ -143,14 +148,14 @@ UpdateStats AccumulationEngine::finish_gradients() {
       g.div_(double(micro_steps_));
   } else if (expected_items_ == 0) {
     for (auto& g : gradients)
-      g.div_(global.items);
+      g.div_(double(counts.items));
   }
   // One fused call for all the per-tensor norms: at small micro-batches the per-op dispatch
   // cost matters as much as the arithmetic.
   stats.grad_norm =
       gradients.empty() ? 0.0 : torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
   // Both are global (reduced) values, so every rank reaches the same verdict.
-  stats.non_finite = !std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm);
+  stats.non_finite = !std::isfinite(stats.loss()) || !std::isfinite(stats.grad_norm);
   if (stats.non_finite)
     return stats;
   if (options_.clip_norm > 0 && stats.grad_norm > options_.clip_norm) {
@@ -162,6 +167,17 @@ UpdateStats AccumulationEngine::finish_gradients() {
   return stats;
 }
 
+UpdateStats AccumulationEngine::update(const std::function<double(const UpdateStats&)>& rate_for) {
+  UpdateStats stats = finish_gradients();
+  const double lr = rate_for(stats);
+  if (stats.non_finite) {
+    discard();
+  } else {
+    apply(lr);
+  }
+  return stats;
+}
+
 void AccumulationEngine::apply(double lr) {
   set_learning_rate(optimizer_, lr);
   optimizer_.step();
@@ -169,7 +185,10 @@ void AccumulationEngine::apply(double lr) {
 }
 
 WindowState AccumulationEngine::window_state() const {
-  return {micro_steps_, items_, tally_.loss_sum(), tally_.correct(), first_items_, first_sq_norm_};
+  return {micro_steps_,
+          {samples_, items_, tally_.loss_sum(), tally_.correct()},
+          first_items_,
+          first_sq_norm_};
 }
 
 void AccumulationEngine::restore_window(const WindowState& state,
@@ -183,10 +202,11 @@ void AccumulationEngine::restore_window(const WindowState& state,
     parameters_[i].mutable_grad().copy_(gradients[i]);
   }
   micro_steps_ = state.micro_steps;
-  items_ = state.items;
+  samples_ = state.counts.samples;
+  items_ = state.counts.items;
   first_items_ = state.first_items;
   first_sq_norm_ = state.first_sq_norm;
-  tally_.reset(state.loss_sum, state.correct);
+  tally_.reset(state.counts.loss_sum, state.counts.correct);
 }
 
 void AccumulationEngine::discard() {
@@ -200,8 +220,10 @@ void AccumulationEngine::discard() {
     }
   }
   tally_.reset();
+  samples_ = 0;
   items_ = 0;
   micro_steps_ = 0;
+  expected_samples_ = 0;
   expected_items_ = 0;
   first_items_ = 0;
   first_sq_norm_ = 0;
@@ -210,7 +232,8 @@ void AccumulationEngine::discard() {
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
                      const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
                      const std::function<bool(int64_t micro_steps_done)>& after_micro_step) {
-  engine.begin_window(window.size);
+  // The plan knows the window's samples; classification counts one item per sample.
+  engine.begin_window(window.size, /*global_items=*/window.size);
   const size_t count = window.micro_batch_sizes.size();
   int64_t position = window.rank_begin;
   for (size_t i = 0; i < static_cast<size_t>(first); ++i)
@@ -236,12 +259,6 @@ bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
       return false;
   }
   return true;
-}
-
-UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
-                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
-  run_micro_steps(engine, assembler, order, window, 0, {});
-  return engine.update(lr);
 }
 
 }  // namespace bigbatch

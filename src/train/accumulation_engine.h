@@ -2,14 +2,20 @@
 // The accumulation engine: one optimizer update assembled from micro-steps, with the exact
 // mathematics of one big batch (docs/design.md, invariants 2, 3 and 5).
 //
-//  - Each micro-step reduces its loss with *sum* and records its item count; backward adds
-//    into .grad. Nothing is averaged per micro-batch.
-//  - finish_gradients() hands the summed gradients and the count to the GradientReducer
-//    (the only place ranks communicate, once per update), then divides once by the global
-//    count: the mean over what was really seen, also for short windows and uneven micro-batches.
+//  - Each micro-step reduces its loss with *sum* and counts its samples and items; backward
+//    adds into .grad. Nothing is averaged per micro-batch.
+//  - When the window's item count is known in advance (begin_window), backward is seeded with
+//    1 / count, so the summed gradients are already the mean; finish_gradients() hands them and
+//    the counts to the GradientReducer (the only place ranks communicate, once per update),
+//    and the reduced counts check the plan. When it is not known, finish_gradients() divides
+//    the reduced sum once by the reduced item count. Either way: the mean over what was really
+//    seen, also for short windows and uneven micro-batches.
 //  - Clipping, weight decay and the optimizer step then act once, on that mean gradient.
 //
-//   AccumulationEngine engine(model, *optimizer, reducer, {.clip_norm = 1.0});
+//   EngineOptions options;
+//   options.clip_norm = 1.0;
+//   AccumulationEngine engine(model, *optimizer, reducer, options);
+//   engine.begin_window(/*samples=*/256, /*items=*/256);
 //   for (const Batch& micro : window) engine.micro_step(micro.inputs, micro.targets);
 //   UpdateStats stats = engine.update(lr);
 #include <torch/torch.h>
@@ -20,7 +26,9 @@
 
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
-#include "train/gradient_reducer.h"
+#include "dist/gradient_reducer.h"
+#include "state/counts.h"
+#include "state/training_progress.h"
 #include "train/precision.h"
 #include "train/prediction_tally.h"
 
@@ -45,9 +53,7 @@ struct EngineOptions {
 };
 
 struct UpdateStats {
-  double loss = 0;       // mean loss over the update's items (all ranks)
-  int64_t items = 0;     // items in the update (all ranks)
-  int64_t correct = 0;   // correctly classified items (all ranks)
+  Counts counts;         // the update's samples, items, loss sum and correct items (all ranks)
   double grad_norm = 0;  // L2 norm of the mean gradient, before clipping
   int64_t micro_steps = 0;
   bool stop_requested = false;  // some rank asked to stop after this update
@@ -58,18 +64,8 @@ struct UpdateStats {
   // measured — one micro-step in one process, a resumed window, or measure_noise off).
   double small_batch = 0;
   double small_batch_sq_norm = 0;
-};
 
-// What a window has accumulated so far (besides the gradients in .grad): enough to continue
-// it exactly after a restart.
-struct WindowState {
-  int64_t micro_steps = 0;
-  int64_t items = 0;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  // The first micro-step's gradient measurement (the noise scale's small batch), if taken.
-  int64_t first_items = 0;
-  double first_sq_norm = 0;
+  double loss() const { return counts.mean_loss(); }  // mean loss per item
 };
 
 class AccumulationEngine {
@@ -77,13 +73,14 @@ class AccumulationEngine {
   AccumulationEngine(torch::nn::Sequential model, torch::optim::Optimizer& optimizer,
                      GradientReducer& reducer, EngineOptions options);
 
-  // Announces the window's item count over all ranks when it is known in advance (the batch
-  // plan always knows it for sample-counted data): the engine then scales each micro-step's
-  // summed loss by 1 / count, backward yields the mean gradient directly, and the reduced
-  // count becomes a check of the plan. Without it (counts known only after the window, such
-  // as tokens of variable-length sequences), the summed gradient is divided after reduction.
-  // Either way the result is the exact mean over the window.
-  void begin_window(int64_t global_items);
+  // Announces the window's counts over all ranks: its samples (the plan always knows them) and
+  // its items when they are known in advance (0: not known, such as the tokens of
+  // variable-length sequences). With items known, the engine scales each micro-step's summed
+  // loss by 1 / items, backward yields the mean gradient directly, and the reduced count
+  // becomes a check of the plan; without, the summed gradient is divided after reduction.
+  // Either way the result is the exact mean over the window, and the reduced samples are
+  // checked against the plan.
+  void begin_window(int64_t global_samples, int64_t global_items);
 
   enum class MicroStep { Accumulate, Last };
 
@@ -93,8 +90,9 @@ class AccumulationEngine {
   void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                   MicroStep kind = MicroStep::Accumulate);
 
-  // Ends the window: reduce across ranks, divide by the global item count, measure the norm,
-  // clip. Afterwards every .grad holds the mean gradient of the whole effective batch.
+  // Ends the window: reduce across ranks (gradients and counts in one collective), divide by
+  // the global item count unless begin_window() already did, measure the norm, clip.
+  // Afterwards every .grad holds the mean gradient of the whole effective batch.
   UpdateStats finish_gradients();
 
   // Applies the update at rate `lr` and clears the gradients for the next window.
@@ -107,16 +105,13 @@ class AccumulationEngine {
   WindowState window_state() const;
   void restore_window(const WindowState& state, const std::vector<torch::Tensor>& gradients);
 
-  // finish_gradients(), then apply() — or discard() when the loss or the gradient is not
-  // finite (stats.non_finite): one bad window must not poison the weights or the momentum.
+  // finish_gradients(), then apply() at the rate `rate_for` picks from the update's statistics
+  // (AdaScale's gain needs them; it is asked for skipped updates too, whose rate is logged) —
+  // or discard() when the loss or the gradient is not finite (stats.non_finite): one bad
+  // window must not poison the weights or the momentum.
+  UpdateStats update(const std::function<double(const UpdateStats&)>& rate_for);
   UpdateStats update(double lr) {
-    UpdateStats stats = finish_gradients();
-    if (stats.non_finite) {
-      discard();
-    } else {
-      apply(lr);
-    }
-    return stats;
+    return update([lr](const UpdateStats&) { return lr; });
   }
 
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
@@ -135,10 +130,12 @@ class AccumulationEngine {
   EngineOptions options_;
   std::vector<torch::Tensor> parameters_;
   PredictionTally tally_;  // the window's loss and correct predictions on this rank
+  int64_t samples_ = 0;    // the window's samples and items on this rank
   int64_t items_ = 0;
   int64_t micro_steps_ = 0;
-  int64_t expected_items_ = 0;   // from begin_window(); 0: count after the fact
-  torch::Tensor backward_seed_;  // 1 / seed_items_, the gradient backward starts from
+  int64_t expected_samples_ = 0;  // from begin_window(); 0: not announced
+  int64_t expected_items_ = 0;    // from begin_window(); 0: count after the fact
+  torch::Tensor backward_seed_;   // 1 / seed_items_, the gradient backward starts from
   int64_t seed_items_ = 0;
   bool stop_requested_ = false;
   bool local_norm_available_ = false;  // the reducer reads this rank's pre-reduction norm
@@ -152,10 +149,5 @@ class AccumulationEngine {
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
                      const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
                      const std::function<bool(int64_t micro_steps_done)>& after_micro_step);
-
-// Runs the micro-steps of one update window (this rank's share of `window`, positions into
-// `order`) through `engine` and applies the update at `lr`.
-UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
-                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr);
 
 }  // namespace bigbatch

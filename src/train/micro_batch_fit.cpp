@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "dist/gradient_reducer.h"
 #include "memory/tracking_allocator.h"
 #include "train/accumulation_engine.h"
-#include "train/gradient_reducer.h"
 
 namespace bigbatch {
 
@@ -50,7 +50,7 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
     // Two updates: the optimizer creates its state in the first, and the second runs a
     // micro-step with weights, gradients and that state all alive — the steady state.
     for (int update = 0; update < 2; ++update) {
-      engine.begin_window(micro);
+      engine.begin_window(micro, micro);
       engine.micro_step(batch.inputs, batch.targets, AccumulationEngine::MicroStep::Last);
       engine.update(/*lr=*/0.0);
     }

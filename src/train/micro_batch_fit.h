@@ -10,7 +10,8 @@
 // sample). `bigbatch fit` prints the table; `--micro-batch auto` trains at the fastest fitting
 // size, since accumulation makes every micro-batch compute the same update.
 //
-//   FitOptions options{.budget_bytes = 512 << 20, .margin = 0.1, .max_micro_batch = 4096};
+//   FitOptions options;
+//   options.budget_bytes = 512 << 20;  options.margin = 0.1;  options.max_micro_batch = 4096;
 //   FitResult fit = fit_micro_batch(make, settings, data.train, options);
 //   fit.max_micro_batch;  // 0: not even one sample fits
 #include <torch/torch.h>

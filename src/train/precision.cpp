@@ -8,19 +8,6 @@
 
 namespace bigbatch {
 
-const char* to_string(Precision precision) {
-  return precision == Precision::Fp32 ? "fp32" : "bf16";
-}
-
-Precision parse_precision(const std::string& text) {
-  if (text == "fp32")
-    return Precision::Fp32;
-  if (text == "bf16")
-    return Precision::Bf16;
-  throw Error(ErrorKind::Config, "precision '" + text + "' is not known",
-              "use --precision fp32 or bf16");
-}
-
 AutocastScope::AutocastScope(Precision precision) {
   if (precision != Precision::Bf16)
     return;

@@ -13,11 +13,9 @@
 //   loss = cross_entropy(logits.to(torch::kFloat32), targets);   // fp32 outside the scope
 #include <string>
 
-namespace bigbatch {
+#include "config/modes.h"
 
-enum class Precision { Fp32, Bf16 };
-const char* to_string(Precision precision);
-Precision parse_precision(const std::string& text);
+namespace bigbatch {
 
 // Enables CPU autocast to bfloat16 for its lifetime (nothing for Fp32); restores the previous
 // state and drops autocast's cached weight casts on leaving, so the next forward pass casts

@@ -21,7 +21,7 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
 
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
   auto model = make_model(model_spec(config, data));
-  if (config.norm == "group")
+  if (config.norm == NormKind::Group)
     model = rewrite_batch_norm_as_group_norm(model);
   return model;
 }
@@ -29,7 +29,7 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
 double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& config,
                             int64_t micro_steps) {
   model->train();
-  apply_batch_norm_mode(*model, parse_batch_norm_mode(config.bn_mode));
+  apply_batch_norm_mode(*model, config.bn_mode);
   if (!uses_batch_statistics(*model))
     return 0;
   const double momentum = config.bn_momentum_correction

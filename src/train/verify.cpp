@@ -10,12 +10,13 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "data/sampler.h"
+#include "dist/gradient_reducer.h"
 #include "io/safetensors.h"
 #include "runtime/runtime_env.h"
 #include "train/accumulation_engine.h"
-#include "train/gradient_reducer.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
+#include "train/train_step.h"
 #include "train/window_batch_norm.h"
 
 namespace bigbatch {
@@ -36,75 +37,45 @@ TensorDifference difference(const torch::Tensor& a, const torch::Tensor& b) {
   return d;
 }
 
-}  // namespace
+// One side of the comparison: a model from the run's initial weights, trained for one update.
+struct Side {
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<torch::Tensor> gradients;  // the update's mean gradient, per parameter
+  std::vector<std::pair<std::string, torch::Tensor>> weights;  // after the update
+};
 
-VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests) {
-  config.validate();
-  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
-  const DatasetSplits data = load_data_outside_budget(config);
-  const ResolvedRun run = resolve_run(config, data.train.size(), /*world_size=*/1);
-  if (run.plan.accumulation_steps < 2) {
-    throw Error(ErrorKind::Usage,
-                "the plan " + run.plan.describe() + " has no accumulation to verify",
-                "give a micro-batch smaller than the global batch, e.g. --micro-batch " +
-                    std::to_string(std::max<int64_t>(1, run.plan.global_batch_size / 8)));
-  }
-  const auto order =
-      epoch_order(config.seed, 0, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
-  const UpdateWindow window = window_for_update(run.plan, run.epoch, 0, 0);
-  const double lr = run.schedule.lr_at(0);
+Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan) {
+  torch::manual_seed(config.seed);
+  Side side{build_model(config, train), nullptr, {}, {}};
+  if (!config.init_weights.empty())
+    load_weights(config.init_weights, *side.model);
+  prepare_for_training(side.model, config, plan.accumulation_steps);
+  side.optimizer = make_optimizer(OptimizerSettings::from(config), side.model->parameters());
+  return side;
+}
 
-  // The same initial weights twice, each with its own optimizer and engine.
-  struct Side {
-    torch::nn::Sequential model;
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
-    std::vector<torch::Tensor> gradients;
-    std::vector<std::pair<std::string, torch::Tensor>> weights;
-  };
-  auto make_side = [&] {
-    torch::manual_seed(config.seed);
-    Side side{build_model(config, data.train), nullptr, {}, {}};
-    if (!config.init_weights.empty())
-      load_weights(config.init_weights, *side.model);
-    prepare_for_training(side.model, config, run.plan.accumulation_steps);
-    side.optimizer = make_optimizer(OptimizerSettings::from(config), side.model->parameters());
-    return side;
-  };
-  auto finish = [&](Side& side, AccumulationEngine& engine) {
-    engine.finish_gradients();
+// The update through train_step, as training runs it: the gradients are read once they are
+// final (between the reduction and the optimizer step), the weights after the step.
+void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assembler,
+                const std::vector<int64_t>& order, const UpdateWindow& window, double lr,
+                WindowBatchNorm* window_bn) {
+  StepRequest request(order, window);
+  request.window_bn = window_bn;
+  request.rate = [&](const UpdateStats&) {
     for (const auto& p : side.model->parameters())
       side.gradients.push_back(p.grad().detach().clone());
-    engine.apply(lr);
-    for (const auto& named : side.model->named_parameters())
-      side.weights.emplace_back(named.key(), named.value().detach().clone());
+    return UpdateRate{lr};
   };
-  LocalReducer reducer;
+  train_step(engine, assembler, request);
+  for (const auto& named : side.model->named_parameters())
+    side.weights.emplace_back(named.key(), named.value().detach().clone());
+}
 
-  Side accumulated = make_side();
-  {
-    EngineOptions options{config.clip_norm, /*measure_noise=*/false};
-    options.per_micro_batch_mean_for_tests = break_normalisation_for_tests;
-    AccumulationEngine engine(accumulated.model, *accumulated.optimizer, reducer, options);
-    BatchAssembler assembler(data.train, run.plan.micro_batch_size);
-    // --bn-mode window on the accumulating side only: the other side is one true batch.
-    WindowBatchNorm window_bn(accumulated.model, kBatchNormMomentum, Precision::Fp32);
-    if (config.bn_mode == "window")
-      window_bn.begin(assembler, order, window);
-    run_micro_steps(engine, assembler, order, window, 0, {});
-    window_bn.end(/*applied=*/true);
-    finish(accumulated, engine);
-  }
-  Side whole = make_side();
-  {
-    AccumulationEngine engine(whole.model, *whole.optimizer, reducer,
-                              EngineOptions{config.clip_norm, /*measure_noise=*/false});
-    BatchAssembler assembler(data.train, window.size);
-    UpdateWindow one = window;
-    one.micro_batch_sizes = {window.size};
-    run_micro_steps(engine, assembler, order, one, 0, {});
-    finish(whole, engine);
-  }
-
+// Per tensor, and a verdict that tells fp32 reassociation from BatchNorm from anything else.
+VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
+                           const UpdateWindow& window, double lr, const Side& accumulated,
+                           Side& whole) {
   // fp32: a sum of a few hundred terms in another order differs in the last bits, which
   // convolutions and normalisation layers amplify to up to ~5e-5 of a small tensor's norm
   // (cnn-gn's biases); BatchNorm's per-micro-batch statistics and a per-micro-batch mean are
@@ -112,7 +83,7 @@ VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_
   constexpr double kTolerance = 1e-3;
   VerifyReport report;
   char line[256];
-  report.text = "verify: " + config.model + ", update 1 of " + run.plan.describe() +
+  report.text = "verify: " + config.model + ", update 1 of " + plan.describe() +
                 " against one batch of the same " + std::to_string(window.size) +
                 " samples, at lr " + format_significant(lr) + "\n";
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s %14s\n", "tensor", "grad max abs",
@@ -137,14 +108,13 @@ VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_
   } else if (!batch_norm.empty()) {
     report.verdict = VerifyVerdict::BatchNorm;
     const std::string why =
-        config.bn_mode == "window"
+        config.bn_mode == BatchNormMode::Window
             ? "they normalise with the statistics of all " + std::to_string(window.size) +
                   " samples (--bn-mode window: the forward pass is exact, and so are the "
                   "gradients of every layer after the last BatchNorm), but back-propagate as if "
                   "those statistics were constants, so the layers before them differ"
-            : "they normalise over each micro-batch of " +
-                  std::to_string(run.plan.micro_batch_size) + ", not over the " +
-                  std::to_string(window.size) + " samples";
+            : "they normalise over each micro-batch of " + std::to_string(plan.micro_batch_size) +
+                  ", not over the " + std::to_string(window.size) + " samples";
     report.text += "verdict: differs because of BatchNorm in layers " + join(batch_norm, ", ") +
                    " (largest relative difference " + format_significant(worst) + "): " + why +
                    "; use cnn-gn or --norm group for exact equivalence\n";
@@ -157,6 +127,52 @@ VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_
                    "randomness in the forward pass\n";
   }
   return report;
+}
+}  // namespace
+
+VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests) {
+  config.validate();
+  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  const DatasetSplits data = load_data_outside_budget(config);
+  const ResolvedRun run = resolve_run(config, data.train.size(), /*world_size=*/1);
+  if (run.plan.accumulation_steps < 2) {
+    throw Error(ErrorKind::Usage,
+                "the plan " + run.plan.describe() + " has no accumulation to verify",
+                "give a micro-batch smaller than the global batch, e.g. --micro-batch " +
+                    std::to_string(std::max<int64_t>(1, run.plan.global_batch_size / 8)));
+  }
+  const auto order =
+      epoch_order(config.seed, 0, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
+  const UpdateWindow window = window_for_update(run.plan, run.epoch, 0, 0);
+  const double lr = run.schedule.lr_at(0);
+  LocalReducer reducer;
+
+  // The same initial weights twice, each with its own optimizer and engine: the plan's
+  // micro-steps, and one micro-batch of the whole window.
+  Side accumulated = make_side(config, data.train, run.plan);
+  {
+    EngineOptions options{config.clip_norm, /*measure_noise=*/false};
+    options.per_micro_batch_mean_for_tests = break_normalisation_for_tests;
+    AccumulationEngine engine(accumulated.model, *accumulated.optimizer, reducer, options);
+    BatchAssembler assembler(data.train, run.plan.micro_batch_size);
+    // --bn-mode window on the accumulating side only: the other side is one true batch.
+    std::unique_ptr<WindowBatchNorm> window_bn;
+    if (config.bn_mode == BatchNormMode::Window) {
+      window_bn =
+          std::make_unique<WindowBatchNorm>(accumulated.model, kBatchNormMomentum, Precision::Fp32);
+    }
+    train_side(accumulated, engine, assembler, order, window, lr, window_bn.get());
+  }
+  Side whole = make_side(config, data.train, run.plan);
+  {
+    AccumulationEngine engine(whole.model, *whole.optimizer, reducer,
+                              EngineOptions{config.clip_norm, /*measure_noise=*/false});
+    BatchAssembler assembler(data.train, window.size);
+    UpdateWindow one = window;
+    one.micro_batch_sizes = {window.size};
+    train_side(whole, engine, assembler, order, one, lr, nullptr);
+  }
+  return compare_sides(config, run.plan, window, lr, accumulated, whole);
 }
 
 }  // namespace bigbatch

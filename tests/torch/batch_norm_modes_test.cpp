@@ -50,8 +50,8 @@ TEST(BatchNormModes, FrozenLayersStayFrozenThroughEvaluation) {
   evaluate(model, data, 4);
   EXPECT_TRUE(batch_statistics_layers(*model).empty());
   EXPECT_TRUE(model->is_training());
-  EXPECT_EQ(parse_batch_norm_mode("window"), BatchNormMode::Window);
-  EXPECT_THROW(parse_batch_norm_mode("ghost"), Error);
+  EXPECT_EQ(batch_norm_mode_names().parse("window"), BatchNormMode::Window);
+  EXPECT_THROW(batch_norm_mode_names().parse("ghost"), Error);
 }
 
 TEST(BatchNormModes, GroupNormRewriteKeepsNamesAndRemovesBatchDependence) {

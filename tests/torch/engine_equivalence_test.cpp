@@ -11,11 +11,12 @@
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "dist/gradient_reducer.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
-#include "train/gradient_reducer.h"
 #include "train/optimizer.h"
 #include "train/prediction_tally.h"
+#include "train/train_step.h"
 
 namespace bigbatch {
 namespace {
@@ -81,7 +82,7 @@ std::vector<torch::Tensor> window_gradient(const std::string& model_name, const 
     begin += size;
   }
   const UpdateStats stats = engine.finish_gradients();
-  EXPECT_EQ(stats.items, begin);
+  EXPECT_EQ(stats.counts.items, begin);
   return gradients_of(model);
 }
 
@@ -242,7 +243,7 @@ TEST(Engine, ClippingActsOnTheAccumulatedMeanGradient) {
     squared += g.pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(squared), 0.01, 1e-6);
   EXPECT_EQ(stats.micro_steps, 2);
-  EXPECT_EQ(stats.items, 64);
+  EXPECT_EQ(stats.counts.items, 64);
 }
 
 TEST(Engine, WindowLossAndCorrectPredictionsAreTheBigBatchs) {
@@ -264,8 +265,8 @@ TEST(Engine, WindowLossAndCorrectPredictionsAreTheBigBatchs) {
   engine.micro_step(data.inputs.slice(0, 0, 40), targets.slice(0, 0, 40));
   engine.micro_step(data.inputs.slice(0, 40, 96), targets.slice(0, 40, 96));
   const UpdateStats stats = engine.finish_gradients();
-  EXPECT_NEAR(stats.loss, loss, 1e-6);
-  EXPECT_EQ(stats.correct, correct);
+  EXPECT_NEAR(stats.loss(), loss, 1e-6);
+  EXPECT_EQ(stats.counts.correct, correct);
 }
 
 // The host loop and the tensor operations it replaces agree, ties and NaN included; the
@@ -335,7 +336,7 @@ TEST(Engine, FirstMicroStepIsTheNoiseScalesSmallBatch) {
     LocalReducer reducer;
     AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
     if (announced)
-      engine.begin_window(64);
+      engine.begin_window(64, 64);
     for (int64_t begin = 0; begin < 64; begin += 16) {
       engine.micro_step(data.inputs.slice(0, begin, begin + 16),
                         data.targets.slice(0, begin, begin + 16),
@@ -374,8 +375,7 @@ class TwoRankReducer final : public GradientReducer {
       for (const auto& g : gradients)
         global.small_sq_norm += g.pow(2).sum().item<double>() * local.pre_reduction_norm_scale;
     }
-    global.items += other_.items;
-    global.loss_sum += other_.loss_sum;
+    global.counts += other_.counts;
     global.small_batches += other_.small_batches;
     global.small_sq_norm += other_.small_sq_norm;
     global.small_inverse_items += other_.small_inverse_items;
@@ -393,8 +393,9 @@ TEST(Engine, RanksAverageTheirSmallBatchesIntoOneEstimate) {
   const auto data = synthetic_dataset(64);
   // The other rank saw 48 samples; its small batch was 48 too, with squared norm 2.5.
   WindowTotals other;
-  other.items = 48;
-  other.loss_sum = 1;
+  other.counts.samples = 48;
+  other.counts.items = 48;
+  other.counts.loss_sum = 1;
   other.small_batches = 1;
   other.small_sq_norm = 2.5;
   other.small_inverse_items = 1.0 / 48;
@@ -417,7 +418,7 @@ TEST(Engine, RanksAverageTheirSmallBatchesIntoOneEstimate) {
       for (int64_t size : c.micro_sizes)
         items += size;
       if (announced)
-        engine.begin_window(items + 48);
+        engine.begin_window(items + 48, items + 48);
       int64_t begin = 0;
       for (size_t i = 0; i < c.micro_sizes.size(); ++i) {
         const int64_t size = c.micro_sizes[i];
@@ -479,7 +480,7 @@ TEST(Engine, ApplyClearsTheWindow) {
   for (const auto& g : gradients_of(model))
     EXPECT_EQ(g.abs().sum().item<double>(), 0.0);
   engine.micro_step(data.inputs.slice(0, 0, 8), data.targets.slice(0, 0, 8));
-  EXPECT_EQ(engine.finish_gradients().items, 8);
+  EXPECT_EQ(engine.finish_gradients().counts.items, 8);
 }
 
 }  // namespace

@@ -9,10 +9,10 @@
 #include <numeric>
 
 #include "data/dataset.h"
+#include "dist/gradient_reducer.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
-#include "train/gradient_reducer.h"
 #include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
 
@@ -99,7 +99,7 @@ int64_t training_peak(const std::string& name, int64_t micro, int64_t accumulati
   reset_peak_memory();
   const int64_t base = memory_counters().current_bytes;
   for (int update = 0; update < 2; ++update) {
-    engine.begin_window(micro * accumulation);
+    engine.begin_window(micro * accumulation, micro * accumulation);
     for (int64_t i = 0; i < accumulation; ++i) {
       engine.micro_step(data.inputs, data.targets,
                         i + 1 == accumulation ? AccumulationEngine::MicroStep::Last

@@ -5,9 +5,9 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "dist/gradient_reducer.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
-#include "train/gradient_reducer.h"
 #include "train/optimizer.h"
 #include "train/precision.h"
 #include "train/run_setup.h"
@@ -26,13 +26,13 @@ std::vector<torch::Tensor> window_gradients(const std::string& name, Precision p
   options.precision = precision;
   AccumulationEngine engine(model, *optimizer, reducer, options);
   const int64_t n = inputs.size(0);
-  engine.begin_window(n);
+  engine.begin_window(n, n);
   for (int64_t begin = 0; begin < n; begin += micro) {
     engine.micro_step(inputs.slice(0, begin, begin + micro), targets.slice(0, begin, begin + micro),
                       begin + micro >= n ? AccumulationEngine::MicroStep::Last
                                          : AccumulationEngine::MicroStep::Accumulate);
   }
-  *loss = engine.finish_gradients().loss;
+  *loss = engine.finish_gradients().loss();
   std::vector<torch::Tensor> grads;
   for (const auto& p : model->parameters()) {
     EXPECT_EQ(p.scalar_type(), torch::kFloat32);         // master weights
@@ -71,9 +71,9 @@ TEST(Precision, Bf16KeepsFp32GradientsAndAccumulatesExactlyEnough) {
 }
 
 TEST(Precision, Names) {
-  EXPECT_EQ(parse_precision("bf16"), Precision::Bf16);
+  EXPECT_EQ(precision_names().parse("bf16"), Precision::Bf16);
   EXPECT_STREQ(to_string(Precision::Fp32), "fp32");
-  EXPECT_THROW(parse_precision("fp8"), std::exception);
+  EXPECT_THROW(precision_names().parse("fp8"), std::exception);
 }
 
 TEST(CpuSetup, DenormalsAreFlushedUnlessKept) {

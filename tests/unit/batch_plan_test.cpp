@@ -247,9 +247,9 @@ TEST(EpochPlan, EveryFactorisationCoversTheSamePositionsPerUpdate) {
 }
 
 TEST(LastWindow, ParsesAndRejects) {
-  EXPECT_EQ(parse_last_window("keep"), LastWindow::Keep);
-  EXPECT_EQ(parse_last_window("drop"), LastWindow::Drop);
-  EXPECT_THROW(parse_last_window("truncate"), Error);
+  EXPECT_EQ(last_window_names().parse("keep"), LastWindow::Keep);
+  EXPECT_EQ(last_window_names().parse("drop"), LastWindow::Drop);
+  EXPECT_THROW(last_window_names().parse("truncate"), Error);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "report/files.h"
+#include "core/files.h"
 #include "report/html_report.h"
 #include "report/svg_chart.h"
 

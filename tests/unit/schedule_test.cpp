@@ -145,11 +145,11 @@ TEST(LrSchedule, SquareRootRuleAdjustsAdam) {
 }
 
 TEST(LrSchedule, NamesParse) {
-  EXPECT_EQ(parse_schedule_kind("cosine"), ScheduleKind::Cosine);
-  EXPECT_EQ(parse_lr_scaling("sqrt"), LrScaling::Sqrt);
-  EXPECT_EQ(parse_lr_scaling("auto"), LrScaling::Auto);
-  EXPECT_THROW(parse_schedule_kind("exponential"), Error);
-  EXPECT_THROW(parse_lr_scaling("quadratic"), Error);
+  EXPECT_EQ(schedule_kind_names().parse("cosine"), ScheduleKind::Cosine);
+  EXPECT_EQ(lr_scaling_names().parse("sqrt"), LrScaling::Sqrt);
+  EXPECT_EQ(lr_scaling_names().parse("auto"), LrScaling::Auto);
+  EXPECT_THROW(schedule_kind_names().parse("exponential"), Error);
+  EXPECT_THROW(lr_scaling_names().parse("quadratic"), Error);
 }
 
 class IntervalTest : public ::testing::Test {

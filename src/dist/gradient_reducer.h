@@ -3,7 +3,7 @@
 // reduce() exactly once per update, after the window's last micro-step, with the *summed*
 // local gradients and the window's local totals; afterwards the gradients hold the global
 // sum and the totals are global. The single-process reducer does nothing, so no training code
-// branches on world_size == 1. dist/collective_reducer.h is the multi-process one (c10d).
+// branches on world_size == 1. collective_reducer.h is the multi-process one (c10d).
 //
 //   LocalReducer reducer;
 //   reducer.attach(parameters);                       // once: may lay gradients out in buckets
@@ -11,18 +11,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "state/counts.h"
+
 namespace at {
 class Tensor;
 }
 
 namespace bigbatch {
 
-// What a window saw, summed over its micro-steps (and, after reduce(), over ranks).
+// What a window saw, summed over its micro-steps (and, after reduce(), over ranks): its counts,
+// and what travels with them in the same collective.
 struct WindowTotals {
-  double items = 0;     // samples (or tokens): the divisor of the mean gradient
-  double loss_sum = 0;  // summed per-sample loss
-  double correct = 0;   // correctly classified samples
-  double stop = 0;      // ranks asking to stop after this update (SIGINT/SIGTERM)
+  Counts counts;    // samples, items (the divisor of the mean gradient), loss sum, metric sums
+  double stop = 0;  // ranks asking to stop after this update (SIGINT/SIGTERM)
   // The gradient noise scale's small batch (stats/gradient_noise.h), per rank that measured
   // one: 1, its mean gradient's squared norm, and 1 / its items. Summed over ranks, they give
   // the mean squared norm of all ranks' small batches and their harmonic-mean size: an estimate

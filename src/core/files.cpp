@@ -1,4 +1,4 @@
-#include "report/files.h"
+#include "core/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,0 +1,45 @@
+// `bigbatch launch`: start and supervise the local workers of a data-parallel job.
+#include "commands.h"
+#include "dist/launcher.h"
+#include "subcommand.h"
+
+namespace bigbatch::cli {
+
+namespace {
+
+class LaunchCommand final : public Subcommand {
+ public:
+  LaunchCommand(CLI::App& parent, const std::vector<std::string>& worker_command)
+      : Subcommand(parent, "launch",
+                   "start and supervise the local workers of a data-parallel job: launch --nproc "
+                   "N -- COMMAND...") {
+    options_.command = worker_command;
+    app().add_option("--nproc", options_.nproc, "workers on this machine")->required();
+    app().add_option("--nnodes", options_.nnodes, "machines in the job (default 1)");
+    app().add_option("--node-rank", options_.node_rank,
+                     "this machine's index, 0 to nnodes - 1 (default 0)");
+    app().add_option("--master-addr", options_.master_addr, "rank 0's host (default 127.0.0.1)");
+    app().add_option("--master-port", options_.master_port,
+                     "rank 0's rendezvous port (default 29500)");
+    app().add_option(
+        "--grace-seconds", options_.grace_seconds,
+        "after a failure, seconds the other workers get to stop before SIGKILL (default 5)");
+    app().footer(
+        "The worker command follows --, e.g. bigbatch launch --nproc 4 -- bigbatch train "
+        "--global-batch 1024");
+  }
+
+  int run() override { return run_launcher(options_); }
+
+ private:
+  LaunchOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> make_launch_command(CLI::App& parent,
+                                                const std::vector<std::string>& worker_command) {
+  return std::make_unique<LaunchCommand>(parent, worker_command);
+}
+
+}  // namespace bigbatch::cli

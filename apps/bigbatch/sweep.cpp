@@ -1,0 +1,139 @@
+// `bigbatch sweep`: a grid of train runs over global batches, LR rules and warmups, each
+// trained to a target accuracy, with a summary and a report.
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "flags.h"
+#include "runtime/runtime_env.h"
+#include "schedule/interval.h"
+#include "schedule/lr_schedule.h"
+#include "subcommand.h"
+#include "sweep/sweep_grid.h"
+#include "sweep/sweep_runner.h"
+
+namespace bigbatch::cli {
+
+namespace {
+
+// Options a sweep sets per cell, or for every cell itself.
+const std::set<std::string> kSweepOwnOptions = {
+    "global-batch", "lr-scaling",  "warmup",      "target-accuracy",  "epochs",
+    "out",          "resume",      "progress",    "checkpoint-every", "keep-checkpoints",
+    "accum-steps",  "max-updates", "save-weights"};
+
+std::string self_executable() {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) {
+    throw Error(ErrorKind::Io, "cannot find the bigbatch executable to run the cells",
+                "run bigbatch by its full path");
+  }
+  return path.string();
+}
+
+std::string default_sweep_directory() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return std::string("runs/sweep-") + stamp;
+}
+
+class SweepCommand final : public Subcommand {
+ public:
+  explicit SweepCommand(CLI::App& parent)
+      : Subcommand(parent, "sweep",
+                   "grow the global batch with the learning rate scaled and watch validation "
+                   "accuracy: a grid of train runs, their updates to a target accuracy, "
+                   "summary.csv/.md and report.html") {
+    register_options(app(), kTrainCommand, flags_, kSweepOwnOptions);
+    app()
+        .add_option("--global-batch", global_batches_,
+                    "global batches: 256,1024 or a doubling run 32,64,...,4096")
+        ->required()
+        ->type_name("LIST");
+    app()
+        .add_option("--lr-scaling", lr_scalings_,
+                    "LR rules to compare, e.g. none,linear,sqrt (default linear)")
+        ->type_name("LIST");
+    app()
+        .add_option("--warmup", warmups_, "warmups to compare, e.g. 0u,2e (default 0u)")
+        ->type_name("LIST");
+    app().add_option("--target-accuracy", target_accuracy_,
+                     "validation accuracy each cell trains to (default 0.9)");
+    app().add_option("--max-epochs", max_epochs_,
+                     "a cell stops here if it has not reached the target (default 20)");
+    app()
+        .add_option("--out", out_, "sweep directory (default runs/sweep-<timestamp>)")
+        ->type_name("DIR");
+    app().add_option("--jobs", jobs_, "cells run at once (default: CPUs / threads per cell)");
+    add_config_option(app(), config_path_, "TOML file of train's keys shared by every cell");
+  }
+
+  int run() override {
+    TrainConfig base = configured(config_path_, kTrainCommand, flags_);
+
+    SweepOptions options;
+    options.grid.global_batches = parse_batch_list(global_batches_);
+    options.grid.lr_scalings = parse_word_list(
+        lr_scalings_, "--lr-scaling", [](const std::string& w) { lr_scaling_names().parse(w); });
+    options.grid.warmups =
+        parse_word_list(warmups_, "--warmup", [](const std::string& w) { Interval::parse(w); });
+    if (!(target_accuracy_ > 0 && target_accuracy_ <= 1)) {
+      throw Error(ErrorKind::Config,
+                  "--target-accuracy must be a fraction above 0, up to 1, got " +
+                      format_double(target_accuracy_),
+                  "e.g. --target-accuracy 0.9");
+    }
+    if (max_epochs_ < 1)
+      throw Error(ErrorKind::Config, "--max-epochs must be at least 1", "e.g. --max-epochs 20");
+    // The rate is tuned at the smallest batch, and scaled from there (the seed's practice).
+    if (!base.lr_ref_batch)
+      base.lr_ref_batch = options.grid.global_batches.front();
+    options.micro_batch = base.micro_batch.value_or(kDefaultMicroBatchSize);
+    base.micro_batch.reset();
+    base.validate();
+    const int64_t cpus = available_cpus();
+    options.threads_per_cell = base.threads > 0 ? base.threads : 1;
+    options.jobs = jobs_ > 0 ? jobs_ : std::max<int64_t>(1, cpus / options.threads_per_cell);
+    base.threads = options.threads_per_cell;
+    options.base_config = render_toml_config(base);
+    options.target_accuracy = target_accuracy_;
+    options.max_epochs = max_epochs_;
+    options.out = out_.empty() ? default_sweep_directory() : out_;
+    options.binary = self_executable();
+    std::fprintf(stderr,
+                 "sweep: %zu cells (%zu global batches x %zu LR rules x %zu warmups), %lld at a "
+                 "time with %lld thread(s) each, target %s%% in at most %lld epochs, in %s\n",
+                 options.grid.cells().size(), options.grid.global_batches.size(),
+                 options.grid.lr_scalings.size(), options.grid.warmups.size(),
+                 static_cast<long long>(options.jobs),
+                 static_cast<long long>(options.threads_per_cell),
+                 format_significant(100 * target_accuracy_).c_str(),
+                 static_cast<long long>(max_epochs_), options.out.c_str());
+    return run_sweep(options);
+  }
+
+ private:
+  FlagValues flags_;
+  std::string config_path_;
+  std::string global_batches_;
+  std::string lr_scalings_ = "linear";
+  std::string warmups_ = "0u";
+  double target_accuracy_ = 0.9;
+  int64_t max_epochs_ = 20;
+  std::string out_;
+  int64_t jobs_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> make_sweep_command(CLI::App& parent) {
+  return std::make_unique<SweepCommand>(parent);
+}
+
+}  // namespace bigbatch::cli

@@ -1,0 +1,53 @@
+// `bigbatch verify`: this configuration's accumulation against one big batch, per tensor.
+#include <cstdlib>
+#include <iostream>
+
+#include "commands.h"
+#include "flags.h"
+#include "subcommand.h"
+#include "train/verify.h"
+
+namespace bigbatch::cli {
+
+namespace {
+
+class VerifyCommand final : public Subcommand {
+ public:
+  explicit VerifyCommand(CLI::App& parent)
+      : Subcommand(parent, "verify",
+                   "check that this configuration's accumulation equals one big batch: gradients "
+                   "and weights after one update, per tensor (exit 0 exact, 6 BatchNorm, 7 "
+                   "unexpected)") {
+    register_options(app(), kTrainCommand, flags_);
+    add_config_option(app(), config_path_, "TOML file whose keys are train's flags");
+  }
+
+  int run() override {
+    const TrainConfig config = configured(config_path_, kTrainCommand, flags_);
+    // The classic bug on purpose, so verify's own tests can see it caught (never for users).
+    const char* broken = std::getenv("BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS");
+    const VerifyReport report = run_verify(config, broken != nullptr && std::string(broken) == "1");
+    std::cout << report.text;
+    switch (report.verdict) {
+      case VerifyVerdict::Exact:
+        return kExitOk;
+      case VerifyVerdict::BatchNorm:
+        return kExitVerifyBatchNorm;
+      case VerifyVerdict::Unexpected:
+        return kExitVerifyUnexpected;
+    }
+    return kExitInternalError;
+  }
+
+ private:
+  FlagValues flags_;
+  std::string config_path_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> make_verify_command(CLI::App& parent) {
+  return std::make_unique<VerifyCommand>(parent);
+}
+
+}  // namespace bigbatch::cli

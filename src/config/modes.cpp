@@ -1,0 +1,66 @@
+#include "config/modes.h"
+
+namespace bigbatch {
+
+// Function-local statics: built on first use, so no static initialisation order to depend on.
+
+const NameTable<BuiltinModel>& builtin_model_names() {
+  static const NameTable<BuiltinModel> table{"model",
+                                             "--model",
+                                             {{BuiltinModel::Mlp, "mlp"},
+                                              {BuiltinModel::Cnn, "cnn"},
+                                              {BuiltinModel::CnnBn, "cnn-bn"},
+                                              {BuiltinModel::CnnGn, "cnn-gn"}}};
+  return table;
+}
+
+bool has_batch_norm_layers(const std::string& model) {
+  return model == builtin_model_names().name(BuiltinModel::CnnBn);
+}
+
+const NameTable<OptimizerKind>& optimizer_names() {
+  static const NameTable<OptimizerKind> table{"optimizer",
+                                              "--optimizer",
+                                              {{OptimizerKind::Sgd, "sgd"},
+                                               {OptimizerKind::AdamW, "adamw"},
+                                               {OptimizerKind::Lars, "lars"},
+                                               {OptimizerKind::Lamb, "lamb"}}};
+  return table;
+}
+
+bool is_adaptive(OptimizerKind kind) {
+  return kind == OptimizerKind::AdamW || kind == OptimizerKind::Lamb;
+}
+
+const NameTable<BatchNormMode>& batch_norm_mode_names() {
+  static const NameTable<BatchNormMode> table{"--bn-mode",
+                                              "--bn-mode",
+                                              {{BatchNormMode::Micro, "micro"},
+                                               {BatchNormMode::Window, "window"},
+                                               {BatchNormMode::Frozen, "frozen"}}};
+  return table;
+}
+
+const NameTable<NormKind>& norm_names() {
+  static const NameTable<NormKind> table{
+      "--norm", "--norm", {{NormKind::Batch, "batch"}, {NormKind::Group, "group"}}};
+  return table;
+}
+
+const NameTable<Precision>& precision_names() {
+  static const NameTable<Precision> table{
+      "--precision", "--precision", {{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}};
+  return table;
+}
+
+const NameTable<ProgressMode>& progress_mode_names() {
+  static const NameTable<ProgressMode> table{"--progress",
+                                             "--progress",
+                                             {{ProgressMode::Auto, "auto"},
+                                              {ProgressMode::Bar, "bar"},
+                                              {ProgressMode::Lines, "lines"},
+                                              {ProgressMode::Off, "off"}}};
+  return table;
+}
+
+}  // namespace bigbatch

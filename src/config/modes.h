@@ -1,0 +1,58 @@
+#pragma once
+// The configuration's named choices, each an enum with one name table (core/name_table.h):
+// flags, config.toml, checkpoints, help and errors all spell them from here. Torch-free, so the
+// configuration, the CLI and the fuzz targets share them with the engine.
+//
+//   TrainConfig config;
+//   config.bn_mode = batch_norm_mode_names().parse("window");
+//   std::string text = batch_norm_mode_names().name(config.bn_mode);  // "window"
+#include <string>
+
+#include "core/name_table.h"
+
+namespace bigbatch {
+
+// The built-in models (models/models.h builds them).
+enum class BuiltinModel { Mlp, Cnn, CnnBn, CnnGn };
+const NameTable<BuiltinModel>& builtin_model_names();
+// Whether the named model has BatchNorm layers of its own (before any --norm rewrite).
+bool has_batch_norm_layers(const std::string& model);
+
+enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
+const NameTable<OptimizerKind>& optimizer_names();
+// Adam-type optimizers (AdamW, LAMB): the square-root rule is theirs under --lr-scaling auto.
+bool is_adaptive(OptimizerKind kind);
+inline const char* to_string(OptimizerKind kind) {
+  return optimizer_names().name(kind);
+}
+
+// BatchNorm under accumulation (models/models.h): statistics per micro-batch (ghost batch
+// norm), pooled over the window, or frozen running statistics.
+enum class BatchNormMode { Micro, Window, Frozen };
+const NameTable<BatchNormMode>& batch_norm_mode_names();
+inline const char* to_string(BatchNormMode mode) {
+  return batch_norm_mode_names().name(mode);
+}
+
+// --norm: keep the model's BatchNorm layers, or rewrite them as GroupNorm.
+enum class NormKind { Batch, Group };
+const NameTable<NormKind>& norm_names();
+inline const char* to_string(NormKind kind) {
+  return norm_names().name(kind);
+}
+
+// The forward pass in fp32, or under bf16 autocast (fp32 weights, loss and gradients).
+enum class Precision { Fp32, Bf16 };
+const NameTable<Precision>& precision_names();
+inline const char* to_string(Precision precision) {
+  return precision_names().name(precision);
+}
+
+// Progress on stderr: a bar on a terminal, lines otherwise (auto), or nothing.
+enum class ProgressMode { Auto, Bar, Lines, Off };
+const NameTable<ProgressMode>& progress_mode_names();
+inline const char* to_string(ProgressMode mode) {
+  return progress_mode_names().name(mode);
+}
+
+}  // namespace bigbatch

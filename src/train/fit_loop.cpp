@@ -1,0 +1,521 @@
+#include "train/fit_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "data/sampler.h"
+#include "memory/tracking_allocator.h"
+#include "models/models.h"
+#include "report/plan_report.h"
+#include "runtime/runtime_env.h"
+#include "schedule/adascale.h"
+#include "train/run_setup.h"
+
+namespace bigbatch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+nlohmann::json eval_record(const std::string& prefix, const EvalResult& r) {
+  return {{prefix + "_loss", r.loss}, {prefix + "_accuracy", r.accuracy}};
+}
+
+}  // namespace
+
+// --- Checkpointer -------------------------------------------------------------------------
+
+Checkpointer::Checkpointer(TrainingRun& run)
+    : run_(run),
+      cadence_(run.config.checkpoint_every.empty() ? Cadence{}
+                                                   : Cadence::parse(run.config.checkpoint_every)),
+      last_step_(run.at.step),
+      last_time_(Clock::now()) {
+  if (cadence_.amount) {
+    cadence_updates_ =
+        std::max<int64_t>(1, cadence_.amount->to_updates(run.resolved.plan, run.resolved.epoch));
+  }
+}
+
+bool Checkpointer::due() const {
+  if (cadence_updates_ > 0 && run_.at.step - last_step_ >= cadence_updates_)
+    return true;
+  return cadence_.seconds > 0 && seconds_since(last_time_) >= cadence_.seconds;
+}
+
+bool Checkpointer::due_inside_window() const {
+  return cadence_.micro_steps > 0 && micro_steps_since_ >= cadence_.micro_steps;
+}
+
+// A checkpoint's metrics lines reach the file before it does: a run killed after it resumes
+// with every line up to it.
+void Checkpointer::flush_metrics() {
+  if (run_.metrics) {
+    run_.metrics->flush();
+    run_.at.metrics_bytes = run_.metrics->flushed_bytes();
+  }
+}
+
+void Checkpointer::write() {
+  flush_metrics();
+  if (run_.job.is_main()) {
+    write_checkpoint(run_.run_dir, run_.at, run_.identity, *run_.model, *run_.optimizer,
+                     run_.config.keep_checkpoints, plan_json(run_.resolved));
+  }
+  last_step_ = run_.at.step;
+  last_time_ = Clock::now();
+  micro_steps_since_ = 0;
+}
+
+// Only a single process checkpoints inside a window (ranks meet at update boundaries only).
+void Checkpointer::write_inside_window() {
+  flush_metrics();
+  PartialWindow window{
+      run_.resolved.plan.micro_batch_size, run_.job.world_size, run_.engine->window_state(), {}};
+  for (const auto& p : run_.model->parameters())
+    window.gradients.push_back(p.grad());
+  if (run_.window_bn)
+    run_.window_bn->suspend();  // the checkpoint holds the running statistics, not the window's
+  write_checkpoint(run_.run_dir, run_.at, run_.identity, *run_.model, *run_.optimizer,
+                   run_.config.keep_checkpoints, plan_json(run_.resolved), &window);
+  if (run_.window_bn)
+    run_.window_bn->resume();
+  micro_steps_since_ = 0;
+}
+
+// --- FitLoop: the epochs ----------------------------------------------------------------------
+
+FitLoop::FitLoop(TrainingRun& run, Console& console)
+    : run_(run), console_(console), checkpoints_(run) {
+  observers_.push_back(std::make_unique<MetricsLog>());
+  observers_.push_back(std::make_unique<ProgressDisplay>(console));
+  // The gradient noise scale from the two batch sizes every accumulating update has.
+  noise_.restore(run.at.noise);
+}
+
+void FitLoop::run() {
+  // The process's resident peak from here on is training's, not the data loader's transient
+  // buffers'; where it starts is recorded, so the growth is known.
+  reset_peak_rss();
+  // Wall-clock time from here, everything included (metrics, progress, checkpoints): what a
+  // stopwatch beside the run would read, unlike train_seconds, which times the updates alone.
+  train_start_ = Clock::now();
+  TrainingProgress& at = run_.at;
+  if (run_.metrics) {
+    run_.metrics->write({{"event", "train_start"},
+                         {"step", at.step},
+                         {"tensor_bytes", memory_counters().current_bytes},
+                         {"rss_bytes", current_rss_bytes()}});
+  }
+  while (at.epoch < run_.resolved.epochs && !run_complete()) {
+    const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
+                                   run_.config.shuffle ? Shuffle::On : Shuffle::Off);
+    bool stop = false;
+    while (!epoch_used_up() && !run_complete() && !stop)
+      stop = run_update(order);
+    if (epoch_used_up()) {
+      record_epoch(/*ends_inside=*/false);
+      start_next_epoch();
+      if (stop || checkpoints_.due())
+        checkpoints_.write();
+    }
+    if (stop)
+      stop_after_update();
+    if (target_reached_)
+      break;
+  }
+  finish();
+}
+
+// The run's length: --epochs and --max-updates, or AdaScale's scale-invariant updates.
+bool FitLoop::run_complete() const {
+  const TrainingProgress& at = run_.at;
+  const ResolvedRun& resolved = run_.resolved;
+  if (resolved.adascale) {
+    return at.scale_invariant_step >= double(resolved.adascale->scale_invariant_total) - 1e-9 ||
+           at.step >= resolved.total_updates;
+  }
+  return at.step >= resolved.total_updates;
+}
+
+// The global batch of the next update: the plan's, or the ramp's at the current position.
+int64_t FitLoop::next_global_batch() const {
+  const TrainingProgress& at = run_.at;
+  return run_.resolved.ramp
+             ? run_.resolved.ramp->batches.global_batch_at(
+                   {at.samples_seen, at.epoch, at.position_in_epoch}, run_.data.train.size())
+             : run_.resolved.plan.global_batch_size;
+}
+
+// Whether the epoch's order has no window left (under --last-window drop, none that the next
+// update's batch fills).
+bool FitLoop::epoch_used_up() const {
+  const int64_t rest = run_.data.train.size() - run_.at.position_in_epoch;
+  return rest == 0 || (run_.config.last_window == LastWindow::Drop && rest < next_global_batch());
+}
+
+// --- One update -------------------------------------------------------------------------------
+
+bool FitLoop::run_update(const std::vector<int64_t>& order) {
+  TrainingProgress& at = run_.at;
+  if (run_.resolved.ramp)
+    follow_batch_schedule();
+  const auto update_start = Clock::now();
+  const int64_t calls_before = run_.reducer->calls();
+  const UpdateWindow window =
+      window_at(run_.resolved.plan, run_.data.train.size(), run_.config.last_window,
+                at.position_in_epoch, run_.job.rank);
+  const StepRequest request = step_request(order, window);
+  reset_peak_memory();
+  StepResult step;
+  try {
+    if (!assembler_) {
+      assembler_ =
+          std::make_unique<BatchAssembler>(run_.data.train, run_.resolved.plan.micro_batch_size,
+                                           /*background=*/run_.config.prefetch);
+    }
+    step = train_step(*run_.engine, *assembler_, request);
+  } catch (const c10::OutOfMemoryError& oom) {
+    back_off(oom);
+    return false;  // the same update again, cut smaller
+  }
+  if (!step.completed) {
+    console_.say("stopped by signal " + std::to_string(interrupts_.signal_number()) +
+                 " inside update " + std::to_string(at.step + 1) + " after micro-step " +
+                 std::to_string(at.micro_step) +
+                 "; checkpoint written, continue with: bigbatch train --resume " + run_.run_dir);
+    throw Interrupted(interrupts_.signal_number(),
+                      "training interrupted inside update " + std::to_string(at.step + 1));
+  }
+
+  const int64_t peak_bytes = memory_counters().peak_bytes;
+  epoch_peak_bytes_ = std::max(epoch_peak_bytes_, peak_bytes);
+  const double seconds = seconds_since(update_start);
+  count_update(window, step, seconds);
+  const UpdateReport report{step,
+                            seconds,
+                            seconds_since(train_start_),
+                            run_.reducer->calls() - calls_before,
+                            peak_bytes,
+                            skipped_updates_,
+                            noise_.noise_scale()};
+  for (auto& observer : observers_)
+    observer->on_update(run_, report);
+  check_divergence();
+  // A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
+  // not evaluate that epoch twice.
+  const bool stop = step.stats.stop_requested;
+  if (!epoch_used_up() && (stop || checkpoints_.due()))
+    checkpoints_.write();
+  return stop;
+}
+
+// The micro-steps of this update, from where a mid-window checkpoint left off. A single
+// process may stop or checkpoint between them; ranks of a job do so only at update boundaries,
+// where they meet.
+StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const UpdateWindow& window) {
+  StepRequest request(order, window);
+  request.first_micro_step = run_.at.micro_step;
+  request.window_bn = run_.window_bn.get();
+  request.noise = &noise_;
+  request.rate = [this](const UpdateStats& stats) { return rate_for(stats); };
+  request.stop_requested = [this] { return interrupts_.requested(); };
+  const auto micro_steps = static_cast<int64_t>(window.micro_batch_sizes.size());
+  request.after_micro_step = [this, micro_steps](int64_t done) {
+    run_.at.micro_step = done;
+    checkpoints_.note_micro_step();
+    if (run_.job.world_size > 1 || done == micro_steps)
+      return true;
+    if (interrupts_.requested()) {
+      checkpoints_.write_inside_window();
+      return false;  // the window stays open, in the checkpoint
+    }
+    if (checkpoints_.due_inside_window())
+      checkpoints_.write_inside_window();
+    return true;
+  };
+  return request;
+}
+
+UpdateRate FitLoop::rate_for(const UpdateStats& stats) const {
+  const ResolvedRun& resolved = run_.resolved;
+  const TrainingProgress& at = run_.at;
+  UpdateRate rate;
+  if (resolved.adascale) {
+    // AdaScale's gain from the averages that now include this update's gradients.
+    if (noise_.state().samples > 0) {
+      rate.gain =
+          adascale_gain(double(stats.counts.items), double(resolved.adascale->reference_batch),
+                        noise_.trace(), noise_.gradient_sq())
+              .gain;
+    }
+    rate.lr = rate.gain * resolved.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step));
+  } else if (resolved.ramp) {
+    rate.lr = ramp_learning_rate(resolved, at.samples_seen, resolved.plan.global_batch_size);
+  } else {
+    rate.lr = resolved.schedule.lr_at(at.step);
+  }
+  return rate;
+}
+
+void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, double seconds) {
+  TrainingProgress& at = run_.at;
+  const UpdateStats& stats = step.stats;
+  if (run_.resolved.adascale && !stats.non_finite)
+    at.scale_invariant_step += step.rate.gain;
+  at.noise = noise_.state();
+  at.micro_step = 0;
+  at.train_seconds += seconds;
+  ++at.step;
+  ++at.update_in_epoch;
+  at.position_in_epoch += window.size;
+  at.global_batch = run_.resolved.plan.global_batch_size;
+  // A skipped update consumed its samples but taught nothing: the epoch's training loss and
+  // accuracy are those of the updates that were applied.
+  at.samples_seen += stats.counts.samples;
+  at.items_seen += stats.counts.items;
+  if (!stats.non_finite)
+    at.epoch_counts += stats.counts;
+  if (stats.non_finite) {
+    ++skipped_updates_;
+    ++bad_in_a_row_;
+    console_.say("warning: update " + std::to_string(at.step) +
+                 " skipped: " + (std::isfinite(stats.loss()) ? "gradient" : "loss") +
+                 " is not finite (" + std::to_string(bad_in_a_row_) + " in a row)");
+  } else {
+    bad_in_a_row_ = 0;
+  }
+}
+
+void FitLoop::check_divergence() {
+  if (bad_in_a_row_ < run_.config.max_bad_updates)
+    return;
+  checkpoints_.write();
+  throw Error(ErrorKind::Diverged,
+              std::to_string(bad_in_a_row_) +
+                  " updates in a row had a non-finite loss or gradient (the last at update " +
+                  std::to_string(run_.at.step) +
+                  "); they were skipped, and the weights from before them are checkpointed",
+              "lower --lr, add --warmup or --clip-norm, then --resume " + run_.run_dir);
+}
+
+// Out of memory inside a window (a budget lowered on resume, fragmentation, a larger sample):
+// the window was thrown away (train_step); halve the micro-batch, raise accumulation, and
+// replay the same samples. The global batch, the samples and the mathematics stay the same
+// (except BatchNorm's statistics, which follow the micro-batch).
+void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
+  TrainingProgress& at = run_.at;
+  BatchPlan& plan = run_.resolved.plan;
+  at.micro_step = 0;
+  const std::string what = oom.what_without_backtrace();
+  const int64_t from = plan.micro_batch_size;
+  if (run_.job.world_size > 1) {
+    throw Error(ErrorKind::Memory,
+                "rank " + std::to_string(run_.job.rank) + " ran out of memory at micro-batch " +
+                    std::to_string(from) + " (" + what + ")",
+                "lower --micro-batch or raise --memory-budget (ranks do not back off together "
+                "yet)");
+  }
+  if (from == 1) {
+    throw Error(ErrorKind::Memory,
+                "out of memory at micro-batch 1, the smallest there is (" + what + ")",
+                "raise --memory-budget, or train a smaller model");
+  }
+  const int64_t to = from / 2;
+  const bool batch_norm = uses_batch_statistics(*run_.model);
+  if (batch_norm && run_.config.strict_batch) {
+    throw Error(ErrorKind::Memory,
+                "--strict-batch: out of memory at micro-batch " + std::to_string(from) +
+                    ", and backing off would change " + run_.config.model +
+                    "'s normalisation batch to " + std::to_string(to),
+                "raise --memory-budget, or start with --micro-batch " + std::to_string(to));
+  }
+  plan = plan.with_micro_batch(to);
+  run_.resolved.epoch = plan_epoch(plan, run_.data.train.size(), run_.config.last_window);
+  assembler_.reset();  // the next window allocates the smaller buffer
+  prepare_for_training(run_.model, run_.config, plan.accumulation_steps);  // BatchNorm momentum
+  ++at.oom_backoffs;
+  console_.say("warning: out of memory in update " + std::to_string(at.step + 1) +
+               " at micro-batch " + std::to_string(from) + " (" + what + "); backing off to " +
+               plan.describe() +
+               ": the same global batch, the window replayed from its first "
+               "sample");
+  if (batch_norm) {
+    console_.say("warning: " + run_.config.model + " now normalises over micro-batches of " +
+                 std::to_string(to) + " instead of " + std::to_string(from) +
+                 ", which changes its updates (use cnn-gn to be independent of the micro-batch)");
+  }
+  if (run_.metrics) {
+    run_.metrics->write({{"event", "oom_backoff"},
+                         {"step", at.step},
+                         {"micro_batch_from", from},
+                         {"micro_batch", to},
+                         {"accumulation_steps", plan.accumulation_steps},
+                         {"global_batch", plan.global_batch_size},
+                         {"error", what}});
+  }
+}
+
+// --global-batch-schedule: at the first update boundary past a threshold, the next step's plan
+// — the same micro-batch (after any back-off), accumulation re-derived, BatchNorm's momentum
+// recomputed. A window resumed from a checkpoint began under the batch that the same position
+// selects, so it continues unchanged.
+void FitLoop::follow_batch_schedule() {
+  const int64_t global = next_global_batch();
+  ResolvedRun& resolved = run_.resolved;
+  if (global == resolved.plan.global_batch_size)
+    return;
+  const TrainingProgress& at = run_.at;
+  const int64_t from = resolved.plan.global_batch_size;
+  resolved.plan = plan_for_ramp_step(global, resolved.plan.micro_batch_size, run_.job.world_size);
+  resolved.epoch = plan_epoch(resolved.plan, run_.data.train.size(), run_.config.last_window);
+  prepare_for_training(run_.model, run_.config, resolved.plan.accumulation_steps);
+  const double next_lr = ramp_learning_rate(resolved, at.samples_seen, global);
+  console_.say("global batch " + std::to_string(from) + " -> " + resolved.plan.describe() +
+               " at update " + std::to_string(at.step + 1) + " (" +
+               std::to_string(at.samples_seen) + " samples seen); lr now " +
+               format_significant(next_lr, 4));
+  if (run_.metrics && at.step + 1 != run_.update_already_logged) {
+    // Keyed by the first update at the new batch. A run resumed from a checkpoint taken before
+    // it drops the line and writes it again; one resumed from inside that update's window kept
+    // it (it was written before the checkpoint) and announces it on stderr only.
+    run_.metrics->write({{"event", "batch_change"},
+                         {"step", at.step + 1},
+                         {"samples_seen", at.samples_seen},
+                         {"global_batch_from", from},
+                         {"global_batch", global},
+                         {"accumulation_steps", resolved.plan.accumulation_steps},
+                         {"lr", next_lr}});
+  }
+}
+
+// --- Epoch ends -------------------------------------------------------------------------------
+
+// The record of an epoch — or of the part of one where the run ends inside it (--max-updates,
+// AdaScale's scale-invariant length) — with its evaluation and the --target-accuracy check.
+// Only rank 0 evaluates.
+void FitLoop::record_epoch(bool ends_inside) {
+  TrainingProgress& at = run_.at;
+  at.recorded_epoch_step = at.step;
+  if (!run_.job.is_main())
+    return;
+  // An epoch whose updates were all skipped (non-finite) has no training figures.
+  const Counts& counts = at.epoch_counts;
+  const auto per_item = [&](double total) {
+    return counts.items > 0 ? nlohmann::json(total / double(counts.items))
+                            : nlohmann::json(nullptr);
+  };
+  const auto b_noise = noise_.noise_scale();
+  nlohmann::json record = {
+      {"epoch", at.epoch + 1},
+      {"step", at.step},
+      {"samples_seen", at.samples_seen},
+      {"train_loss", per_item(counts.loss_sum)},
+      {"train_accuracy", per_item(double(counts.correct))},
+      {"train_seconds", at.train_seconds},
+      {"peak_bytes", epoch_peak_bytes_},
+      {"rss_peak_bytes", peak_rss_bytes()},
+      {"micro_batch", run_.resolved.plan.micro_batch_size},
+      {"oom_backoffs", at.oom_backoffs},
+      {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
+  if (ends_inside)
+    record["partial_epoch"] = epoch_progress(run_);
+  // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
+  // activations, no gradients) always fits.
+  const int64_t eval_batch = run_.config.memory_budget > 0
+                                 ? std::min(kEvalBatchSize, run_.resolved.plan.micro_batch_size)
+                                 : kEvalBatchSize;
+  if (run_.data.validation.size() > 0) {
+    record.update(
+        eval_record("val", evaluate(run_.model, run_.data.validation, eval_batch, run_.precision)));
+  }
+  last_test_ = evaluate(run_.model, run_.data.test, eval_batch, run_.precision);
+  record.update(eval_record("test", last_test_));
+  for (auto& observer : observers_)
+    observer->on_epoch(run_, EpochReport{record});
+  check_target(record);
+}
+
+// --target-accuracy, on validation accuracy when there is a validation split: the test set is
+// not for decisions.
+void FitLoop::check_target(const nlohmann::json& record) {
+  const TrainConfig& config = run_.config;
+  if (config.target_accuracy <= 0)
+    return;
+  const TrainingProgress& at = run_.at;
+  const char* metric = run_.data.validation.size() > 0 ? "val_accuracy" : "test_accuracy";
+  const double accuracy = record[metric].get<double>();
+  if (accuracy < config.target_accuracy)
+    return;
+  target_reached_ = true;
+  run_.metrics->write({{"event", "target_reached"},
+                       {"step", at.step},
+                       {"epoch", at.epoch + 1},
+                       {"samples_seen", at.samples_seen},
+                       {"train_seconds", at.train_seconds},
+                       {"metric", metric},
+                       {"accuracy", accuracy},
+                       {"target", config.target_accuracy}});
+  console_.say("target reached: " + std::string(metric) + " " + format_significant(100 * accuracy) +
+               "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
+               std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
+               " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+}
+
+void FitLoop::start_next_epoch() {
+  if (run_.config.target_accuracy > 0 && run_.job.world_size > 1) {
+    // Only rank 0 evaluates: its verdict is everyone's.
+    std::vector<torch::Tensor> verdict = {torch::tensor({target_reached_ ? 1 : 0})};
+    run_.reducer->broadcast_from_first_rank(verdict);
+    target_reached_ = verdict[0].item<int64_t>() != 0;
+  }
+  TrainingProgress& at = run_.at;
+  at.epoch += 1;
+  epoch_peak_bytes_ = 0;
+  at.update_in_epoch = 0;
+  at.position_in_epoch = 0;
+  at.epoch_counts = Counts{};
+}
+
+void FitLoop::stop_after_update() const {
+  const int signal_number = interrupts_.requested() ? interrupts_.signal_number() : SIGTERM;
+  console_.say("stopped by signal " + std::to_string(signal_number) + " after update " +
+               std::to_string(run_.at.step) +
+               "; checkpoint written, continue with: bigbatch train --resume " + run_.run_dir);
+  throw Interrupted(signal_number,
+                    "training interrupted at update " + std::to_string(run_.at.step));
+}
+
+// --- The end of the run -----------------------------------------------------------------------
+
+void FitLoop::finish() {
+  const TrainingProgress& at = run_.at;
+  // A run that ends inside an epoch is evaluated where it ends (once: a resumed run with
+  // nothing left to train finds that record already written).
+  if (at.update_in_epoch > 0 && !target_reached_ && at.recorded_epoch_step != at.step)
+    record_epoch(/*ends_inside=*/true);
+  if (run_.resolved.adascale) {
+    console_.say(
+        describe_adascale_run(at.step, at.scale_invariant_step, run_.resolved.adascale->scale));
+  }
+  // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
+  // run can be extended later with more --epochs.
+  if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
+    checkpoints_.write();
+  if (const auto b_noise = noise_.noise_scale()) {
+    console_.say(critical_batch_verdict(double(run_.resolved.plan.global_batch_size), *b_noise));
+  } else if (noise_.state().samples == 0) {
+    console_.say(
+        "gradient noise scale: not measured (it needs two batch sizes per update: "
+        "accumulation steps of 2 or more)");
+  }
+}
+
+}  // namespace bigbatch

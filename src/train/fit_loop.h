@@ -1,0 +1,98 @@
+#pragma once
+// The fit level of `bigbatch train`: epochs of updates until the run is complete, its target
+// is reached or a signal stops it, on a TrainingRun set up by set_up_training. Each update is
+// one train_step (train/train_step.h); around it the loop follows the batch schedule, backs
+// off on out-of-memory, counts the update into run.at, tells its observers (metrics,
+// progress), guards against divergence and checkpoints on the cadence; at each epoch's end it
+// evaluates, records and checks the target.
+//
+//   FitLoop loop(run, console);
+//   loop.run();                       // throws Interrupted / Error(Diverged) where it stops
+//   double accuracy = loop.last_test().accuracy;
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "runtime/interrupts.h"
+#include "schedule/interval.h"
+#include "stats/gradient_noise.h"
+#include "train/evaluate.h"
+#include "train/fit_observers.h"
+#include "train/train_step.h"
+#include "train/training_run.h"
+
+namespace bigbatch {
+
+// --checkpoint-every: when the next checkpoint is due, and writing one at an update boundary
+// or inside a window (rank 0 writes; every rank keeps the cadence).
+class Checkpointer {
+ public:
+  explicit Checkpointer(TrainingRun& run);
+  bool due() const;  // at an update boundary, by updates or seconds since the last one
+  bool due_inside_window() const;  // by micro-steps (--checkpoint-every Nmicro)
+  void note_micro_step() { ++micro_steps_since_; }
+  void write();                // at an update boundary
+  void write_inside_window();  // run.at.micro_step micro-steps into the next update
+  int64_t last_step() const { return last_step_; }
+  bool has_cadence() const { return cadence_.is_set(); }
+
+ private:
+  void flush_metrics();
+  TrainingRun& run_;
+  Cadence cadence_;
+  int64_t cadence_updates_ = 0;
+  int64_t last_step_ = 0;
+  std::chrono::steady_clock::time_point last_time_;
+  int64_t micro_steps_since_ = 0;
+};
+
+class FitLoop {
+ public:
+  FitLoop(TrainingRun& run, Console& console);
+  // Trains to the end of the run, writing metrics, progress and checkpoints on the way.
+  void run();
+  const EvalResult& last_test() const { return last_test_; }
+
+ private:
+  // One update of the epoch whose sample order is `order`; returns whether a stop was asked
+  // for (by a signal on any rank).
+  bool run_update(const std::vector<int64_t>& order);
+  StepRequest step_request(const std::vector<int64_t>& order, const UpdateWindow& window);
+  // The rate of the update whose gradients are final, and AdaScale's gain in it.
+  UpdateRate rate_for(const UpdateStats& stats) const;
+  // Advances run.at by a finished update.
+  void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
+  void check_divergence();
+  void back_off(const c10::OutOfMemoryError& oom);
+  void follow_batch_schedule();
+  // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
+  void record_epoch(bool ends_inside);
+  void check_target(const nlohmann::json& record);
+  void start_next_epoch();
+  void finish();
+
+  bool run_complete() const;
+  int64_t next_global_batch() const;
+  bool epoch_used_up() const;
+  [[noreturn]] void stop_after_update() const;
+
+  TrainingRun& run_;
+  Console& console_;
+  Checkpointer checkpoints_;
+  std::vector<std::unique_ptr<FitObserver>> observers_;
+  NoiseScaleTracker noise_;
+  InterruptGuard interrupts_;
+  // The batch buffer belongs to the micro-steps' memory: it is allocated inside the window
+  // that the out-of-memory back-off protects, and rebuilt smaller after a back-off.
+  std::unique_ptr<BatchAssembler> assembler_;
+  std::chrono::steady_clock::time_point train_start_;
+  int64_t skipped_updates_ = 0;
+  int64_t bad_in_a_row_ = 0;
+  int64_t epoch_peak_bytes_ = 0;
+  bool target_reached_ = false;  // --target-accuracy met at an epoch's end
+  EvalResult last_test_;
+};
+
+}  // namespace bigbatch

@@ -1,0 +1,149 @@
+#include "train/fit_observers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/text.h"
+#include "runtime/runtime_env.h"
+
+namespace bigbatch {
+
+namespace {
+
+nlohmann::json optional_number(const std::optional<double>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+// The updates and epochs the progress display counts down to.
+struct RunLength {
+  int64_t updates_per_epoch = 0;
+  int64_t total_updates = 0;
+  int64_t epochs = 0;
+};
+
+RunLength expected_length(const TrainingRun& run) {
+  const ResolvedRun& resolved = run.resolved;
+  const TrainingProgress& at = run.at;
+  RunLength length{resolved.epoch.updates_per_epoch, resolved.total_updates, resolved.epochs};
+  if (resolved.ramp) {
+    // The batch changes inside epochs: what is left of this one, at the current batch.
+    const int64_t global = resolved.plan.global_batch_size;
+    length.updates_per_epoch =
+        at.update_in_epoch + (run.data.train.size() - at.position_in_epoch + global - 1) / global;
+  }
+  if (resolved.adascale) {
+    // The run ends at a scale-invariant count: its length in updates follows the mean gain so
+    // far.
+    const double mean_gain = std::max(1e-9, at.scale_invariant_step / double(at.step));
+    length.total_updates = std::min(
+        resolved.total_updates,
+        at.step + static_cast<int64_t>(
+                      std::ceil(std::max(0.0, double(resolved.adascale->scale_invariant_total) -
+                                                  at.scale_invariant_step) /
+                                mean_gain)));
+    length.epochs = (length.total_updates + resolved.epoch.updates_per_epoch - 1) /
+                    resolved.epoch.updates_per_epoch;
+  }
+  return length;
+}
+
+std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& at) {
+  std::string text = "epoch " + std::to_string(record["epoch"].get<int64_t>());
+  if (record.contains("partial_epoch")) {
+    text += " (first " + format_double(std::round(100 * record["partial_epoch"].get<double>())) +
+            "%, where the run ends)";
+  }
+  char line[256];
+  if (record["train_loss"].is_null()) {
+    text += ": train loss - (every update skipped)";
+  } else {
+    std::snprintf(line, sizeof line, ": train loss %.4f acc %.2f%%",
+                  record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>());
+    text += line;
+  }
+  std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%% | %s samples/s",
+                record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>(),
+                human_count(double(at.samples_seen) / at.train_seconds).c_str());
+  text += line;
+  if (record.contains("val_accuracy")) {
+    text += " | val acc " +
+            format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
+  }
+  return text;
+}
+
+}  // namespace
+
+double epoch_progress(const TrainingRun& run) {
+  const TrainingProgress& at = run.at;
+  return run.resolved.ramp
+             ? double(at.position_in_epoch) / double(run.data.train.size())
+             : double(at.update_in_epoch) / double(run.resolved.epoch.updates_per_epoch);
+}
+
+void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
+  if (!run.metrics)
+    return;
+  const TrainingProgress& at = run.at;
+  const UpdateStats& stats = update.step.stats;
+  const BatchPlan& plan = run.resolved.plan;
+  nlohmann::json record = {{"step", at.step},
+                           {"epoch", double(at.epoch) + epoch_progress(run)},
+                           {"samples_seen", at.samples_seen},
+                           {"loss", stats.loss()},
+                           {"lr", update.step.rate.lr},
+                           {"grad_norm", stats.grad_norm},
+                           {"items", stats.counts.items},
+                           {"micro_steps", stats.micro_steps},
+                           {"allreduce_calls", update.allreduce_calls},
+                           {"samples_per_s", double(stats.counts.samples) / update.seconds},
+                           {"updates_per_s", 1.0 / update.seconds},
+                           {"wall_s", update.wall_seconds},
+                           {"skipped", stats.non_finite},
+                           {"skipped_updates", update.skipped_updates},
+                           {"micro_batch", plan.micro_batch_size},
+                           {"global_batch", plan.global_batch_size},
+                           {"grad_noise_scale", optional_number(update.noise_scale)},
+                           {"peak_bytes", update.peak_bytes},
+                           {"rss_peak_bytes", peak_rss_bytes()}};
+  if (run.resolved.adascale) {
+    record["lr_gain"] = update.step.rate.gain;
+    record["scale_invariant_step"] = at.scale_invariant_step;
+  }
+  run.metrics->write(record);
+}
+
+void MetricsLog::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
+  if (!run.metrics)
+    return;
+  run.metrics->write(epoch.record);
+  run.metrics->flush();
+}
+
+void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& update) {
+  const TrainingProgress& at = run.at;
+  const RunLength length = expected_length(run);
+  ProgressState state;
+  state.epoch = at.epoch + 1;
+  state.epochs = length.epochs;
+  state.step_in_epoch = at.update_in_epoch;
+  state.updates_per_epoch = length.updates_per_epoch;
+  state.step = at.step;
+  state.total_updates = length.total_updates;
+  if (run.resolved.adascale)
+    state.lr_gain = update.step.rate.gain;
+  state.loss = update.step.stats.loss();
+  state.samples_per_s = double(at.samples_seen) / at.train_seconds;
+  state.elapsed_s = at.train_seconds;
+  state.memory_bytes = update.peak_bytes;
+  state.global_batch = run.resolved.plan.global_batch_size;
+  state.noise_scale = update.noise_scale.value_or(0);
+  console_.show(state);
+}
+
+void ProgressDisplay::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
+  console_.say(epoch_summary(epoch.record, run.at));
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,68 @@
+#pragma once
+// The train-step level: one optimizer update, from the window's micro-batches to the applied
+// step. `bigbatch train` runs every update through train_step, and so do the equivalence tests
+// and the in-process benchmark (through train_window, its constant-rate form): what is tested
+// and measured is what trains.
+//
+//   one update:  [window BatchNorm: statistics pass]
+//                micro-steps (forward, summed loss, backward into .grad, counts += )
+//                reduce (one collective: gradients + counts) -> mean gradient -> norm -> clip
+//                noise scale takes the update's two batch sizes -> rate (AdaScale's gain)
+//                optimizer step at that rate, or discard when not finite
+//
+//   StepRequest request{order, window};
+//   request.rate = [&](const UpdateStats&) { return UpdateRate{schedule.lr_at(step)}; };
+//   StepResult result = train_step(engine, assembler, request);
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "batching/batch_plan.h"
+#include "data/dataset.h"
+#include "stats/gradient_noise.h"
+#include "train/accumulation_engine.h"
+#include "train/window_batch_norm.h"
+
+namespace bigbatch {
+
+// The rate an update is applied at, chosen once its gradients are final.
+struct UpdateRate {
+  double lr = 0;
+  double gain = 1;  // AdaScale's gain in the rate (1 under the other rules)
+};
+
+struct StepRequest {
+  StepRequest(const std::vector<int64_t>& order_in, const UpdateWindow& window_in)
+      : order(order_in), window(window_in) {}
+
+  const std::vector<int64_t>& order;  // the epoch's sample order
+  const UpdateWindow& window;         // this update's positions in it, this rank's share
+  // Micro-steps already done (a window restored from a mid-window checkpoint).
+  int64_t first_micro_step = 0;
+  // Called with the update's statistics after the noise scale has taken its sample.
+  std::function<UpdateRate(const UpdateStats&)> rate;
+  // Called after each micro-step with the count done; returning false leaves the window open
+  // (for a checkpoint) and train_step returns at once.
+  std::function<bool(int64_t micro_steps_done)> after_micro_step;
+  // Ask every rank to stop after this update (a signal arrived during its micro-steps).
+  std::function<bool()> stop_requested;
+  WindowBatchNorm* window_bn = nullptr;  // --bn-mode window
+  NoiseScaleTracker* noise = nullptr;    // the gradient noise scale, fed every measured update
+};
+
+struct StepResult {
+  bool completed = false;  // false: left open by after_micro_step
+  UpdateStats stats;       // valid when completed
+  UpdateRate rate;
+};
+
+// Runs the update. An out-of-memory error inside the micro-steps (c10::OutOfMemoryError)
+// propagates with the window discarded, so the caller can cut it smaller and run it again.
+StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
+                      const StepRequest& request);
+
+// train_step at a constant rate, from the window's first micro-step.
+UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
+                         const std::vector<int64_t>& order, const UpdateWindow& window, double lr);
+
+}  // namespace bigbatch

@@ -1,0 +1,377 @@
+#include "train/training_run.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "config/option_table.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "data/sampler.h"
+#include "dist/collective_reducer.h"
+#include "io/safetensors.h"
+#include "models/models.h"
+#include "report/plan_report.h"
+#include "runtime/runtime_env.h"
+#include "train/micro_batch_fit.h"
+#include "train/optimizer.h"
+#include "train/run_setup.h"
+#include "train/thread_tuning.h"
+
+namespace bigbatch {
+
+namespace {
+
+std::string default_run_directory() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::string dir = std::string("runs/") + stamp;
+  for (int suffix = 2; path_exists(dir); ++suffix)
+    dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
+  return dir;
+}
+
+// A run directory is never reused: a finished run's files are worth more than a typo in --out.
+void prepare_run_directory(const std::string& dir) {
+  for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
+    if (path_exists(dir + "/" + file)) {
+      throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
+                  "choose another --out, or delete that directory");
+    }
+  }
+  ensure_directory(dir);
+}
+
+// Cuts metrics.jsonl back to what it held when the checkpoint was written. The file may not be
+// as the checkpoint left it (an older checkpoint without its length, a file edited or shortened
+// since): then the lines of steps after the checkpoint's are dropped instead. Returns whether
+// the cut was exact.
+bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress& progress) {
+  if (!path_exists(path))
+    return false;
+  const std::string text = read_text_file(path);
+  const auto length = static_cast<size_t>(std::max<int64_t>(0, progress.metrics_bytes));
+  if (progress.metrics_bytes >= 0 && length <= text.size() &&
+      (length == 0 || text[length - 1] == '\n')) {
+    if (length < text.size())
+      atomic_write_file(path, text.substr(0, length));
+    return true;
+  }
+  std::string kept;
+  for (const auto& line : split(text, '\n')) {
+    if (line.empty())
+      continue;
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded())
+      continue;  // a line cut short by a crash
+    if (record.contains("step") && record["step"].get<int64_t>() > progress.step)
+      continue;
+    kept += line + "\n";
+  }
+  atomic_write_file(path, kept);
+  return false;
+}
+
+std::unique_ptr<GradientReducer> make_reducer(const JobPlace& job, const TrainConfig& config) {
+  if (job.world_size == 1)
+    return std::make_unique<LocalReducer>();
+  CollectiveOptions options;
+  options.timeout_seconds = config.dist_timeout;
+  options.bucket_bytes = static_cast<int64_t>(config.bucket_mb * 1024 * 1024);
+  return make_collective_reducer(*job.env, options);
+}
+
+// --micro-batch auto: measured on every rank (each has the same budget); rank 0's choice is
+// everyone's, since timings differ between processes. Under a ramp the micro-batch serves
+// every step, so it is fitted to the smallest.
+void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const JobPlace& job,
+                        GradientReducer& reducer, Console& console) {
+  int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+  if (!config.global_batch_schedule.empty()) {
+    const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
+    global = std::min_element(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+               return a.global_batch < b.global_batch;
+             })->global_batch;
+  }
+  const FitResult fit =
+      measure_micro_batch_fit(config, train, std::max<int64_t>(1, global / job.world_size),
+                              /*quiet=*/true);
+  if (fit.max_micro_batch == 0) {
+    throw Error(ErrorKind::Memory,
+                "not even a micro-batch of 1 fits the memory budget of " +
+                    human_bytes(double(fit.budget_bytes)) + " (with the " +
+                    format_double(100 * config.fit_margin) + "% margin) for " + config.model,
+                "raise --memory-budget, or lower --fit-margin");
+  }
+  std::vector<torch::Tensor> choice = {
+      torch::tensor({fit.fastest_micro_batch > 0 ? fit.fastest_micro_batch : fit.max_micro_batch})};
+  reducer.broadcast_from_first_rank(choice);
+  config.micro_batch = choice[0].item<int64_t>();
+  config.micro_batch_auto = false;
+  console.say("micro-batch auto: " + std::to_string(*config.micro_batch) +
+              " (the fastest size that fits " + human_bytes(double(fit.usable_bytes)) +
+              " = budget " + human_bytes(double(fit.budget_bytes)) +
+              " less the margin; largest fitting " + std::to_string(fit.max_micro_batch) +
+              "; 'bigbatch fit' shows the table)");
+}
+
+void announce_run(const TrainingRun& r, bool flushing_denormals, Console& console) {
+  const ResolvedRun& run = r.resolved;
+  const TrainConfig& config = r.config;
+  const int64_t world_size = r.job.world_size;
+  console.say(
+      "bigbatch: " + config.model + " on " + config.dataset + " (" +
+      std::to_string(r.data.train.size()) + " train, " + std::to_string(r.data.validation.size()) +
+      " validation, " + std::to_string(r.data.test.size()) + " test samples), " +
+      (world_size > 1 ? std::to_string(world_size) + " ranks (" + r.job.env->source + "), " : "") +
+      runtime_environment_summary() +
+      (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept"));
+  console.say(
+      "batch plan: global batch " + run.plan.describe() + " (" +
+      (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
+      "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
+      std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
+      (world_size > 1 ? " per rank" : ""));
+  if (run.ramp) {
+    console.say("global batch schedule " + run.ramp->batches.to_string() + ": " +
+                std::to_string(run.ramp->phases.size()) + " steps, " +
+                std::to_string(run.total_updates) + " updates; lr " + format_double(config.lr) +
+                " @ " + std::to_string(run.ramp->reference_batch) + ", " +
+                to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
+                to_string(run.schedule.config().kind) + " schedule counted in samples (" +
+                std::to_string(run.schedule.config().warmup_updates) + " and " +
+                std::to_string(run.schedule.config().total_updates) + " updates of " +
+                std::to_string(run.ramp->reference_batch) + ")");
+  } else {
+    console.say(run.schedule.describe_scaling() + ", warmup " +
+                std::to_string(run.schedule.config().warmup_updates) + " updates, " +
+                to_string(run.schedule.config().kind) + " schedule over " +
+                std::to_string(run.total_updates) + " updates");
+  }
+  for (const auto& warning : run.epoch.warnings)
+    console.say("warning: " + warning);
+  if (const auto advice = run.schedule.advice())
+    console.say("warning: " + *advice);
+}
+
+// What accumulation does to this model's BatchNorm, said before the first update.
+void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
+  const TrainConfig& config = r.config;
+  const BatchPlan& plan = r.resolved.plan;
+  const bool batch_statistics = uses_batch_statistics(*r.model);
+  if (config.bn_mode == BatchNormMode::Window && batch_statistics) {
+    console.say("note: --bn-mode window: " + config.model +
+                " normalises every micro-batch with the statistics of its whole window of " +
+                std::to_string(plan.per_rank_batch_size()) + " samples" +
+                (r.job.world_size > 1 ? " (each rank its share)" : "") +
+                ", measured by a statistics pass per BatchNorm layer; the normalisation equals "
+                "one big batch's, the gradient lacks the term through the statistics (bigbatch "
+                "verify measures it)");
+  } else if (batch_statistics && plan.accumulation_steps * plan.world_size > 1) {
+    console.say("note: " + config.model + " normalises over each micro-batch of " +
+                std::to_string(plan.micro_batch_size) +
+                " samples (ghost batch norm), so its updates differ from one batch of " +
+                std::to_string(plan.global_batch_size) +
+                "; --norm group or --bn-mode frozen make them exact. Running statistics: "
+                "momentum " +
+                format_significant(bn_momentum) + " per micro-step" +
+                (config.bn_momentum_correction
+                     ? " (= " + format_significant(kBatchNormMomentum) + " per update of " +
+                           std::to_string(plan.accumulation_steps) + " micro-batches)"
+                     : std::string(" (uncorrected)")));
+  } else if (config.bn_mode == BatchNormMode::Frozen && has_batch_norm_layers(config.model) &&
+             config.norm == NormKind::Batch) {
+    console.say(
+        "note: BatchNorm frozen: its running statistics normalise in training too, so "
+        "accumulation equals one batch; from scratch they are the identity (mean 0, "
+        "variance 1) — frozen suits fine-tuning from --init-weights");
+  }
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, Console& console) {
+  OptimizerSettings settings = OptimizerSettings::from(r.config);
+  if (const auto& adam = r.resolved.adam) {
+    settings.adam_beta1 = adam->beta1;
+    settings.adam_beta2 = adam->beta2;
+    settings.adam_eps = adam->eps;
+    console.say("adamw under the square-root rule (--adam-sqrt-adjust): beta1 " +
+                format_significant(adam->beta1) + ", beta2 " + format_significant(adam->beta2) +
+                ", eps " + format_significant(adam->eps));
+  }
+  return make_optimizer(settings, r.model->parameters());
+}
+
+// Every rank reads the checkpoint (a shared file system across machines is assumed).
+void resume_from_checkpoint(TrainingRun& r, Console& console) {
+  const TrainConfig& config = r.config;
+  ResolvedRun& run = r.resolved;
+  TrainingProgress& at = r.at;
+  at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &r.partial);
+  if (run.ramp && at.global_batch > 0 && at.global_batch != run.plan.global_batch_size) {
+    // The ramp's step of the last update done; the next update switches on from there.
+    run.plan = plan_for_ramp_step(at.global_batch, run.plan.micro_batch_size, r.job.world_size);
+    run.epoch = plan_epoch(run.plan, r.data.train.size(), config.last_window);
+    prepare_for_training(r.model, config, run.plan.accumulation_steps);
+  }
+  console.say("resumed from " + config.resume + " at update " + std::to_string(at.step) +
+              " (epoch " + std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
+              " samples seen); batch plan " + run.plan.describe());
+  const bool resumed_inside_window = at.micro_step > 0;
+  if (at.micro_step > 0 && (r.partial.micro_batch_size != run.plan.micro_batch_size ||
+                            r.partial.world_size != r.job.world_size)) {
+    // The partial gradient belongs to another cut of the window: redo the window instead, on
+    // the same samples, so the mathematics is unchanged.
+    console.say("the checkpoint is " + std::to_string(at.micro_step) + " micro-steps into update " +
+                std::to_string(at.step + 1) + " under micro " +
+                std::to_string(r.partial.micro_batch_size) + " x world " +
+                std::to_string(r.partial.world_size) +
+                "; that window is replayed from its start with the new plan");
+    at.micro_step = 0;
+  }
+  if (at.position_in_epoch < 0)  // a checkpoint from before positions were saved
+    at.position_in_epoch = at.update_in_epoch * run.plan.global_batch_size;
+  if (at.position_in_epoch > r.data.train.size()) {
+    throw Error(ErrorKind::Format,
+                "checkpoint '" + config.resume + "' is at sample " +
+                    std::to_string(at.position_in_epoch) + " of an epoch of " +
+                    std::to_string(r.data.train.size()),
+                "resume with the dataset and --train-subset the run was started with");
+  }
+  if (r.job.is_main()) {
+    r.write_description();
+    // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
+    if (keep_metrics_of_checkpoint(r.run_dir + "/metrics.jsonl", at) && resumed_inside_window)
+      r.update_already_logged = at.step + 1;
+  }
+}
+
+// The engine (and --bn-mode window's statistics pass) over the model and optimizer, with a
+// window restored from a mid-window checkpoint.
+void build_engine(TrainingRun& r, Console& console) {
+  r.precision = r.config.precision;
+  if (r.precision == Precision::Bf16) {
+    console.say(cpu_has_native_bf16()
+                    ? "precision: bf16 forward passes (autocast), fp32 weights, loss and gradient "
+                      "accumulation"
+                    : "warning: --precision bf16 on a CPU without native bf16 (no AVX-512 BF16 "
+                      "or AMX): emulated, likely slower than fp32");
+  }
+  EngineOptions engine_options{r.config.clip_norm, r.config.noise_scale};
+  engine_options.precision = r.precision;
+  r.engine =
+      std::make_unique<AccumulationEngine>(r.model, *r.optimizer, *r.reducer, engine_options);
+  if (r.config.bn_mode == BatchNormMode::Window && uses_batch_statistics(*r.model))
+    r.window_bn = std::make_unique<WindowBatchNorm>(r.model, kBatchNormMomentum, r.precision);
+  if (r.at.micro_step > 0)
+    r.engine->restore_window(r.partial.window, r.partial.gradients);
+}
+
+// --threads auto: 1 against the CPUs available, timed on a real micro-batch.
+void tune_threads(TrainingRun& r, Console& console) {
+  if (r.config.threads != 0) {
+    console.say("threads: " + std::to_string(r.threads) + " (--threads)");
+    return;
+  }
+  try {
+    BatchAssembler probe_batch(r.data.train, r.resolved.plan.micro_batch_size);
+    const ThreadChoice choice = measure_fastest_thread_count(
+        r.model,
+        probe_batch.gather(epoch_order(r.config.seed, 0, r.data.train.size(), Shuffle::Off), 0,
+                           r.resolved.plan.micro_batch_size),
+        r.threads);
+    r.threads = choice.threads;
+    console.say("threads: " + choice.describe());
+  } catch (const c10::OutOfMemoryError&) {
+    // The model's copy does not fit beside it; the training window's back-off handles the
+    // micro-batch itself.
+    console.say("threads: " + std::to_string(r.threads) +
+                " (not measured: a measuring copy of the model does not fit the memory budget)");
+  }
+  torch::set_num_threads(static_cast<int>(r.threads));
+  // The resolved configuration names the count, so --config repeats the run exactly.
+  r.config.threads = r.threads;
+  if (r.job.is_main())
+    atomic_write_file(r.run_dir + "/config.toml", render_toml_config(r.config));
+}
+
+}  // namespace
+
+JobPlace read_job_place() {
+  JobPlace job;
+  job.env = read_dist_environment(process_environment);
+  if (job.env) {
+    job.world_size = job.env->world_size;
+    job.rank = job.env->rank;
+  }
+  return job;
+}
+
+void TrainingRun::write_description() const {
+  atomic_write_file(run_dir + "/config.toml", render_toml_config(config));
+  atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved));
+}
+
+TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console) {
+  requested.validate();
+  TrainConfig resolved_config = requested;
+  start_memory_accounting(resolved_config);
+  const int64_t threads =
+      resolved_config.threads > 0 ? resolved_config.threads : default_thread_count();
+  const bool flushing_denormals = configure_cpu(resolved_config, threads);
+
+  DatasetSplits data = load_data_outside_budget(resolved_config);
+  auto reducer = make_reducer(job, resolved_config);
+  if (resolved_config.micro_batch_auto)
+    choose_micro_batch(resolved_config, data.train, job, *reducer, console);
+  // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
+  // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
+  ResolvedRun resolved = resolve_run(resolved_config, data.train.size(), job.world_size);
+  TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
+  TrainConfig& config = r.config;
+  r.reducer = std::move(reducer);
+  r.threads = threads;
+  r.run_dir = config.out.empty() ? default_run_directory() : config.out;
+  r.resuming = !config.resume.empty();
+  announce_run(r, flushing_denormals, console);
+
+  torch::manual_seed(config.seed);
+  r.model = build_model(config, r.data.train);
+  if (!config.init_weights.empty())
+    load_weights(config.init_weights, *r.model);
+  // Only now, with the data, the plan and the weights accepted, does a new run directory
+  // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
+  // rewrites its description only once the checkpoint has been accepted.
+  if (r.job.is_main() && !r.resuming) {
+    prepare_run_directory(r.run_dir);
+    r.write_description();
+  }
+  {
+    // Every rank starts from rank 0's weights, whatever its seed or file did.
+    std::vector<torch::Tensor> state;
+    for (auto& named : model_state(*r.model))
+      state.push_back(named.second);
+    torch::NoGradGuard no_grad;
+    r.reducer->broadcast_from_first_rank(state);
+  }
+  const double bn_momentum =
+      prepare_for_training(r.model, config, r.resolved.plan.accumulation_steps);
+  announce_batch_norm(r, bn_momentum, console);
+  if (r.resolved.total_updates == 0)
+    return r;  // --max-updates 0: the initial weights are the result
+
+  r.optimizer = build_optimizer(r, console);
+  r.identity = checkpoint_identity(config.model, config.hidden, config.dataset, r.data.train.size(),
+                                   r.resolved.plan.global_batch_size, config.seed, config.shuffle,
+                                   to_string(config.optimizer));
+  if (r.resuming)
+    resume_from_checkpoint(r, console);
+  if (r.job.is_main())
+    r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
+
+  build_engine(r, console);
+  tune_threads(r, console);
+  return r;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,115 @@
+#pragma once
+// The set-up level of `bigbatch train` (train/trainer.h): everything the fit loop needs,
+// resolved and built once before the first update — this process's place in the job, the
+// data, the resolved plan, the run directory, model, optimizer, reducer and engine, and the
+// progress to continue from (a fresh run's zeros, or a checkpoint's).
+//
+//   Console console(/*is_main=*/true, ProgressMode::Auto);
+//   TrainingRun run = set_up_training(config, console);
+//   FitLoop(run, console).run();
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "config/resolved_run.h"
+#include "config/train_config.h"
+#include "data/dataset.h"
+#include "dist/environment.h"
+#include "dist/gradient_reducer.h"
+#include "report/metrics_writer.h"
+#include "report/progress.h"
+#include "state/training_progress.h"
+#include "train/accumulation_engine.h"
+#include "train/precision.h"
+#include "train/window_batch_norm.h"
+
+namespace bigbatch {
+
+// Messages and the progress display, from rank 0 only: the other ranks of a job train silently.
+class Console {
+ public:
+  Console(bool is_main, ProgressMode mode)
+      : is_main_(is_main), progress_(is_main ? mode : ProgressMode::Off, stderr) {}
+  void say(const std::string& line) {
+    if (is_main_)
+      progress_.message(line);
+  }
+  void show(const ProgressState& state) {
+    if (is_main_)
+      progress_.update(state);
+  }
+
+ private:
+  bool is_main_;
+  Progress progress_;
+};
+
+// This process's place in the job: one process, or a rank of a launcher's job.
+struct JobPlace {
+  std::optional<DistEnvironment> env;
+  int64_t world_size = 1;
+  int64_t rank = 0;
+  bool is_main() const { return rank == 0; }  // only rank 0 talks, writes and evaluates
+};
+JobPlace read_job_place();
+
+struct TrainingRun {
+  TrainingRun(TrainConfig config_in, JobPlace job_in, DatasetSplits data_in,
+              ResolvedRun resolved_in)
+      : config(std::move(config_in)),
+        job(std::move(job_in)),
+        data(std::move(data_in)),
+        resolved(std::move(resolved_in)) {}
+
+  // The configuration with what the run resolved written back (a measured micro-batch, the
+  // thread count), so config.toml repeats the run exactly.
+  TrainConfig config;
+  JobPlace job;
+  DatasetSplits data;
+  // The plan, schedule and length; its micro-batch may shrink (an out-of-memory back-off) and a
+  // ramp moves its global batch, so it is the fit loop's to change.
+  ResolvedRun resolved;
+  std::string run_dir;
+  bool resuming = false;
+  Precision precision = Precision::Fp32;
+
+  std::unique_ptr<GradientReducer> reducer;
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<AccumulationEngine> engine;
+  // --bn-mode window on a model with BatchNorm: each window's statistics pass.
+  std::unique_ptr<WindowBatchNorm> window_bn;
+  std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
+
+  // What a checkpoint must match to be resumed into this run.
+  nlohmann::json identity;
+  // Where the run stands: zeros, or the checkpoint's counters (and its open window).
+  TrainingProgress at;
+  PartialWindow partial;
+  // The update whose announcements metrics.jsonl already holds: one a checkpoint inside its
+  // window was taken in, when the file was cut back exactly to that checkpoint (-1: none).
+  int64_t update_already_logged = -1;
+  // The resolved --threads (measured when auto).
+  int64_t threads = 1;
+
+  // Writes config.toml and plan.txt (rank 0).
+  void write_description() const;
+};
+
+// Resolves and builds the run. Bad input is a bigbatch::Error before anything is written: a
+// new run directory appears only once the data, the plan and the weights are accepted.
+TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console);
+
+// Evaluation needs no saved activations, so it may run in larger batches than training; but not
+// so large that one activation passes glibc's largest mmap threshold (32 MiB, which bigbatch
+// sets): such blocks are mapped, faulted in page by page and unmapped again for every batch.
+// At 1000 the cnn's first activation is 83 MiB; at 250 it is 21 MiB, and evaluating the 10,000
+// test images took ~0.6 s less with 660,000 fewer page faults (measured, 2 threads).
+inline constexpr int64_t kEvalBatchSize = 250;
+
+}  // namespace bigbatch
