@@ -1,0 +1,195 @@
+#include "data/text_corpus.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace bigbatch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool only_whitespace(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  });
+}
+
+// The line without its line ending ("\n" or "\r\n").
+std::string_view bare(std::string_view line) {
+  if (!line.empty() && line.back() == '\n')
+    line.remove_suffix(1);
+  if (!line.empty() && line.back() == '\r')
+    line.remove_suffix(1);
+  return line;
+}
+
+void append_document(std::vector<std::string>& documents, std::string_view text) {
+  if (!only_whitespace(text))
+    documents.emplace_back(text);
+}
+
+// Bytes of `documents` as [eot, bytes..., eot, bytes..., eot]: one stream.
+std::vector<int32_t> token_stream(const std::vector<std::string>& documents) {
+  std::vector<int32_t> stream;
+  stream.push_back(kEndOfText);
+  for (const auto& document : documents) {
+    for (unsigned char byte : document)
+      stream.push_back(byte);
+    stream.push_back(kEndOfText);
+  }
+  return stream;
+}
+
+void check_seq_len(int64_t seq_len) {
+  if (seq_len < 2) {
+    throw Error(ErrorKind::Config, "--seq-len must be at least 2, got " + std::to_string(seq_len),
+                "e.g. --seq-len 256");
+  }
+}
+
+// Appends one row from tokens[0, count) (count <= width + 1): inputs the first count - 1,
+// targets the last count - 1.
+void append_row(TokenRows& rows, const int32_t* tokens, int64_t count) {
+  const int64_t width = rows.width;
+  const int64_t targets = count - 1;
+  int64_t bytes = 0;
+  for (int64_t t = 0; t < width; ++t) {
+    const bool real = t < targets;
+    rows.inputs.push_back(real ? tokens[t] : kEndOfText);
+    rows.targets.push_back(real ? tokens[t + 1] : kIgnoreTarget);
+    bytes += real && tokens[t + 1] != kEndOfText;
+  }
+  rows.lengths.push_back(targets);
+  rows.bytes.push_back(bytes);
+}
+
+}  // namespace
+
+std::vector<std::string> split_documents(std::string_view text, const std::string& separator,
+                                         int64_t* separator_lines) {
+  std::vector<std::string> documents;
+  int64_t separators = 0;
+  const bool each_line = separator == "line";
+  const bool blank = separator == "blank";
+  size_t document_begin = 0;
+  size_t position = 0;
+  while (position < text.size()) {
+    size_t end = text.find('\n', position);
+    end = end == std::string_view::npos ? text.size() : end + 1;
+    const std::string_view line = text.substr(position, end - position);
+    if (each_line) {
+      append_document(documents, bare(line));
+      document_begin = end;
+    } else if (blank ? only_whitespace(line) : bare(line) == separator) {
+      ++separators;
+      append_document(documents, text.substr(document_begin, position - document_begin));
+      document_begin = end;
+    }
+    position = end;
+  }
+  if (document_begin < text.size())
+    append_document(documents, text.substr(document_begin));
+  if (separator_lines)
+    *separator_lines = separators;
+  return documents;
+}
+
+TextCorpus read_text_corpus(const std::string& path, const std::string& separator) {
+  std::error_code error;
+  const auto status = fs::status(path, error);
+  if (error || !fs::exists(status)) {
+    throw Error(ErrorKind::Data, "text corpus '" + path + "' does not exist",
+                path.find("fortunes") != std::string::npos
+                    ? "install it with: apt-get install fortunes"
+                    : "point --dataset text:PATH at a text file or a directory of them");
+  }
+  std::vector<fs::path> files;
+  if (fs::is_directory(status)) {
+    for (const auto& entry : fs::directory_iterator(path, error))
+      files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  TextCorpus corpus;
+  std::set<fs::path> seen;
+  int64_t separators_seen = 0;
+  for (const auto& file : files) {
+    if (!fs::is_regular_file(file, error))
+      continue;  // subdirectories, sockets, broken links
+    const fs::path canonical = fs::canonical(file, error);
+    if (error || !seen.insert(canonical).second) {
+      ++corpus.skipped_files;  // a link to a file already read (fortune's .u8 names)
+      continue;
+    }
+    const std::string text = read_text_file(file.string());
+    if (text.find('\0') != std::string::npos) {
+      ++corpus.skipped_files;  // binary: fortune's strfile indexes (.dat)
+      continue;
+    }
+    ++corpus.files;
+    int64_t separators = 0;
+    auto documents = split_documents(text, separator, &separators);
+    separators_seen += separators;
+    for (auto& document : documents) {
+      corpus.bytes += static_cast<int64_t>(document.size());
+      corpus.documents.push_back(std::move(document));
+    }
+  }
+  if (corpus.files == 0) {
+    throw Error(ErrorKind::Data, "text corpus '" + path + "' holds no text files",
+                "point --dataset text:PATH at a text file or a directory of them");
+  }
+  if (corpus.documents.empty()) {
+    throw Error(ErrorKind::Data, "text corpus '" + path + "' holds no text (only whitespace)",
+                "use a corpus with text in it");
+  }
+  if (separators_seen == 0 && separator != "line" && corpus.files == 1) {
+    throw Error(ErrorKind::Data,
+                "text corpus '" + path + "' never has a separator line '" + separator +
+                    "': it would be one document of " + std::to_string(corpus.bytes) + " bytes",
+                "give the corpus's separator with --doc-separator LINE, or --doc-separator blank "
+                "or line");
+  }
+  return corpus;
+}
+
+TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len) {
+  check_seq_len(seq_len);
+  TokenRows rows;
+  rows.width = seq_len;
+  std::vector<int32_t> tokens;
+  for (const auto& document : documents) {
+    tokens.assign(1, kEndOfText);
+    for (unsigned char byte : document)
+      tokens.push_back(byte);
+    tokens.push_back(kEndOfText);
+    int64_t count = static_cast<int64_t>(tokens.size());
+    if (count > seq_len + 1) {
+      ++rows.cut_documents;
+      count = seq_len + 1;
+    }
+    append_row(rows, tokens.data(), count);
+  }
+  return rows;
+}
+
+TokenRows packed_rows(const std::vector<std::string>& documents, int64_t seq_len) {
+  check_seq_len(seq_len);
+  TokenRows rows;
+  rows.width = seq_len;
+  const std::vector<int32_t> stream = token_stream(documents);
+  // Block b covers stream[b * seq_len, b * seq_len + seq_len + 1): its last target is the next
+  // block's first input, so every token after the first is predicted exactly once.
+  const int64_t total = static_cast<int64_t>(stream.size());
+  for (int64_t begin = 0; begin + seq_len + 1 <= total; begin += seq_len)
+    append_row(rows, stream.data() + begin, seq_len + 1);
+  return rows;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,67 @@
+#pragma once
+// Text for language models, torch-free: a file or a directory of files cut into documents,
+// the built-in byte tokenizer, and the fixed-width token rows the trainer batches.
+//
+// Documents: a file is cut on separator lines (by default a line holding only "%", the
+// fortune format; "blank" cuts on blank lines, "line" makes every line a document, any other
+// text is a literal separator line). A directory contributes its regular files in name order;
+// symbolic links to files already read and binary files (a NUL byte: fortune's .dat indexes)
+// are skipped and counted.
+//
+// Tokens: the byte tokenizer maps each byte to its value and adds one end-of-text token (256):
+// vocabulary 257. A document becomes [eot, bytes..., eot]; its targets are the tokens after
+// each position (the shift), so the model predicts every byte and the document's end.
+//
+//   TextCorpus corpus = read_text_corpus("/usr/share/games/fortunes", "%");
+//   TokenRows rows = document_rows(corpus.documents, /*seq_len=*/256);
+//   rows.targets[r * rows.width + t];  // kIgnoreTarget past the row's length
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bigbatch {
+
+inline constexpr int64_t kByteVocabulary = 257;
+inline constexpr int32_t kEndOfText = 256;
+// PyTorch's cross_entropy ignore_index default: targets of padding.
+inline constexpr int32_t kIgnoreTarget = -100;
+
+struct TextCorpus {
+  std::vector<std::string> documents;  // in file order, none empty
+  int64_t files = 0;                   // files read
+  int64_t skipped_files = 0;           // binary files and links to files already read
+  int64_t bytes = 0;                   // bytes in the documents
+};
+
+// Cuts `text` into documents on `separator` ("%" by default; "blank", "line", or a literal
+// line). Lines keep their newlines inside a document; the separator lines themselves and
+// documents that are empty or only whitespace are dropped. `separator_lines` (if given) gets
+// how many separators were found.
+std::vector<std::string> split_documents(std::string_view text, const std::string& separator,
+                                         int64_t* separator_lines = nullptr);
+
+// Reads a file or a directory; throws bigbatch::Error (Data) for a path that is not there, a
+// directory with no text, or a corpus without documents (naming the separator when it never
+// occurred).
+TextCorpus read_text_corpus(const std::string& path, const std::string& separator);
+
+// Samples of `width` = seq_len positions each: inputs (padded with end-of-text) and targets
+// (padded with kIgnoreTarget), row-major.
+struct TokenRows {
+  int64_t width = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+  std::vector<int64_t> lengths;  // target tokens per row (the row's items)
+  std::vector<int64_t> bytes;    // text bytes among them (end-of-text excluded)
+  int64_t cut_documents = 0;     // documents longer than a row, cut at seq_len + 1 tokens
+  int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
+};
+
+// --sequences documents: each document one row, cut at seq_len + 1 tokens.
+TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len);
+// --sequences packed: documents joined by end-of-text into one stream, cut into blocks of
+// seq_len + 1 tokens (nanoGPT, Megatron); the tail that fills no block is dropped.
+TokenRows packed_rows(const std::vector<std::string>& documents, int64_t seq_len);
+
+}  // namespace bigbatch
