@@ -11,7 +11,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
   python3-torch python3-numpy
   chromium python3-pil
 )

@@ -1,4 +1,5 @@
 // `bigbatch train`: a run from flags (and --config), or one continued with --resume.
+#include <algorithm>
 #include <cstdio>
 
 #include "checkpoint/checkpoint_paths.h"
@@ -30,7 +31,16 @@ class TrainCommand final : public Subcommand {
     if (!result.is_main_rank)
       return kExitOk;
     std::printf("run directory: %s\n", result.run_dir.c_str());
-    if (result.updates > 0) {
+    if (result.updates > 0 && result.language_model) {
+      std::printf(
+          "held-out loss %.4f per token, %.4f bits per byte, after %lld updates, %lld samples "
+          "(%lld tokens); training %s at %s tokens/s, %s in all\n",
+          result.val_loss, result.val_bits_per_byte, static_cast<long long>(result.updates),
+          static_cast<long long>(result.samples_seen), static_cast<long long>(result.items_seen),
+          human_duration(result.train_seconds).c_str(),
+          human_count(double(result.items_seen) / std::max(1e-9, result.train_seconds)).c_str(),
+          human_duration(result.total_seconds).c_str());
+    } else if (result.updates > 0) {
       std::printf(
           "test accuracy %.2f%% (loss %.4f) after %lld updates, %lld samples; training %s at "
           "%s samples/s, %s in all\n",

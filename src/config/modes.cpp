@@ -10,12 +10,33 @@ const NameTable<BuiltinModel>& builtin_model_names() {
                                              {{BuiltinModel::Mlp, "mlp"},
                                               {BuiltinModel::Cnn, "cnn"},
                                               {BuiltinModel::CnnBn, "cnn-bn"},
-                                              {BuiltinModel::CnnGn, "cnn-gn"}}};
+                                              {BuiltinModel::CnnGn, "cnn-gn"},
+                                              {BuiltinModel::Gpt, "gpt"}}};
   return table;
 }
 
 bool has_batch_norm_layers(const std::string& model) {
   return model == builtin_model_names().name(BuiltinModel::CnnBn);
+}
+
+bool is_sequence_model(const std::string& model) {
+  return model == builtin_model_names().name(BuiltinModel::Gpt);
+}
+
+const NameTable<TaskKind>& task_names() {
+  static const NameTable<TaskKind> table{
+      "--task",
+      "--task",
+      {{TaskKind::Auto, "auto"}, {TaskKind::Classify, "classify"}, {TaskKind::Lm, "lm"}}};
+  return table;
+}
+
+const NameTable<SequenceMode>& sequence_mode_names() {
+  static const NameTable<SequenceMode> table{
+      "--sequences",
+      "--sequences",
+      {{SequenceMode::Documents, "documents"}, {SequenceMode::Packed, "packed"}}};
+  return table;
 }
 
 const NameTable<OptimizerKind>& optimizer_names() {

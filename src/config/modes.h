@@ -13,10 +13,25 @@
 namespace bigbatch {
 
 // The built-in models (models/models.h builds them).
-enum class BuiltinModel { Mlp, Cnn, CnnBn, CnnGn };
+enum class BuiltinModel { Mlp, Cnn, CnnBn, CnnGn, Gpt };
 const NameTable<BuiltinModel>& builtin_model_names();
 // Whether the named model has BatchNorm layers of its own (before any --norm rewrite).
 bool has_batch_norm_layers(const std::string& model);
+// Whether the named model reads token sequences (a language model) rather than images.
+bool is_sequence_model(const std::string& model);
+
+// What a sample and an item are (docs/design.md, "Tasks"): classify (an image and its label:
+// items = samples, accuracy) or lm (a token sequence: items = its target tokens after the
+// shift, padding excluded; loss per token, bits per byte). auto: from the dataset.
+enum class TaskKind { Auto, Classify, Lm };
+const NameTable<TaskKind>& task_names();
+inline const char* to_string(TaskKind kind) { return task_names().name(kind); }
+
+// How a text corpus becomes samples: each document one sample (padded per micro-batch, cut at
+// --seq-len), or documents joined by end-of-text and cut into blocks of --seq-len + 1.
+enum class SequenceMode { Documents, Packed };
+const NameTable<SequenceMode>& sequence_mode_names();
+inline const char* to_string(SequenceMode mode) { return sequence_mode_names().name(mode); }
 
 enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
 const NameTable<OptimizerKind>& optimizer_names();

@@ -126,7 +126,9 @@ std::vector<OptionSpec> build_table() {
   // What `bigbatch fit` measures: the model, its input, the optimizer's state, the threads.
   const unsigned train_and_fit = kTrainCommand | kFitCommand;
   std::vector<OptionSpec> t;
-  t.push_back(string_option("model", "model: mlp, cnn, cnn-bn (BatchNorm) or cnn-gn (GroupNorm)",
+  t.push_back(string_option("model",
+                            "model: mlp, cnn, cnn-bn (BatchNorm) or cnn-gn (GroupNorm) for "
+                            "images; gpt (a decoder-only transformer) for text",
                             "NAME", &TrainConfig::model, train_and_fit));
   {
     OptionSpec s{"hidden", "mlp hidden layer widths, comma-separated",
@@ -152,11 +154,36 @@ std::vector<OptionSpec> build_table() {
                             "in updates at any accumulation)",
                             &TrainConfig::bn_momentum_correction, false));
   t.push_back(string_option("dataset",
-                            "fashion-mnist, or idx:DIR for any directory of MNIST-format files",
+                            "fashion-mnist, idx:DIR for any directory of MNIST-format files, or "
+                            "text:PATH for a text file or directory (a language-model corpus)",
                             "NAME", &TrainConfig::dataset, train_and_fit));
+  t.push_back(enum_option("task",
+                          "what the mean is over: classify (samples) or lm (next-token "
+                          "prediction: target tokens); auto takes the dataset's",
+                          &TrainConfig::task, &task_names, train_and_fit));
+  t.push_back(string_option("doc-separator",
+                            "text:PATH: the line that separates documents (fortune's %), blank "
+                            "(blank lines) or line (one document per line)",
+                            "LINE", &TrainConfig::doc_separator, train_and_fit));
+  t.push_back(enum_option("sequences",
+                          "text:PATH: documents (each document a sample, padded per micro-batch "
+                          "to its longest, cut at --seq-len) or packed (documents joined by "
+                          "end-of-text, cut into blocks of --seq-len + 1 tokens)",
+                          &TrainConfig::sequences, &sequence_mode_names, train_and_fit));
+  t.push_back(int_option("seq-len", "tokens per sample (and the gpt's positions)",
+                         &TrainConfig::seq_len, train_and_fit));
+  t.push_back(int_option("layers", "gpt: transformer blocks", &TrainConfig::layers, train_and_fit));
+  t.push_back(int_option("d-model", "gpt: width of the residual stream", &TrainConfig::d_model,
+                         train_and_fit));
+  t.push_back(int_option("heads", "gpt: attention heads (dividing --d-model)",
+                         &TrainConfig::heads, train_and_fit));
+  t.push_back(double_option("dropout", "gpt: dropout probability in training",
+                            &TrainConfig::dropout, train_and_fit));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
                          &TrainConfig::train_subset));
-  t.push_back(int_option("val-size", "hold out the last N training samples for validation",
+  t.push_back(int_option("val-size",
+                         "hold out N training samples for validation (images: the last N; text: "
+                         "N documents or blocks chosen by the seed, default 2% up to 1000)",
                          &TrainConfig::val_size));
   t.push_back(optional_int_option("global-batch",
                                   "effective batch per update (micro x accumulation x ranks)",

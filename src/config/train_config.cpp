@@ -30,9 +30,40 @@ void TrainConfig::validate() const {
         "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
         "gain already follows a larger batch",
         "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
-  check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0,
+  check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_text_dataset(),
         "dataset '" + dataset + "' is not known",
-        "use --dataset fashion-mnist or --dataset idx:DIR");
+        "use --dataset fashion-mnist, idx:DIR (MNIST-format images) or text:PATH (a text file "
+        "or a directory of them)");
+  check(!is_text_dataset() || dataset.size() > 5, "--dataset text: names no path",
+        "e.g. --dataset text:/usr/share/games/fortunes");
+  check(task != TaskKind::Lm || is_text_dataset(),
+        "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
+        "use --dataset text:PATH, or --task classify");
+  check(task != TaskKind::Classify || !is_text_dataset(),
+        "--task classify needs labelled images, but dataset '" + dataset + "' is text",
+        "use --task lm (or leave --task out) with --model gpt");
+  if (task_kind() == TaskKind::Lm) {
+    check(is_sequence_model(model),
+          "model '" + model + "' classifies images; a language model (" + dataset +
+              ") needs a sequence model",
+          "use --model gpt");
+  } else {
+    check(!is_sequence_model(model),
+          "model '" + model + "' is a language model; dataset '" + dataset +
+              "' holds labelled images",
+          "use --model mlp, cnn, cnn-bn or cnn-gn, or --dataset text:PATH");
+  }
+  check(seq_len >= 2, "--seq-len must be at least 2, got " + std::to_string(seq_len),
+        "e.g. --seq-len 256");
+  check(!doc_separator.empty(), "--doc-separator is empty",
+        "give the separator line, e.g. --doc-separator %, or blank or line");
+  check(layers >= 1, "--layers must be at least 1", "e.g. --layers 4");
+  check(d_model >= 1 && heads >= 1 && d_model % heads == 0,
+        "--d-model " + std::to_string(d_model) + " does not split into --heads " +
+            std::to_string(heads),
+        "give a --d-model that --heads divides, e.g. --d-model 128 --heads 4");
+  check(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got " + format_double(dropout),
+        "e.g. --dropout 0.1");
   check(train_subset >= 0, "--train-subset must be zero (all) or positive",
         "e.g. --train-subset 1000");
   check(val_size >= 0, "--val-size must be zero or positive", "e.g. --val-size 5000");
@@ -85,6 +116,12 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
   request.accumulation_steps = accum_steps;
   request.world_size = world_size;
   return request;
+}
+
+TaskKind TrainConfig::task_kind() const {
+  if (task != TaskKind::Auto)
+    return task;
+  return is_text_dataset() ? TaskKind::Lm : TaskKind::Classify;
 }
 
 std::string TrainConfig::dataset_directory() const {

@@ -26,7 +26,18 @@ struct TrainConfig {
   BatchNormMode bn_mode = BatchNormMode::Micro;
   NormKind norm = NormKind::Batch;
   bool bn_momentum_correction = true;     // running statistics keep their horizon in updates
-  std::string dataset = "fashion-mnist";  // or idx:DIR
+  std::string dataset = "fashion-mnist";  // or idx:DIR, or text:PATH
+  TaskKind task = TaskKind::Auto;         // resolved by task_kind()
+  // Text (text:PATH): documents cut on this separator line ("%", "blank", "line" or a line),
+  // as samples of --seq-len tokens (documents, or packed blocks).
+  std::string doc_separator = "%";
+  SequenceMode sequences = SequenceMode::Documents;
+  int64_t seq_len = 256;
+  // gpt (models/gpt.h).
+  int64_t layers = 4;
+  int64_t d_model = 128;
+  int64_t heads = 4;
+  double dropout = 0.0;
   int64_t train_subset = 0;               // 0: the whole training set
   int64_t val_size = 0;                   // held out from the end of the training set
 
@@ -105,8 +116,13 @@ struct TrainConfig {
   void validate() const;
 
   BatchRequest batch_request(int64_t world_size) const;
-  // The dataset directory named by `dataset`.
+  // The dataset directory named by `dataset` (fashion-mnist, idx:DIR).
   std::string dataset_directory() const;
+  // text:PATH's path.
+  bool is_text_dataset() const { return dataset.rfind("text:", 0) == 0; }
+  std::string text_path() const { return dataset.substr(5); }
+  // --task, or the dataset's (text: lm; images: classify).
+  TaskKind task_kind() const;
 };
 
 }  // namespace bigbatch

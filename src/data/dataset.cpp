@@ -7,11 +7,51 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "data/idx_reader.h"
+#include "data/sampler.h"
+#include "data/text_corpus.h"
 
 namespace bigbatch {
 
+int64_t TensorDataset::items(int64_t begin, int64_t end) const {
+  if (!is_tokens())
+    return end - begin;
+  int64_t total = 0;
+  for (int64_t row = begin; row < end; ++row)
+    total += lengths[size_t(row)];
+  return total;
+}
+
 TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
-  return {inputs.slice(0, begin, end), targets.slice(0, begin, end)};
+  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}};
+  if (is_tokens()) {
+    out.lengths.assign(lengths.begin() + begin, lengths.begin() + end);
+    out.bytes.assign(bytes.begin() + begin, bytes.begin() + end);
+  }
+  return out;
+}
+
+TensorDataset TensorDataset::select(const std::vector<int64_t>& rows) const {
+  const auto index = torch::tensor(rows, torch::kInt64);
+  TensorDataset out{inputs.index_select(0, index), targets.index_select(0, index), {}, {}};
+  if (is_tokens()) {
+    for (int64_t row : rows) {
+      out.lengths.push_back(lengths[size_t(row)]);
+      out.bytes.push_back(bytes[size_t(row)]);
+    }
+  }
+  return out;
+}
+
+Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end) {
+  Batch batch{data.inputs.slice(0, begin, end), data.targets.slice(0, begin, end),
+              data.items(begin, end)};
+  if (data.is_tokens()) {
+    const int64_t longest =
+        *std::max_element(data.lengths.begin() + begin, data.lengths.begin() + end);
+    batch.inputs = batch.inputs.narrow(1, 0, std::max<int64_t>(1, longest));
+    batch.targets = batch.targets.narrow(1, 0, std::max<int64_t>(1, longest));
+  }
+  return batch;
 }
 
 namespace {
@@ -103,14 +143,89 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
   return splits;
 }
 
+TensorDataset token_dataset(const TokenRows& rows) {
+  const int64_t n = rows.rows();
+  TensorDataset data;
+  data.inputs = torch::tensor(rows.inputs, torch::kInt32).to(torch::kInt64).view({n, rows.width});
+  data.targets = torch::tensor(rows.targets, torch::kInt32).to(torch::kInt64).view({n, rows.width});
+  data.lengths = rows.lengths;
+  data.bytes = rows.bytes;
+  return data;
+}
+
+DatasetSplits load_text_dataset(const std::string& path, const std::string& separator,
+                                bool packed, int64_t seq_len, int64_t train_subset,
+                                int64_t val_size, uint64_t seed) {
+  const TextCorpus corpus = read_text_corpus(path, separator);
+  const TokenRows rows =
+      packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
+  const int64_t n = rows.rows();
+  if (n < 2) {
+    throw Error(ErrorKind::Data,
+                "text corpus '" + path + "' makes " + std::to_string(n) + " sample(s) of " +
+                    std::to_string(seq_len + 1) + " tokens: too few to train and validate",
+                packed ? "use a larger corpus, a smaller --seq-len, or --sequences documents"
+                       : "use a larger corpus");
+  }
+  const TensorDataset all = token_dataset(rows);
+  // Held out by the seed (an order no epoch uses), so every run with the seed holds out the
+  // same samples; the rest keep corpus order.
+  const int64_t held_out =
+      val_size > 0 ? val_size : std::clamp<int64_t>(n / 50, int64_t{1}, int64_t{1000});
+  if (held_out >= n) {
+    throw Error(ErrorKind::Config,
+                "--val-size " + std::to_string(held_out) + " leaves no training samples (" +
+                    std::to_string(n) + " available)",
+                "use a --val-size below " + std::to_string(n));
+  }
+  constexpr int64_t kHoldOutEpoch = -1;
+  const auto shuffled = epoch_order(seed, kHoldOutEpoch, n, Shuffle::On);
+  std::vector<int64_t> validation(shuffled.begin(), shuffled.begin() + held_out);
+  std::vector<int64_t> train(shuffled.begin() + held_out, shuffled.end());
+  std::sort(validation.begin(), validation.end());
+  std::sort(train.begin(), train.end());
+  if (train_subset > 0) {
+    if (train_subset > int64_t(train.size())) {
+      throw Error(ErrorKind::Config,
+                  "--train-subset " + std::to_string(train_subset) +
+                      " is larger than the training set (" + std::to_string(train.size()) +
+                      " samples)",
+                  "use --train-subset " + std::to_string(train.size()) + " or less, or 0 for all");
+    }
+    train.resize(size_t(train_subset));
+  }
+  DatasetSplits splits;
+  splits.train = all.select(train);
+  splits.validation = all.select(validation);
+  {
+    splits.description = std::to_string(corpus.documents.size()) + " documents (" +
+               std::to_string(corpus.bytes) + " bytes) from " + std::to_string(corpus.files) +
+               " file(s)" +
+               (corpus.skipped_files > 0
+                    ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
+                    : std::string()) +
+               "; " +
+               (packed ? std::to_string(n) + " packed blocks of " + std::to_string(seq_len + 1) +
+                             " tokens"
+                       : std::to_string(n) + " document samples, " +
+                             std::to_string(rows.cut_documents) + " cut at " +
+                             std::to_string(seq_len + 1) + " tokens") +
+               "; byte tokenizer (vocabulary " + std::to_string(kByteVocabulary) + ")";
+  }
+  return splits;
+}
+
 BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background)
     : dataset_(dataset) {
   std::vector<int64_t> input_shape = {capacity};
   for (int64_t d = 1; d < dataset.inputs.dim(); ++d)
     input_shape.push_back(dataset.inputs.size(d));
+  std::vector<int64_t> target_shape = {capacity};
+  for (int64_t d = 1; d < dataset.targets.dim(); ++d)
+    target_shape.push_back(dataset.targets.size(d));
   for (Slot& slot : slots_) {
     slot.inputs = torch::empty(input_shape, dataset.inputs.options());
-    slot.targets = torch::empty({capacity}, dataset.targets.options());
+    slot.targets = torch::empty(target_shape, dataset.targets.options());
   }
   // Rows are copied as bytes, which needs rows laid out one after another.
   BB_INTERNAL_ASSERT(dataset.inputs.is_contiguous() && dataset.targets.is_contiguous(),
@@ -134,7 +249,8 @@ void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) 
   const int64_t n = dataset_.inputs.size(0);
   const size_t input_row =
       size_t(dataset_.inputs.numel() / std::max<int64_t>(1, n)) * dataset_.inputs.element_size();
-  const size_t target_row = dataset_.targets.element_size();
+  const size_t target_row =
+      size_t(dataset_.targets.numel() / std::max<int64_t>(1, n)) * dataset_.targets.element_size();
   const auto* inputs = static_cast<const char*>(dataset_.inputs.data_ptr());
   const auto* targets = static_cast<const char*>(dataset_.targets.data_ptr());
   auto* input_out = static_cast<char*>(slot.inputs.data_ptr());
@@ -146,6 +262,26 @@ void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) 
     std::memcpy(target_out + size_t(i) * target_row, targets + size_t(row) * target_row,
                 target_row);
   }
+  if (dataset_.is_tokens()) {
+    slot.items = 0;
+    slot.longest = 1;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t length = dataset_.lengths[size_t(index[i])];
+      slot.items += length;
+      slot.longest = std::max(slot.longest, length);
+    }
+  } else {
+    slot.items = count;
+  }
+}
+
+Batch BatchAssembler::batch_in(const Slot& slot, int64_t count) const {
+  Batch batch{slot.inputs.narrow(0, 0, count), slot.targets.narrow(0, 0, count), slot.items};
+  if (dataset_.is_tokens()) {
+    batch.inputs = batch.inputs.narrow(1, 0, slot.longest);
+    batch.targets = batch.targets.narrow(1, 0, slot.longest);
+  }
+  return batch;
 }
 
 Batch BatchAssembler::gather(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
@@ -156,7 +292,7 @@ Batch BatchAssembler::gather(const std::vector<int64_t>& order, int64_t begin, i
   drain();
   copy_into(slots_[0], order.data() + begin, count);
   next_slot_ = 1;
-  return {slots_[0].inputs.narrow(0, 0, count), slots_[0].targets.narrow(0, 0, count)};
+  return batch_in(slots_[0], count);
 }
 
 void BatchAssembler::prefetch(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
@@ -192,7 +328,17 @@ Batch BatchAssembler::take() {
   pending_slot_ = -1;
   if (error_)
     std::rethrow_exception(std::exchange(error_, nullptr));
-  return {slot.inputs.narrow(0, 0, count), slot.targets.narrow(0, 0, count)};
+  return batch_in(slot, count);
+}
+
+int64_t BatchAssembler::items(const std::vector<int64_t>& order, int64_t begin,
+                              int64_t count) const {
+  if (!dataset_.is_tokens())
+    return count;
+  int64_t total = 0;
+  for (int64_t i = begin; i < begin + count; ++i)
+    total += dataset_.lengths[size_t(order[size_t(i)])];
+  return total;
 }
 
 void BatchAssembler::drain() {

@@ -1,6 +1,7 @@
 #pragma once
-// In-memory image-classification datasets as tensors, and the assembly of micro-batches from
-// positions in the epoch order into preallocated buffers (no allocation per micro-step).
+// In-memory datasets as tensors — labelled images, or token rows of a text corpus — and the
+// assembly of micro-batches from positions in the epoch order into preallocated buffers (no
+// allocation per micro-step).
 //
 //   DatasetSplits data = load_idx_dataset(dir, /*train_subset=*/0, /*val_size=*/5000);
 //   BatchAssembler assembler(data.train, /*capacity=*/32);
@@ -16,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "data/text_corpus.h"
+
 namespace bigbatch {
 
 // Fashion-MNIST's training-set pixel mean and standard deviation (of pixel / 255).
@@ -24,16 +27,27 @@ inline constexpr double kPixelStd = 0.3530;
 inline constexpr int64_t kIdxClasses = 10;
 
 struct TensorDataset {
-  torch::Tensor inputs;   // [N, 1, H, W] float32, normalised
-  torch::Tensor targets;  // [N] int64 class labels
+  torch::Tensor inputs;   // [N, 1, H, W] float32 images, normalised; or [N, T] int64 tokens
+  torch::Tensor targets;  // [N] int64 class labels; or [N, T] int64 next tokens (the shift),
+                          // kIgnoreTarget past a row's length
+  // Token rows only (empty for images, whose items are their samples): target tokens per row
+  // (the row's items) and the text bytes among them (for bits per byte).
+  std::vector<int64_t> lengths{};
+  std::vector<int64_t> bytes{};
+
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+  bool is_tokens() const { return !lengths.empty(); }
+  // Items of rows [begin, end): what the mean is taken over.
+  int64_t items(int64_t begin, int64_t end) const;
   TensorDataset slice(int64_t begin, int64_t end) const;
+  TensorDataset select(const std::vector<int64_t>& rows) const;
 };
 
 struct DatasetSplits {
   TensorDataset train;
   TensorDataset validation;  // empty unless val_size > 0
-  TensorDataset test;
+  TensorDataset test;        // empty for text corpora: validation is their held-out split
+  std::string description;   // what was read, for the start of a run (text corpora)
 };
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`. train_subset > 0
@@ -41,11 +55,26 @@ struct DatasetSplits {
 DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
                                int64_t val_size);
 
+// A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it).
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
+  int64_t items = 0;  // what the mean is over: samples, or the target tokens that are not padding
   int64_t size() const { return targets.size(0); }
 };
+
+// Rows [begin, end) of `data` as a batch (evaluation).
+Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
+
+// Token rows (data/text_corpus.h) as a dataset: inputs and targets [rows, width] int64.
+TensorDataset token_dataset(const TokenRows& rows);
+
+// text:PATH as token rows (data/text_corpus.h): documents or packed blocks of `seq_len`, and
+// `val_size` of them held out for validation, chosen by `seed` (0: 2%, at least 1, at most
+// 1000); `description` says what was read.
+DatasetSplits load_text_dataset(const std::string& path, const std::string& separator,
+                                bool packed, int64_t seq_len, int64_t train_subset,
+                                int64_t val_size, uint64_t seed);
 
 // Gathers the samples at order[begin, begin + count) into buffers allocated once (no
 // allocation per micro-batch). Two ways:
@@ -71,14 +100,19 @@ class BatchAssembler {
   Batch take();
   // Waits for an outstanding prefetch and forgets it (a window left early).
   void drain();
+  // Items of the samples at order[begin, begin + count): what their mean is taken over.
+  int64_t items(const std::vector<int64_t>& order, int64_t begin, int64_t count) const;
   bool background() const { return worker_.joinable(); }
 
  private:
   struct Slot {
     torch::Tensor inputs;
     torch::Tensor targets;
+    int64_t items = 0;    // of the rows last copied in
+    int64_t longest = 0;  // token rows: the longest of them
   };
   void copy_into(Slot& slot, const int64_t* index, int64_t count);
+  Batch batch_in(const Slot& slot, int64_t count) const;
   void work();
 
   const TensorDataset& dataset_;

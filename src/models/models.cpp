@@ -77,6 +77,8 @@ torch::nn::Sequential make_model(const ModelSpec& spec) {
       return make_cnn(spec, ConvNorm::Batch);
     case BuiltinModel::CnnGn:
       return make_cnn(spec, ConvNorm::Group);
+    case BuiltinModel::Gpt:
+      return make_gpt(spec.gpt);
   }
   BB_INTERNAL_ASSERT(false, "a built-in model without a builder");
   return nullptr;

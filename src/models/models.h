@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/modes.h"
+#include "models/gpt.h"
 
 namespace bigbatch {
 
@@ -24,6 +25,7 @@ struct ModelSpec {
   int64_t height = 28;
   int64_t width = 28;
   int64_t classes = 10;
+  GptOptions gpt{};  // gpt: vocabulary, positions, depth and width
 };
 
 torch::nn::Sequential make_model(const ModelSpec& spec);

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/accumulating_linear.h"
+#include "train/prediction_rows.h"
 #include "train/optimizer.h"
 
 namespace bigbatch {
@@ -27,24 +28,31 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                                     MicroStep kind) {
+  // Classification: one item per sample; token targets: those that are not padding.
+  const int64_t items =
+      targets.dim() == 1 ? targets.size(0) : targets.ne(kIgnoreTarget).sum().item<int64_t>();
+  micro_step(Batch{inputs, targets, items}, kind);
+}
+
+void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
   torch::Tensor logits;
   {
     AutocastScope autocast(options_.precision);
-    logits = model_->forward(inputs);
+    logits = model_->forward(batch.inputs);
   }
   if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
     logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
-  auto loss = torch::nn::functional::cross_entropy(
-      logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-  tally_.add(logits, loss, targets);
-  // Classification: one item per sample.
-  samples_ += targets.size(0);
-  items_ += targets.size(0);
+  const PredictionRows rows = prediction_rows(logits, batch.targets);
+  auto loss = summed_cross_entropy(rows);
+  tally_.add(rows.logits, loss, rows.targets);
+  samples_ += batch.size();
+  items_ += batch.items;
   ++micro_steps_;
+  const int64_t items = batch.items;
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
   if (options_.per_micro_batch_mean_for_tests) {
-    (loss * (1.0 / double(targets.size(0)))).backward();
+    (loss * (1.0 / double(items))).backward();
   } else if (expected_items_ > 0) {
     // The window's size is known: seeding backward with 1 / count instead of 1 makes it
     // produce the mean gradient directly, which saves a pass over every gradient at the end.
@@ -59,7 +67,7 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
     loss.backward();
   }
   if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last)
-    read_first_gradient(targets.size(0));
+    read_first_gradient(items);
 }
 
 void AccumulationEngine::read_first_gradient(int64_t items) {
@@ -232,8 +240,9 @@ void AccumulationEngine::discard() {
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
                      const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
                      const std::function<bool(int64_t micro_steps_done)>& after_micro_step) {
-  // The plan knows the window's samples; classification counts one item per sample.
-  engine.begin_window(window.size, /*global_items=*/window.size);
+  // The plan knows the window's samples on every rank, and the data their items (one per
+  // image; the target tokens of a token row), so backward is seeded with 1 / items.
+  engine.begin_window(window.size, assembler.items(order, window.begin, window.size));
   const size_t count = window.micro_batch_sizes.size();
   int64_t position = window.rank_begin;
   for (size_t i = 0; i < static_cast<size_t>(first); ++i)
@@ -252,9 +261,8 @@ bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
     position += size;
     if (i + 1 < count)
       assembler.prefetch(order, position, window.micro_batch_sizes[i + 1]);
-    engine.micro_step(batch.inputs, batch.targets,
-                      i + 1 == count ? AccumulationEngine::MicroStep::Last
-                                     : AccumulationEngine::MicroStep::Accumulate);
+    engine.micro_step(batch, i + 1 == count ? AccumulationEngine::MicroStep::Last
+                                            : AccumulationEngine::MicroStep::Accumulate);
     if (after_micro_step && !after_micro_step(static_cast<int64_t>(i) + 1))
       return false;
   }

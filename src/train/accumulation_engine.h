@@ -87,6 +87,8 @@ class AccumulationEngine {
   // Forward and backward of one micro-batch; gradients add up in .grad. Marking the window's
   // last micro-step lets a multi-rank reducer overlap its all-reduce with that backward; the
   // result is the same without the mark.
+  void micro_step(const Batch& batch, MicroStep kind = MicroStep::Accumulate);
+  // The same, counting the items from the targets (one per label; the non-padding tokens).
   void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                   MicroStep kind = MicroStep::Accumulate);
 

@@ -1,10 +1,12 @@
 #include "train/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "train/prediction_rows.h"
 #include "train/prediction_tally.h"
 
 namespace bigbatch {
@@ -24,21 +26,27 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
     PredictionTally tally;
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
-      const auto batch = data.slice(begin, end);
+      const Batch batch = batch_of(data, begin, end);
       torch::Tensor logits;
       {
         AutocastScope autocast(precision);
         logits = model->forward(batch.inputs).to(torch::kFloat32);
       }
-      tally.add(logits,
-                torch::nn::functional::cross_entropy(
-                    logits, batch.targets,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)),
-                batch.targets);
+      const PredictionRows rows = prediction_rows(logits, batch.targets);
+      tally.add(rows.logits, summed_cross_entropy(rows), rows.targets);
     }
-    result.items = data.size();
-    result.loss = tally.loss_sum() / double(result.items);
+    result.items = data.items(0, data.size());
+    result.loss_sum = tally.loss_sum();
+    result.loss = result.loss_sum / double(result.items);
     result.accuracy = double(tally.correct()) / double(result.items);
+    if (data.is_tokens()) {
+      // Bits per byte of text: the summed loss in bits over the text bytes predicted (the
+      // end-of-text targets carry loss but are not text).
+      int64_t bytes = 0;
+      for (int64_t b : data.bytes)
+        bytes += b;
+      result.bits_per_byte = bytes > 0 ? result.loss_sum / std::log(2.0) / double(bytes) : 0;
+    }
   }
   for (const auto& [module, training] : modes)
     module->train(training);

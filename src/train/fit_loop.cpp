@@ -24,8 +24,13 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-nlohmann::json eval_record(const std::string& prefix, const EvalResult& r) {
-  return {{prefix + "_loss", r.loss}, {prefix + "_accuracy", r.accuracy}};
+nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool tokens) {
+  nlohmann::json record = {{prefix + "_loss", r.loss}, {prefix + "_accuracy", r.accuracy}};
+  if (tokens) {
+    record[prefix + "_perplexity"] = std::exp(r.loss);
+    record[prefix + "_bpb"] = r.bits_per_byte;
+  }
+  return record;
 }
 
 }  // namespace
@@ -427,17 +432,22 @@ void FitLoop::record_epoch(bool ends_inside) {
       {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
   if (ends_inside)
     record["partial_epoch"] = epoch_progress(run_);
+  if (run_.data.train.is_tokens())
+    record["tokens_seen"] = at.items_seen;
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
   // activations, no gradients) always fits.
   const int64_t eval_batch = run_.config.memory_budget > 0
                                  ? std::min(kEvalBatchSize, run_.resolved.plan.micro_batch_size)
                                  : kEvalBatchSize;
+  const bool tokens = run_.data.train.is_tokens();
   if (run_.data.validation.size() > 0) {
-    record.update(
-        eval_record("val", evaluate(run_.model, run_.data.validation, eval_batch, run_.precision)));
+    last_validation_ = evaluate(run_.model, run_.data.validation, eval_batch, run_.precision);
+    record.update(eval_record("val", last_validation_, tokens));
   }
-  last_test_ = evaluate(run_.model, run_.data.test, eval_batch, run_.precision);
-  record.update(eval_record("test", last_test_));
+  if (run_.data.test.size() > 0) {  // text corpora have no test split
+    last_test_ = evaluate(run_.model, run_.data.test, eval_batch, run_.precision);
+    record.update(eval_record("test", last_test_, tokens));
+  }
   for (auto& observer : observers_)
     observer->on_epoch(run_, EpochReport{record});
   check_target(record);

@@ -54,6 +54,7 @@ class FitLoop {
   // Trains to the end of the run, writing metrics, progress and checkpoints on the way.
   void run();
   const EvalResult& last_test() const { return last_test_; }
+  const EvalResult& last_validation() const { return last_validation_; }
 
  private:
   // One update of the epoch whose sample order is `order`; returns whether a stop was asked
@@ -93,6 +94,7 @@ class FitLoop {
   int64_t epoch_peak_bytes_ = 0;
   bool target_reached_ = false;  // --target-accuracy met at an epoch's end
   EvalResult last_test_;
+  EvalResult last_validation_;
 };
 
 }  // namespace bigbatch

@@ -62,11 +62,20 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
                   record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>());
     text += line;
   }
-  std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%% | %s samples/s",
-                record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>(),
-                human_count(double(at.samples_seen) / at.train_seconds).c_str());
-  text += line;
-  if (record.contains("val_accuracy")) {
+  if (record.contains("test_loss")) {
+    std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%%",
+                  record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>());
+    text += line;
+  }
+  if (record.contains("val_bpb")) {
+    std::snprintf(line, sizeof line, " | val loss %.4f bpb %.4f", record["val_loss"].get<double>(),
+                  record["val_bpb"].get<double>());
+    text += line;
+  }
+  text += " | " + human_count(double(at.samples_seen) / at.train_seconds) + " samples/s";
+  if (at.items_seen != at.samples_seen)
+    text += ", " + human_count(double(at.items_seen) / at.train_seconds) + " tokens/s";
+  if (record.contains("val_accuracy") && !record.contains("val_bpb")) {
     text += " | val acc " +
             format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
   }
@@ -110,6 +119,10 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
   if (run.resolved.adascale) {
     record["lr_gain"] = update.step.rate.gain;
     record["scale_invariant_step"] = at.scale_invariant_step;
+  }
+  if (run.data.train.is_tokens()) {
+    record["tokens_seen"] = at.items_seen;
+    record["tokens_per_s"] = double(stats.counts.items) / update.seconds;
   }
   run.metrics->write(record);
 }

@@ -50,8 +50,8 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
     // Two updates: the optimizer creates its state in the first, and the second runs a
     // micro-step with weights, gradients and that state all alive — the steady state.
     for (int update = 0; update < 2; ++update) {
-      engine.begin_window(micro, micro);
-      engine.micro_step(batch.inputs, batch.targets, AccumulationEngine::MicroStep::Last);
+      engine.begin_window(batch.size(), batch.items);
+      engine.micro_step(batch, AccumulationEngine::MicroStep::Last);
       engine.update(/*lr=*/0.0);
     }
     if (options.measure_speed) {
@@ -60,7 +60,7 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
       const auto start = Clock::now();
       double elapsed = 0;
       do {
-        engine.micro_step(batch.inputs, batch.targets);
+        engine.micro_step(batch);
         ++steps;
         elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       } while (steps < 2 || elapsed < options.seconds_per_probe);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "data/text_corpus.h"
 #include "memory/tracking_allocator.h"
 #include "runtime/runtime_env.h"
 #include "train/optimizer.h"
@@ -13,6 +14,15 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   ModelSpec spec;
   spec.name = config.model;
   spec.hidden = config.hidden;
+  if (data.is_tokens()) {
+    spec.gpt.vocab = kByteVocabulary;
+    spec.gpt.seq_len = data.inputs.size(1);
+    spec.gpt.layers = config.layers;
+    spec.gpt.d_model = config.d_model;
+    spec.gpt.heads = config.heads;
+    spec.gpt.dropout = config.dropout;
+    return spec;
+  }
   spec.channels = data.inputs.size(1);
   spec.height = data.inputs.size(2);
   spec.width = data.inputs.size(3);
@@ -41,6 +51,11 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
 
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   UntrackedAllocations host_data;
+  if (config.is_text_dataset()) {
+    return load_text_dataset(config.text_path(), config.doc_separator,
+                             config.sequences == SequenceMode::Packed, config.seq_len,
+                             config.train_subset, config.val_size, config.seed);
+  }
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
 }
 

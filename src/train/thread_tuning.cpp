@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "train/prediction_rows.h"
+
 namespace bigbatch {
 
 std::string ThreadChoice::describe() const {
@@ -26,8 +28,7 @@ ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Ba
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
   auto step = [&] {
-    auto loss = torch::nn::functional::cross_entropy(probe->forward(batch.inputs), batch.targets);
-    loss.backward();
+    summed_cross_entropy(prediction_rows(probe->forward(batch.inputs), batch.targets)).backward();
   };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;

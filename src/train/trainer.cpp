@@ -72,6 +72,10 @@ TrainResult run_training(const TrainConfig& requested) {
   }
   result.updates = at.step;
   result.samples_seen = at.samples_seen;
+  result.items_seen = at.items_seen;
+  result.language_model = run.data.train.is_tokens();
+  result.val_loss = loop.last_validation().loss;
+  result.val_bits_per_byte = loop.last_validation().bits_per_byte;
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
   result.train_seconds = at.train_seconds;

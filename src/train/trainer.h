@@ -1,7 +1,7 @@
 #pragma once
-// `bigbatch train`: the fit loop (epochs, stopping), driving the accumulation engine
-// (train/accumulation_engine.h) and the observers: metrics.jsonl, progress, evaluation and
-// weights. The header is torch-free so the CLI compiles without libtorch's headers.
+// `bigbatch train`: the three loop levels in order — set-up (train/training_run.h), the fit
+// loop (train/fit_loop.h) and its train steps (train/train_step.h) — then the final weights
+// and report. The header is torch-free so the CLI compiles without libtorch's headers.
 //
 //   TrainConfig config;  config.model = "mlp";  config.global_batch = 1024;
 //   TrainResult result = run_training(config);
@@ -18,8 +18,13 @@ struct TrainResult {
   bool is_main_rank = true;  // only rank 0 writes the run directory and evaluates
   int64_t updates = 0;
   int64_t samples_seen = 0;
+  int64_t items_seen = 0;  // tokens, for a language model
+  bool language_model = false;
   double test_loss = 0;
   double test_accuracy = 0;
+  // The held-out split's last evaluation (language models: text corpora have no test split).
+  double val_loss = 0;
+  double val_bits_per_byte = 0;
   double train_seconds = 0;  // the training loop, evaluation excluded
   double total_seconds = 0;  // everything, data loading included
   double samples_per_s = 0;  // training samples over train_seconds

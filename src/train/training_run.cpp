@@ -127,6 +127,8 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
       (world_size > 1 ? std::to_string(world_size) + " ranks (" + r.job.env->source + "), " : "") +
       runtime_environment_summary() +
       (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept"));
+  if (!r.data.description.empty())
+    console.say("data: " + r.data.description);
   console.say(
       "batch plan: global batch " + run.plan.describe() + " (" +
       (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +

@@ -1,0 +1,89 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/text_corpus.h"
+
+namespace bigbatch {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Documents = std::vector<std::string>;
+
+TEST(SplitDocuments, FortuneFormatCutsOnPercentLines) {
+  EXPECT_EQ(split_documents("one\ntwo\n%\nthree\n%\n", "%"), (Documents{"one\ntwo\n", "three\n"}));
+  // A "%" inside a line is text; CRLF separators count; whitespace-only documents are dropped.
+  EXPECT_EQ(split_documents("50% off\r\n%\r\n\n  \n%\nlast", "%"),
+            (Documents{"50% off\r\n", "last"}));
+}
+
+TEST(SplitDocuments, BlankLinesOneDocumentPerLineOrALiteralSeparator) {
+  EXPECT_EQ(split_documents("a\nb\n\nc\n", "blank"), (Documents{"a\nb\n", "c\n"}));
+  EXPECT_EQ(split_documents("a\n\nb\nc", "line"), (Documents{"a", "b", "c"}));
+  EXPECT_EQ(split_documents("x\n---\ny\n", "---"), (Documents{"x\n", "y\n"}));
+  int64_t separators = -1;
+  EXPECT_EQ(split_documents("no separator here\n", "%", &separators),
+            (Documents{"no separator here\n"}));
+  EXPECT_EQ(separators, 0);
+}
+
+class TextCorpusFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("bigbatch-corpus-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+  std::string error_of(const std::string& path, const std::string& separator) {
+    try {
+      read_text_corpus(path, separator);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(TextCorpusFiles, ADirectoryReadsItsTextFilesOnceInNameOrder) {
+  write("b", "two\n%\nthree\n");
+  write("a", "one\n%\n");
+  write("a.dat", std::string("\0\0\x01\x02", 4));  // fortune's strfile index: binary
+  fs::create_symlink(dir_ / "a", dir_ / "a.u8");     // the same file again
+  const TextCorpus corpus = read_text_corpus(dir_.string(), "%");
+  EXPECT_EQ(corpus.documents, (Documents{"one\n", "two\n", "three\n"}));
+  EXPECT_EQ(corpus.files, 2);
+  EXPECT_EQ(corpus.skipped_files, 2);
+  EXPECT_EQ(corpus.bytes, 4 + 4 + 6);
+}
+
+TEST_F(TextCorpusFiles, BadCorporaAreOneClearError) {
+  EXPECT_NE(error_of((dir_ / "missing").string(), "%").find("does not exist"), std::string::npos);
+  EXPECT_NE(error_of(dir_.string(), "%").find("holds no text files"), std::string::npos);
+  write("blank", "  \n\n");
+  EXPECT_NE(error_of((dir_ / "blank").string(), "%").find("holds no text"), std::string::npos);
+  write("one", "a long text without the separator\n");
+  const std::string message = error_of((dir_ / "one").string(), "%");
+  EXPECT_NE(message.find("never has a separator line '%'"), std::string::npos) << message;
+  EXPECT_NE(message.find("--doc-separator"), std::string::npos);
+}
+
+TEST(TokenRowsErrors, SeqLenBelowTwoIsRefused) {
+  EXPECT_THROW(document_rows({"abc"}, 1), Error);
+  EXPECT_THROW(packed_rows({"abc"}, 0), Error);
+}
+
+}  // namespace
+}  // namespace bigbatch
