@@ -151,6 +151,7 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
       save_safetensors(temporary + "/window.safetensors", gradients, {{"producer", "bigbatch"}});
       state["window"] = {{"micro_batch_size", window->micro_batch_size},
                          {"world_size", window->world_size},
+                         {"micro_batch_tokens", window->micro_batch_tokens},
                          {"micro_steps", window->window.micro_steps},
                          {"samples", window->window.counts.samples},
                          {"items", window->window.counts.items},
@@ -250,6 +251,7 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
       const auto& w = state.at("window");
       window->micro_batch_size = w.at("micro_batch_size").get<int64_t>();
       window->world_size = w.at("world_size").get<int64_t>();
+      window->micro_batch_tokens = w.value("micro_batch_tokens", int64_t{0});
       WindowState& partial = window->window;
       partial.micro_steps = w.at("micro_steps").get<int64_t>();
       partial.counts.items = w.at("items").get<int64_t>();

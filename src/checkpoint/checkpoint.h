@@ -34,6 +34,7 @@ inline constexpr int64_t kCheckpointFormatVersion = 1;
 struct PartialWindow {
   int64_t micro_batch_size = 0;
   int64_t world_size = 1;
+  int64_t micro_batch_tokens = 0;        // --micro-batch-tokens it was cut under (0: by rows)
   WindowState window;                    // the engine's own account of the window
   std::vector<torch::Tensor> gradients;  // in parameter order
 };

@@ -25,13 +25,17 @@ bool is_sequence_model(const std::string& model);
 // shift, padding excluded; loss per token, bits per byte). auto: from the dataset.
 enum class TaskKind { Auto, Classify, Lm };
 const NameTable<TaskKind>& task_names();
-inline const char* to_string(TaskKind kind) { return task_names().name(kind); }
+inline const char* to_string(TaskKind kind) {
+  return task_names().name(kind);
+}
 
 // How a text corpus becomes samples: each document one sample (padded per micro-batch, cut at
 // --seq-len), or documents joined by end-of-text and cut into blocks of --seq-len + 1.
 enum class SequenceMode { Documents, Packed };
 const NameTable<SequenceMode>& sequence_mode_names();
-inline const char* to_string(SequenceMode mode) { return sequence_mode_names().name(mode); }
+inline const char* to_string(SequenceMode mode) {
+  return sequence_mode_names().name(mode);
+}
 
 enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
 const NameTable<OptimizerKind>& optimizer_names();

@@ -175,8 +175,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(int_option("layers", "gpt: transformer blocks", &TrainConfig::layers, train_and_fit));
   t.push_back(int_option("d-model", "gpt: width of the residual stream", &TrainConfig::d_model,
                          train_and_fit));
-  t.push_back(int_option("heads", "gpt: attention heads (dividing --d-model)",
-                         &TrainConfig::heads, train_and_fit));
+  t.push_back(int_option("heads", "gpt: attention heads (dividing --d-model)", &TrainConfig::heads,
+                         train_and_fit));
   t.push_back(double_option("dropout", "gpt: dropout probability in training",
                             &TrainConfig::dropout, train_and_fit));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
@@ -232,6 +232,11 @@ std::vector<OptionSpec> build_table() {
   }
   t.push_back(optional_int_option("accum-steps", "micro-steps accumulated per update",
                                   &TrainConfig::accum_steps, both));
+  t.push_back(int_option("micro-batch-tokens",
+                         "token sequences: cut each window into micro-batches of at most N padded "
+                         "tokens (rows x longest, after sorting by length) instead of by rows; the "
+                         "update is the same, memory is bounded by tokens (0: off)",
+                         &TrainConfig::micro_batch_tokens, train_and_fit));
   t.push_back(enum_option("last-window",
                           "short final window of an epoch: keep (exact mean) or drop",
                           &TrainConfig::last_window, &last_window_names, both));

@@ -53,6 +53,20 @@ void TrainConfig::validate() const {
               "' holds labelled images",
           "use --model mlp, cnn, cnn-bn or cnn-gn, or --dataset text:PATH");
   }
+  check(micro_batch_tokens >= 0, "--micro-batch-tokens must be zero (off) or positive",
+        "e.g. --micro-batch-tokens 4096");
+  check(micro_batch_tokens == 0 || task_kind() == TaskKind::Lm,
+        "--micro-batch-tokens cuts micro-batches of token sequences, but dataset '" + dataset +
+            "' holds images",
+        "use --micro-batch for images");
+  check(micro_batch_tokens == 0 || micro_batch_tokens >= seq_len,
+        "--micro-batch-tokens " + std::to_string(micro_batch_tokens) + " is below --seq-len " +
+            std::to_string(seq_len) + ": a sequence of full length would not fit",
+        "give at least --micro-batch-tokens " + std::to_string(seq_len));
+  check(micro_batch_tokens == 0 || (!micro_batch && !accum_steps && !micro_batch_auto),
+        "--micro-batch-tokens cuts the micro-batches itself, so --micro-batch and --accum-steps "
+        "cannot be given too",
+        "give --global-batch and --micro-batch-tokens");
   check(seq_len >= 2, "--seq-len must be at least 2, got " + std::to_string(seq_len),
         "e.g. --seq-len 256");
   check(!doc_separator.empty(), "--doc-separator is empty",
@@ -114,6 +128,10 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
   request.global_batch_size = global_batch;
   request.micro_batch_size = micro_batch;
   request.accumulation_steps = accum_steps;
+  // Under a token budget the window is cut by tokens; the plan's micro-batch is the rank's
+  // whole share (accumulation 1, nominal), which the buffers must hold.
+  if (micro_batch_tokens > 0)
+    request.accumulation_steps = 1;
   request.world_size = world_size;
   return request;
 }

@@ -38,8 +38,8 @@ struct TrainConfig {
   int64_t d_model = 128;
   int64_t heads = 4;
   double dropout = 0.0;
-  int64_t train_subset = 0;               // 0: the whole training set
-  int64_t val_size = 0;                   // held out from the end of the training set
+  int64_t train_subset = 0;  // 0: the whole training set
+  int64_t val_size = 0;      // held out from the end of the training set
 
   // The batch plan (any two of the three; see batching/batch_plan.h).
   std::optional<int64_t> global_batch;
@@ -51,6 +51,9 @@ struct TrainConfig {
   // --micro-batch auto: the trainer measures the micro-batch that fits --memory-budget (see
   // train/micro_batch_fit.h) and derives accumulation for the global batch.
   bool micro_batch_auto = false;
+  // --micro-batch-tokens (token rows): micro-batches cut inside each window by padded tokens
+  // (rows x longest) instead of by rows; 0: by --micro-batch.
+  int64_t micro_batch_tokens = 0;
   // Any change to the effective batch (a short last window, a back-off that cannot keep it) is
   // an error instead of a warning.
   bool strict_batch = false;

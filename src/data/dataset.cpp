@@ -153,9 +153,9 @@ TensorDataset token_dataset(const TokenRows& rows) {
   return data;
 }
 
-DatasetSplits load_text_dataset(const std::string& path, const std::string& separator,
-                                bool packed, int64_t seq_len, int64_t train_subset,
-                                int64_t val_size, uint64_t seed) {
+DatasetSplits load_text_dataset(const std::string& path, const std::string& separator, bool packed,
+                                int64_t seq_len, int64_t train_subset, int64_t val_size,
+                                uint64_t seed) {
   const TextCorpus corpus = read_text_corpus(path, separator);
   const TokenRows rows =
       packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
@@ -198,19 +198,17 @@ DatasetSplits load_text_dataset(const std::string& path, const std::string& sepa
   splits.train = all.select(train);
   splits.validation = all.select(validation);
   {
-    splits.description = std::to_string(corpus.documents.size()) + " documents (" +
-               std::to_string(corpus.bytes) + " bytes) from " + std::to_string(corpus.files) +
-               " file(s)" +
-               (corpus.skipped_files > 0
-                    ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
-                    : std::string()) +
-               "; " +
-               (packed ? std::to_string(n) + " packed blocks of " + std::to_string(seq_len + 1) +
-                             " tokens"
-                       : std::to_string(n) + " document samples, " +
-                             std::to_string(rows.cut_documents) + " cut at " +
-                             std::to_string(seq_len + 1) + " tokens") +
-               "; byte tokenizer (vocabulary " + std::to_string(kByteVocabulary) + ")";
+    splits.description =
+        std::to_string(corpus.documents.size()) + " documents (" + std::to_string(corpus.bytes) +
+        " bytes) from " + std::to_string(corpus.files) + " file(s)" +
+        (corpus.skipped_files > 0
+             ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
+             : std::string()) +
+        "; " +
+        (packed ? std::to_string(n) + " packed blocks of " + std::to_string(seq_len + 1) + " tokens"
+                : std::to_string(n) + " document samples, " + std::to_string(rows.cut_documents) +
+                      " cut at " + std::to_string(seq_len + 1) + " tokens") +
+        "; byte tokenizer (vocabulary " + std::to_string(kByteVocabulary) + ")";
   }
   return splits;
 }

@@ -72,9 +72,9 @@ TensorDataset token_dataset(const TokenRows& rows);
 // text:PATH as token rows (data/text_corpus.h): documents or packed blocks of `seq_len`, and
 // `val_size` of them held out for validation, chosen by `seed` (0: 2%, at least 1, at most
 // 1000); `description` says what was read.
-DatasetSplits load_text_dataset(const std::string& path, const std::string& separator,
-                                bool packed, int64_t seq_len, int64_t train_subset,
-                                int64_t val_size, uint64_t seed);
+DatasetSplits load_text_dataset(const std::string& path, const std::string& separator, bool packed,
+                                int64_t seq_len, int64_t train_subset, int64_t val_size,
+                                uint64_t seed);
 
 // Gathers the samples at order[begin, begin + count) into buffers allocated once (no
 // allocation per micro-batch). Two ways:
@@ -103,6 +103,7 @@ class BatchAssembler {
   // Items of the samples at order[begin, begin + count): what their mean is taken over.
   int64_t items(const std::vector<int64_t>& order, int64_t begin, int64_t count) const;
   bool background() const { return worker_.joinable(); }
+  const TensorDataset& dataset() const { return dataset_; }
 
  private:
   struct Slot {

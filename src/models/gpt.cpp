@@ -75,8 +75,8 @@ void GptImpl::reset() {
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < options.layers; ++layer)
     blocks->push_back(GptBlock(options));
-  ln_f = register_module("ln_f",
-                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.d_model})));
+  ln_f =
+      register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.d_model})));
   dropout = register_module("dropout", torch::nn::Dropout(options.dropout));
   torch::NoGradGuard no_grad;
   token->weight.normal_(0.0, 0.02);

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "models/accumulating_linear.h"
-#include "train/prediction_rows.h"
 #include "train/optimizer.h"
+#include "train/prediction_rows.h"
 
 namespace bigbatch {
 
@@ -239,12 +239,15 @@ void AccumulationEngine::discard() {
 
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
                      const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
-                     const std::function<bool(int64_t micro_steps_done)>& after_micro_step) {
+                     const MicroStepCallback& after_micro_step,
+                     const std::vector<int64_t>* rank_rows) {
   // The plan knows the window's samples on every rank, and the data their items (one per
   // image; the target tokens of a token row), so backward is seeded with 1 / items.
   engine.begin_window(window.size, assembler.items(order, window.begin, window.size));
+  // This rank's samples: its share of the epoch's order, or the same share repacked.
+  const std::vector<int64_t>& rows = rank_rows ? *rank_rows : order;
   const size_t count = window.micro_batch_sizes.size();
-  int64_t position = window.rank_begin;
+  int64_t position = rank_rows ? 0 : window.rank_begin;
   for (size_t i = 0; i < static_cast<size_t>(first); ++i)
     position += window.micro_batch_sizes[i];
   // The next micro-batch is gathered while this one trains; leaving early (a checkpoint stop,
@@ -254,16 +257,17 @@ bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
     ~DrainOnExit() { assembler.drain(); }
   } drain_on_exit{assembler};
   if (static_cast<size_t>(first) < count)
-    assembler.prefetch(order, position, window.micro_batch_sizes[first]);
+    assembler.prefetch(rows, position, window.micro_batch_sizes[first]);
   for (size_t i = static_cast<size_t>(first); i < count; ++i) {
     const int64_t size = window.micro_batch_sizes[i];
     const Batch batch = assembler.take();
     position += size;
     if (i + 1 < count)
-      assembler.prefetch(order, position, window.micro_batch_sizes[i + 1]);
+      assembler.prefetch(rows, position, window.micro_batch_sizes[i + 1]);
     engine.micro_step(batch, i + 1 == count ? AccumulationEngine::MicroStep::Last
                                             : AccumulationEngine::MicroStep::Accumulate);
-    if (after_micro_step && !after_micro_step(static_cast<int64_t>(i) + 1))
+    if (after_micro_step &&
+        !after_micro_step(static_cast<int64_t>(i) + 1, static_cast<int64_t>(count)))
       return false;
   }
   return true;

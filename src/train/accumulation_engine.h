@@ -145,11 +145,17 @@ class AccumulationEngine {
   double first_sq_norm_ = 0;
 };
 
+// Told after each micro-step of a window how many are done of how many; returning false
+// leaves the window open (for a checkpoint).
+using MicroStepCallback = std::function<bool(int64_t micro_steps_done, int64_t micro_steps)>;
+
 // Runs this rank's micro-steps of `window` from micro-step `first` (non-zero after a
-// mid-window resume), calling `after_micro_step` (if set) with the count done after each;
-// returns false as soon as it returns false (the window is then left open for a checkpoint).
+// mid-window resume), calling `after_micro_step` (if set) after each; returns false as soon as
+// it returns false. The rank's samples are its share of `order` (positions window.rank_begin
+// on), or `rank_rows` in that order when given (a share repacked by tokens).
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,
                      const std::vector<int64_t>& order, const UpdateWindow& window, int64_t first,
-                     const std::function<bool(int64_t micro_steps_done)>& after_micro_step);
+                     const MicroStepCallback& after_micro_step,
+                     const std::vector<int64_t>* rank_rows = nullptr);
 
 }  // namespace bigbatch

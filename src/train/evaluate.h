@@ -1,6 +1,7 @@
 #pragma once
-// Loss and accuracy of a model on a dataset (per token, and bits per byte, for token rows), in inference mode (no autograd graph, BatchNorm
-// on its running statistics), restoring the model's training mode afterwards.
+// Loss and accuracy of a model on a dataset (per token, and bits per byte, for token rows), in
+// inference mode (no autograd graph, BatchNorm on its running statistics), restoring the model's
+// training mode afterwards.
 #include <torch/torch.h>
 
 #include "data/dataset.h"

@@ -82,8 +82,11 @@ void Checkpointer::write() {
 // Only a single process checkpoints inside a window (ranks meet at update boundaries only).
 void Checkpointer::write_inside_window() {
   flush_metrics();
-  PartialWindow window{
-      run_.resolved.plan.micro_batch_size, run_.job.world_size, run_.engine->window_state(), {}};
+  PartialWindow window{run_.resolved.plan.micro_batch_size,
+                       run_.job.world_size,
+                       run_.config.micro_batch_tokens,
+                       run_.engine->window_state(),
+                       {}};
   for (const auto& p : run_.model->parameters())
     window.gradients.push_back(p.grad());
   if (run_.window_bn)
@@ -232,8 +235,8 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
   request.noise = &noise_;
   request.rate = [this](const UpdateStats& stats) { return rate_for(stats); };
   request.stop_requested = [this] { return interrupts_.requested(); };
-  const auto micro_steps = static_cast<int64_t>(window.micro_batch_sizes.size());
-  request.after_micro_step = [this, micro_steps](int64_t done) {
+  request.micro_batch_tokens = run_.config.micro_batch_tokens;
+  request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
     checkpoints_.note_micro_step();
     if (run_.job.world_size > 1 || done == micro_steps)

@@ -123,6 +123,7 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
   if (run.data.train.is_tokens()) {
     record["tokens_seen"] = at.items_seen;
     record["tokens_per_s"] = double(stats.counts.items) / update.seconds;
+    record["padded_tokens"] = update.step.padded_tokens;
   }
   run.metrics->write(record);
 }

@@ -26,10 +26,10 @@ inline PredictionRows prediction_rows(const torch::Tensor& logits, const torch::
 
 // Summed over the rows whose target is not kIgnoreTarget (PyTorch's ignore_index default).
 inline torch::Tensor summed_cross_entropy(const PredictionRows& rows) {
-  return torch::nn::functional::cross_entropy(
-      rows.logits, rows.targets,
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(
-          kIgnoreTarget));
+  return torch::nn::functional::cross_entropy(rows.logits, rows.targets,
+                                              torch::nn::functional::CrossEntropyFuncOptions()
+                                                  .reduction(torch::kSum)
+                                                  .ignore_index(kIgnoreTarget));
 }
 
 }  // namespace bigbatch

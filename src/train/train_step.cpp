@@ -1,8 +1,26 @@
 #include "train/train_step.h"
 
+#include <algorithm>
+
+#include "batching/token_packing.h"
+
 namespace bigbatch {
 
 namespace {
+
+// Positions a plain cut of token rows computes: each micro-batch padded to its longest row.
+int64_t padded_tokens(const int64_t* rows, const std::vector<int64_t>& micro_batch_sizes,
+                      const TensorDataset& data) {
+  int64_t total = 0;
+  for (const int64_t size : micro_batch_sizes) {
+    int64_t longest = 1;
+    for (int64_t i = 0; i < size; ++i)
+      longest = std::max(longest, data.lengths[size_t(rows[i])]);
+    total += size * longest;
+    rows += size;
+  }
+  return total;
+}
 
 // The noise scale needs two nested batch sizes: the update's, and a smaller one measured
 // inside it (none for a single micro-step in one process, or a window resumed mid-way).
@@ -19,11 +37,27 @@ void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats) {
 StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
                       const StepRequest& request) {
   StepResult result;
+  // Under a token budget the window's micro-batches are cut anew: the same samples, another
+  // packing, the same update.
+  const TensorDataset& data = assembler.dataset();
+  const bool packed = request.micro_batch_tokens > 0 && data.is_tokens();
+  UpdateWindow window = request.window;
+  TokenPacking packing;
+  if (packed) {
+    packing = pack_by_tokens(request.order.data() + window.rank_begin, window.rank_size,
+                             data.lengths, request.micro_batch_tokens);
+    window.micro_batch_sizes = packing.micro_batch_sizes;
+    result.padded_tokens = packing.padded_tokens;
+  } else if (data.is_tokens()) {
+    result.padded_tokens =
+        padded_tokens(request.order.data() + window.rank_begin, window.micro_batch_sizes, data);
+  }
   try {
     if (request.window_bn)
-      request.window_bn->begin(assembler, request.order, request.window);
-    result.completed = run_micro_steps(engine, assembler, request.order, request.window,
-                                       request.first_micro_step, request.after_micro_step);
+      request.window_bn->begin(assembler, request.order, window);
+    result.completed =
+        run_micro_steps(engine, assembler, request.order, window, request.first_micro_step,
+                        request.after_micro_step, packed ? &packing.rows : nullptr);
   } catch (const c10::OutOfMemoryError&) {
     if (request.window_bn)
       request.window_bn->end(/*applied=*/false);

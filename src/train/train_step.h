@@ -41,9 +41,13 @@ struct StepRequest {
   int64_t first_micro_step = 0;
   // Called with the update's statistics after the noise scale has taken its sample.
   std::function<UpdateRate(const UpdateStats&)> rate;
-  // Called after each micro-step with the count done; returning false leaves the window open
-  // (for a checkpoint) and train_step returns at once.
-  std::function<bool(int64_t micro_steps_done)> after_micro_step;
+  // Called after each micro-step with the count done and the window's count; returning false
+  // leaves the window open (for a checkpoint) and train_step returns at once.
+  MicroStepCallback after_micro_step;
+  // --micro-batch-tokens (token rows only; 0: the window's own micro-batches): this rank's
+  // share sorted by length and cut into micro-batches of at most this many padded tokens
+  // (batching/token_packing.h).
+  int64_t micro_batch_tokens = 0;
   // Ask every rank to stop after this update (a signal arrived during its micro-steps).
   std::function<bool()> stop_requested;
   WindowBatchNorm* window_bn = nullptr;  // --bn-mode window
@@ -54,6 +58,7 @@ struct StepResult {
   bool completed = false;  // false: left open by after_micro_step
   UpdateStats stats;       // valid when completed
   UpdateRate rate;
+  int64_t padded_tokens = 0;  // token rows: positions computed, padding included
 };
 
 // Runs the update. An out-of-memory error inside the micro-steps (c10::OutOfMemoryError)

@@ -151,6 +151,11 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                 to_string(run.schedule.config().kind) + " schedule over " +
                 std::to_string(run.total_updates) + " updates");
   }
+  if (config.micro_batch_tokens > 0) {
+    console.say("micro-batches: at most " + std::to_string(config.micro_batch_tokens) +
+                " padded tokens each (rows x longest), cut inside every window after sorting "
+                "its samples by length; the update is that of the whole window");
+  }
   for (const auto& warning : run.epoch.warnings)
     console.say("warning: " + warning);
   if (const auto advice = run.schedule.advice())
@@ -221,7 +226,8 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
               " samples seen); batch plan " + run.plan.describe());
   const bool resumed_inside_window = at.micro_step > 0;
   if (at.micro_step > 0 && (r.partial.micro_batch_size != run.plan.micro_batch_size ||
-                            r.partial.world_size != r.job.world_size)) {
+                            r.partial.world_size != r.job.world_size ||
+                            r.partial.micro_batch_tokens != config.micro_batch_tokens)) {
     // The partial gradient belongs to another cut of the window: redo the window instead, on
     // the same samples, so the mathematics is unchanged.
     console.say("the checkpoint is " + std::to_string(at.micro_step) + " micro-steps into update " +

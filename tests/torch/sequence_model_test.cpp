@@ -55,6 +55,7 @@ struct LmRun {
   int64_t micro = 24;
   torch::Dtype dtype = torch::kFloat64;
   bool per_micro_batch_mean = false;  // the classic bug, on purpose
+  int64_t micro_batch_tokens = 0;     // > 0: micro-batches cut by padded tokens instead
 };
 
 std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run, int64_t epochs,
@@ -83,6 +84,7 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
     for (int64_t u = 0; u < epoch_plan.updates_per_epoch; ++u) {
       const UpdateWindow window = window_for_update(plan, epoch_plan, u, 0);
       StepRequest step(order, window);
+      step.micro_batch_tokens = run.micro_batch_tokens;
       step.rate = [&](const UpdateStats&) { return UpdateRate{3e-3 * double(count + 1) / 4.0}; };
       const StepResult result = train_step(engine, assembler, step);
       EXPECT_TRUE(result.completed);
@@ -201,6 +203,21 @@ TEST(SequenceEquivalence, MicroBatchesOfDocumentsEqualOneBatchInFloat64) {
 // float32: sums in another order differ in the last bits; over 5 AdamW updates the weights
 // stay within 1e-5 of each other, relative to their norm (the largest single tensor, a small
 // LayerNorm bias, moves ~1e-5 on its own: printed, not asserted).
+// --micro-batch-tokens: the window's documents sorted by length and cut by padded tokens. Any
+// budget is another packing of the same samples, so the same update.
+TEST(SequenceEquivalence, EveryTokenPackingEqualsOneBatchInFloat64) {
+  const TensorDataset data = documents_dataset(100);
+  const auto whole = train_lm(data, {24}, 2);
+  for (const int64_t budget : {48, 100, 333}) {
+    LmRun packed{24};
+    packed.micro_batch_tokens = budget;
+    const double diff = max_relative_difference(train_lm(data, packed, 2), whole);
+    std::printf("[ gpt float64 ] --micro-batch-tokens %lld vs 24 x 1: %.3g\n",
+                static_cast<long long>(budget), diff);
+    EXPECT_LT(diff, 1e-12);
+  }
+}
+
 TEST(SequenceEquivalence, MicroBatchesOfDocumentsEqualOneBatchInFloat32) {
   const TensorDataset data = documents_dataset(100);
   const auto whole = train_lm(data, {24, torch::kFloat32}, 1);
@@ -212,8 +229,9 @@ TEST(SequenceEquivalence, MicroBatchesOfDocumentsEqualOneBatchInFloat32) {
     return std::vector<torch::Tensor>{torch::cat(parts)};
   };
   const double diff = max_relative_difference(flat(accumulated), flat(whole));
-  std::printf("[ gpt float32 ] 5 AdamW updates: 4 x 6 vs 24 x 1 %.3g (largest single tensor %.3g)\n",
-              diff, max_relative_difference(accumulated, whole));
+  std::printf(
+      "[ gpt float32 ] 5 AdamW updates: 4 x 6 vs 24 x 1 %.3g (largest single tensor %.3g)\n", diff,
+      max_relative_difference(accumulated, whole));
   EXPECT_LT(diff, 1e-5);
 }
 

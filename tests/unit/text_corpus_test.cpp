@@ -61,7 +61,7 @@ TEST_F(TextCorpusFiles, ADirectoryReadsItsTextFilesOnceInNameOrder) {
   write("b", "two\n%\nthree\n");
   write("a", "one\n%\n");
   write("a.dat", std::string("\0\0\x01\x02", 4));  // fortune's strfile index: binary
-  fs::create_symlink(dir_ / "a", dir_ / "a.u8");     // the same file again
+  fs::create_symlink(dir_ / "a", dir_ / "a.u8");   // the same file again
   const TextCorpus corpus = read_text_corpus(dir_.string(), "%");
   EXPECT_EQ(corpus.documents, (Documents{"one\n", "two\n", "three\n"}));
   EXPECT_EQ(corpus.files, 2);
