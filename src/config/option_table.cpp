@@ -154,8 +154,9 @@ std::vector<OptionSpec> build_table() {
                             "in updates at any accumulation)",
                             &TrainConfig::bn_momentum_correction, false));
   t.push_back(string_option("dataset",
-                            "fashion-mnist, idx:DIR for any directory of MNIST-format files, or "
-                            "text:PATH for a text file or directory (a language-model corpus)",
+                            "fashion-mnist, idx:DIR for any directory of MNIST-format files; "
+                            "text:PATH (a text file or directory) or jsonl:FILE (one JSON object "
+                            "per line) for a language model",
                             "NAME", &TrainConfig::dataset, train_and_fit));
   t.push_back(enum_option("task",
                           "what the mean is over: classify (samples) or lm (next-token "
@@ -165,6 +166,8 @@ std::vector<OptionSpec> build_table() {
                             "text:PATH: the line that separates documents (fortune's %), blank "
                             "(blank lines) or line (one document per line)",
                             "LINE", &TrainConfig::doc_separator, train_and_fit));
+  t.push_back(string_option("text-field", "jsonl:FILE: the field that holds each document", "NAME",
+                            &TrainConfig::text_field, train_and_fit));
   t.push_back(enum_option("sequences",
                           "text:PATH: documents (each document a sample, padded per micro-batch "
                           "to its longest, cut at --seq-len) or packed (documents joined by "

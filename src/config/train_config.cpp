@@ -32,10 +32,11 @@ void TrainConfig::validate() const {
         "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
   check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_text_dataset(),
         "dataset '" + dataset + "' is not known",
-        "use --dataset fashion-mnist, idx:DIR (MNIST-format images) or text:PATH (a text file "
-        "or a directory of them)");
-  check(!is_text_dataset() || dataset.size() > 5, "--dataset text: names no path",
+        "use --dataset fashion-mnist, idx:DIR (MNIST-format images), text:PATH (a text file "
+        "or a directory of them) or jsonl:FILE (one JSON object per line)");
+  check(!is_text_dataset() || !text_path().empty(), "--dataset " + dataset + " names no path",
         "e.g. --dataset text:/usr/share/games/fortunes");
+  check(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
   check(task != TaskKind::Lm || is_text_dataset(),
         "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
         "use --dataset text:PATH, or --task classify");

@@ -26,11 +26,12 @@ struct TrainConfig {
   BatchNormMode bn_mode = BatchNormMode::Micro;
   NormKind norm = NormKind::Batch;
   bool bn_momentum_correction = true;     // running statistics keep their horizon in updates
-  std::string dataset = "fashion-mnist";  // or idx:DIR, or text:PATH
+  std::string dataset = "fashion-mnist";  // or idx:DIR, text:PATH, jsonl:FILE
   TaskKind task = TaskKind::Auto;         // resolved by task_kind()
   // Text (text:PATH): documents cut on this separator line ("%", "blank", "line" or a line),
   // as samples of --seq-len tokens (documents, or packed blocks).
   std::string doc_separator = "%";
+  std::string text_field = "text";  // jsonl:FILE: the document's field
   SequenceMode sequences = SequenceMode::Documents;
   int64_t seq_len = 256;
   // gpt (models/gpt.h).
@@ -121,9 +122,10 @@ struct TrainConfig {
   BatchRequest batch_request(int64_t world_size) const;
   // The dataset directory named by `dataset` (fashion-mnist, idx:DIR).
   std::string dataset_directory() const;
-  // text:PATH's path.
-  bool is_text_dataset() const { return dataset.rfind("text:", 0) == 0; }
-  std::string text_path() const { return dataset.substr(5); }
+  // text:PATH or jsonl:FILE, and its path.
+  bool is_jsonl_dataset() const { return dataset.rfind("jsonl:", 0) == 0; }
+  bool is_text_dataset() const { return dataset.rfind("text:", 0) == 0 || is_jsonl_dataset(); }
+  std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
   // --task, or the dataset's (text: lm; images: classify).
   TaskKind task_kind() const;
 };

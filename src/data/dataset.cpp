@@ -153,16 +153,15 @@ TensorDataset token_dataset(const TokenRows& rows) {
   return data;
 }
 
-DatasetSplits load_text_dataset(const std::string& path, const std::string& separator, bool packed,
+DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
                                 int64_t seq_len, int64_t train_subset, int64_t val_size,
                                 uint64_t seed) {
-  const TextCorpus corpus = read_text_corpus(path, separator);
   const TokenRows rows =
       packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
   const int64_t n = rows.rows();
   if (n < 2) {
     throw Error(ErrorKind::Data,
-                "text corpus '" + path + "' makes " + std::to_string(n) + " sample(s) of " +
+                "text corpus '" + name + "' makes " + std::to_string(n) + " sample(s) of " +
                     std::to_string(seq_len + 1) + " tokens: too few to train and validate",
                 packed ? "use a larger corpus, a smaller --seq-len, or --sequences documents"
                        : "use a larger corpus");

@@ -69,10 +69,11 @@ Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
 // Token rows (data/text_corpus.h) as a dataset: inputs and targets [rows, width] int64.
 TensorDataset token_dataset(const TokenRows& rows);
 
-// text:PATH as token rows (data/text_corpus.h): documents or packed blocks of `seq_len`, and
-// `val_size` of them held out for validation, chosen by `seed` (0: 2%, at least 1, at most
-// 1000); `description` says what was read.
-DatasetSplits load_text_dataset(const std::string& path, const std::string& separator, bool packed,
+// A text corpus (data/text_corpus.h: text:PATH, jsonl:FILE) as token rows: documents or
+// packed blocks of `seq_len`, and `val_size` of them held out for validation, chosen by `seed`
+// (0: 2%, at least 1, at most 1000); `description` says what was read. `name` names the corpus
+// in errors.
+DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
                                 int64_t seq_len, int64_t train_subset, int64_t val_size,
                                 uint64_t seed);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
@@ -155,6 +156,58 @@ TextCorpus read_text_corpus(const std::string& path, const std::string& separato
                     "': it would be one document of " + std::to_string(corpus.bytes) + " bytes",
                 "give the corpus's separator with --doc-separator LINE, or --doc-separator blank "
                 "or line");
+  }
+  return corpus;
+}
+
+TextCorpus read_jsonl_corpus(const std::string& path, const std::string& field) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) {
+    throw Error(ErrorKind::Data, "JSONL corpus '" + path + "' is not a file",
+                "point --dataset jsonl:FILE at a file with one JSON object per line");
+  }
+  TextCorpus corpus = parse_jsonl_corpus(read_text_file(path), field, path);
+  corpus.files = 1;
+  return corpus;
+}
+
+TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
+                              const std::string& path) {
+  TextCorpus corpus;
+  int64_t line_number = 0;
+  size_t position = 0;
+  while (position < text.size()) {
+    size_t end = text.find('\n', position);
+    end = end == std::string_view::npos ? text.size() : end;
+    const std::string_view line = text.substr(position, end - position);
+    position = end + 1;
+    ++line_number;
+    if (only_whitespace(line))
+      continue;
+    const std::string where = "line " + std::to_string(line_number) + " of '" + path + "'";
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object()) {
+      throw Error(ErrorKind::Data, where + " is not a JSON object",
+                  "write one object per line, e.g. {\"" + field + "\": \"...\"}");
+    }
+    const auto found = record.find(field);
+    if (found == record.end()) {
+      throw Error(ErrorKind::Data, where + " has no field \"" + field + "\"",
+                  "name the document's field with --text-field");
+    }
+    if (!found->is_string()) {
+      throw Error(ErrorKind::Data, where + ": field \"" + field + "\" is not a string",
+                  "the document must be a JSON string");
+    }
+    std::string document = found->get<std::string>();
+    if (only_whitespace(document))
+      continue;
+    corpus.bytes += static_cast<int64_t>(document.size());
+    corpus.documents.push_back(std::move(document));
+  }
+  if (corpus.documents.empty()) {
+    throw Error(ErrorKind::Data, "JSONL corpus '" + path + "' holds no documents",
+                "use a file with one {\"" + field + "\": \"...\"} object per line");
   }
   return corpus;
 }

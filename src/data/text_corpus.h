@@ -46,6 +46,14 @@ std::vector<std::string> split_documents(std::string_view text, const std::strin
 // occurred).
 TextCorpus read_text_corpus(const std::string& path, const std::string& separator);
 
+// A JSON Lines file: one object per line, the document in string field `field` (blank lines
+// skipped). A line that is not a JSON object, lacks the field or holds a non-string there is a
+// bigbatch::Error (Data) naming the file, the line number and the fix.
+TextCorpus read_jsonl_corpus(const std::string& path, const std::string& field);
+// The same for the file's text (`path` names it in errors).
+TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
+                              const std::string& path);
+
 // Samples of `width` = seq_len positions each: inputs (padded with end-of-text) and targets
 // (padded with kIgnoreTarget), row-major.
 struct TokenRows {

@@ -439,10 +439,14 @@ void FitLoop::record_epoch(bool ends_inside) {
     record["tokens_seen"] = at.items_seen;
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
   // activations, no gradients) always fits.
-  const int64_t eval_batch = run_.config.memory_budget > 0
-                                 ? std::min(kEvalBatchSize, run_.resolved.plan.micro_batch_size)
-                                 : kEvalBatchSize;
   const bool tokens = run_.data.train.is_tokens();
+  // Token rows: as many as hold kEvalTokens positions (attention's scores grow with rows x
+  // length^2, and 250 rows of 256 tokens would hold ~1 GiB of them).
+  const int64_t eval_rows =
+      tokens ? std::max<int64_t>(1, kEvalTokens / run_.data.train.inputs.size(1)) : kEvalBatchSize;
+  const int64_t eval_batch = run_.config.memory_budget > 0
+                                 ? std::min(eval_rows, run_.resolved.plan.micro_batch_size)
+                                 : eval_rows;
   if (run_.data.validation.size() > 0) {
     last_validation_ = evaluate(run_.model, run_.data.validation, eval_batch, run_.precision);
     record.update(eval_record("val", last_validation_, tokens));

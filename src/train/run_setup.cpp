@@ -52,9 +52,11 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   UntrackedAllocations host_data;
   if (config.is_text_dataset()) {
-    return load_text_dataset(config.text_path(), config.doc_separator,
-                             config.sequences == SequenceMode::Packed, config.seq_len,
-                             config.train_subset, config.val_size, config.seed);
+    const TextCorpus corpus = config.is_jsonl_dataset()
+                                  ? read_jsonl_corpus(config.text_path(), config.text_field)
+                                  : read_text_corpus(config.text_path(), config.doc_separator);
+    return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
+                             config.seq_len, config.train_subset, config.val_size, config.seed);
   }
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
 }

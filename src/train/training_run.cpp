@@ -282,11 +282,17 @@ void tune_threads(TrainingRun& r, Console& console) {
     return;
   }
   try {
-    BatchAssembler probe_batch(r.data.train, r.resolved.plan.micro_batch_size);
+    // Under a token budget the plan's micro-batch is the whole window; a micro-step holds at
+    // most the budget's rows of full length.
+    const int64_t rows =
+        r.config.micro_batch_tokens > 0
+            ? std::max<int64_t>(1, r.config.micro_batch_tokens / r.data.train.inputs.size(1))
+            : r.resolved.plan.micro_batch_size;
+    BatchAssembler probe_batch(r.data.train, rows);
     const ThreadChoice choice = measure_fastest_thread_count(
         r.model,
         probe_batch.gather(epoch_order(r.config.seed, 0, r.data.train.size(), Shuffle::Off), 0,
-                           r.resolved.plan.micro_batch_size),
+                           rows),
         r.threads);
     r.threads = choice.threads;
     console.say("threads: " + choice.describe());

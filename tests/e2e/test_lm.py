@@ -93,6 +93,21 @@ class TrainLmTest(LmTestCase):
                 open(os.path.join(part, "weights.safetensors"), "rb") as b:
             self.assertEqual(a.read(), b.read())
 
+    def test_jsonl_documents(self):
+        jsonl = self.path("corpus.jsonl")
+        with open(jsonl, "w") as f:
+            for i in range(60):
+                f.write(json.dumps({"id": i, "body": "document number %d " % i * (1 + i % 4)}) + "\n")
+        out = self.path("jsonl")
+        result = run("train", "--dataset", f"jsonl:{jsonl}", "--text-field", "body", *TINY_GPT,
+                     "--global-batch", "8", "--micro-batch-tokens", "128", "--epochs", "1", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("data: 60 documents", result.stderr)
+        updates = [r for r in records(out) if "padded_tokens" in r]
+        # Packed by tokens: rows x longest <= 128 per micro-step, so the micro-steps vary.
+        self.assertGreater(len({u["micro_steps"] for u in updates}), 1)
+        self.assertTrue(all(u["padded_tokens"] >= u["items"] for u in updates))
+
     @unittest.skipUnless(os.path.isdir(FORTUNES), "the fortunes package is not installed")
     def test_fortunes_corpus(self):
         out = self.path("fortunes")
@@ -130,6 +145,11 @@ class BadTextInputTest(LmTestCase):
                                               "--sequences", "pack"), "config", "did you mean 'packed'")
         self.assert_one_line_error(self.train("--task", "lm", *TINY_GPT), "config",
                                    "--task lm needs token sequences")
+        jsonl = self.path("c.jsonl")
+        with open(jsonl, "w") as f:
+            f.write('{"text": "a document"}\n{"body": "no text field"}\n')
+        self.assert_one_line_error(self.train("--dataset", f"jsonl:{jsonl}", *TINY_GPT), "data",
+                                   "line 2 of", 'has no field "text"', "--text-field")
         # None of them left a run directory behind.
         self.assertFalse(os.path.exists(self.path("bad")))
 

@@ -80,6 +80,27 @@ TEST_F(TextCorpusFiles, BadCorporaAreOneClearError) {
   EXPECT_NE(message.find("--doc-separator"), std::string::npos);
 }
 
+TEST(JsonlCorpus, ReadsTheFieldOfEveryObjectAndNamesTheBadLine) {
+  const TextCorpus corpus = parse_jsonl_corpus(
+      "{\"text\": \"one\", \"id\": 1}\n\n{\"text\": \"two \\u00e9\"}\n", "text", "c.jsonl");
+  EXPECT_EQ(corpus.documents, (Documents{"one", "two \xc3\xa9"}));
+  const auto error_of = [](const std::string& text) {
+    try {
+      parse_jsonl_corpus(text, "text", "c.jsonl");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(
+      error_of("{\"text\": \"a\"}\nnot json\n").find("line 2 of 'c.jsonl' is not a JSON object"),
+      std::string::npos);
+  EXPECT_NE(error_of("{\"body\": \"a\"}\n").find("line 1 of 'c.jsonl' has no field \"text\""),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"text\": 3}\n").find("is not a string"), std::string::npos);
+  EXPECT_NE(error_of("\n\n").find("holds no documents"), std::string::npos);
+}
+
 TEST(TokenRowsErrors, SeqLenBelowTwoIsRefused) {
   EXPECT_THROW(document_rows({"abc"}, 1), Error);
   EXPECT_THROW(packed_rows({"abc"}, 0), Error);
