@@ -1,6 +1,6 @@
 #pragma once
 // The bigbatch command line: the subcommands `plan`, `train`, `fit`, `verify`, `sweep`,
-// `report` and `launch` (one file each, subcommand.h), their flags (flags.h, from
+// `report`, `sample` and `launch` (one file each, subcommand.h), their flags (flags.h, from
 // config/option_table.h), and the single place where errors become one line on stderr and an
 // exit code:
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,

@@ -77,6 +77,23 @@ class TrainLmTest(LmTestCase):
         self.assertNotIn("test_loss", epochs[-1])  # text corpora have no test split
         self.assertTrue(os.path.exists(os.path.join(out, "weights.safetensors")))
 
+    def test_sample_draws_text_from_a_trained_run(self):
+        out = self.path("run")
+        self.assertEqual(run("train", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16",
+                             "--micro-batch", "8", "--epochs", "2", "--out", out).returncode, 0)
+        first = run("sample", out, "--prompt", "the quick", "--tokens", "40", "--seed", "7")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertTrue(first.stdout.startswith("the quick"))
+        self.assertIn("tokens drawn", first.stderr)
+        # The same seed draws the same text; top-k 1 is the most likely continuation.
+        self.assertEqual(run("sample", out, "--prompt", "the quick", "--tokens", "40", "--seed", "7").stdout,
+                         first.stdout)
+        greedy = run("sample", out, "--prompt", "the", "--top-k", "1", "--tokens", "20")
+        self.assertEqual(greedy.returncode, 0, greedy.stderr)
+        self.assert_one_line_error(run("sample", self.path("nowhere")), "io", "not a finished run directory")
+        self.assert_one_line_error(run("sample", out, "--temperature", "0"), "config",
+                                   "--temperature must be positive")
+
     def test_packed_blocks_and_resume_bit_identical(self):
         flags = ["--dataset", f"text:{self.corpus}", *TINY_GPT, "--sequences", "packed",
                  "--global-batch", "8", "--micro-batch", "4", "--epochs", "1",
@@ -88,6 +105,27 @@ class TrainLmTest(LmTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("packed blocks of 65 tokens", result.stderr)
         result = run("train", "--resume", part, "--max-updates", "1000000")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
+                open(os.path.join(part, "weights.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_resume_inside_a_token_packed_window_is_bit_identical(self):
+        flags = ["--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16",
+                 "--micro-batch-tokens", "256", "--epochs", "1", "--schedule", "constant"]
+        whole = self.path("whole")
+        self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
+        part = self.path("part")
+        result = run("train", *flags, "--max-updates", "3", "--checkpoint-every", "1micro",
+                     "--keep-checkpoints", "100", "--out", part)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # A checkpoint inside update 3's window (step_000002_NNNN: 2 updates done, N micro-steps
+        # of the third), cut by tokens: resume continues that window under the same packing.
+        inside = sorted(d for d in os.listdir(os.path.join(part, "checkpoints"))
+                        if d.startswith("step_000002_"))
+        self.assertTrue(inside, os.listdir(os.path.join(part, "checkpoints")))
+        result = run("train", "--resume", os.path.join(part, "checkpoints", inside[0]),
+                     "--max-updates", "1000000")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
                 open(os.path.join(part, "weights.safetensors"), "rb") as b:

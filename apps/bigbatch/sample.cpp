@@ -1,0 +1,51 @@
+// `bigbatch sample`: text drawn from a trained language-model run.
+#include <cstdio>
+
+#include "commands.h"
+#include "subcommand.h"
+#include "train/sample.h"
+
+namespace bigbatch::cli {
+
+namespace {
+
+class SampleCommand final : public Subcommand {
+ public:
+  explicit SampleCommand(CLI::App& parent)
+      : Subcommand(parent, "sample",
+                   "draw text from a trained language-model run: RUN_DIR --prompt TEXT") {
+    app()
+        .add_option("run_dir", options_.run_dir, "a run directory trained with --model gpt")
+        ->required()
+        ->type_name("RUN_DIR");
+    app().add_option("--prompt", options_.prompt, "text the sample continues (default: none)");
+    app().add_option("--tokens", options_.tokens, "tokens (bytes) to draw at most (default 200)");
+    app().add_option("--temperature", options_.temperature,
+                     "softmax temperature: lower is surer, higher more varied (default 0.8)");
+    app().add_option("--top-k", options_.top_k,
+                     "draw among the K most likely tokens only (default 0: all)");
+    app().add_option("--seed", options_.seed,
+                     "the draw's seed: the same seed, the same text "
+                     "(default 42)");
+  }
+
+  int run() override {
+    const SampleResult result = sample_text(options_);
+    std::fwrite(result.text.data(), 1, result.text.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fprintf(stderr, "sample: %lld tokens drawn%s\n", static_cast<long long>(result.drawn),
+                 result.ended ? ", the last one end-of-text" : "");
+    return kExitOk;
+  }
+
+ private:
+  SampleOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subcommand> make_sample_command(CLI::App& parent) {
+  return std::make_unique<SampleCommand>(parent);
+}
+
+}  // namespace bigbatch::cli

@@ -1,0 +1,93 @@
+#include "train/sample.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "config/option_table.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "data/text_corpus.h"
+#include "io/safetensors.h"
+#include "models/models.h"
+
+namespace bigbatch {
+
+namespace {
+
+void check(bool ok, const std::string& problem, const std::string& hint) {
+  if (!ok)
+    throw Error(ErrorKind::Config, problem, hint);
+}
+
+}  // namespace
+
+SampleResult sample_text(const SampleOptions& options) {
+  check(options.tokens >= 0, "--tokens must be zero or positive", "e.g. --tokens 200");
+  check(options.temperature > 0, "--temperature must be positive",
+        "e.g. --temperature 0.8 (lower: surer, higher: more varied)");
+  check(options.top_k >= 0, "--top-k must be zero (all tokens) or positive", "e.g. --top-k 40");
+  const std::string config_path = options.run_dir + "/config.toml";
+  const std::string weights_path = options.run_dir + "/weights.safetensors";
+  if (!path_exists(config_path) || !path_exists(weights_path)) {
+    throw Error(ErrorKind::Io,
+                "'" + options.run_dir +
+                    "' is not a finished run directory (no config.toml and "
+                    "weights.safetensors)",
+                "give the directory a bigbatch train run wrote");
+  }
+  TrainConfig config;
+  load_toml_config(config, config_path);
+  if (!is_sequence_model(config.model)) {
+    throw Error(ErrorKind::Usage,
+                "run '" + options.run_dir + "' trained " + config.model +
+                    ", which classifies images; sample draws text from a language model",
+                "give a run trained with --model gpt");
+  }
+  ModelSpec spec;
+  spec.name = config.model;
+  spec.gpt.vocab = kByteVocabulary;
+  spec.gpt.seq_len = config.seq_len;
+  spec.gpt.layers = config.layers;
+  spec.gpt.d_model = config.d_model;
+  spec.gpt.heads = config.heads;
+  torch::NoGradGuard no_grad;
+  auto model = make_model(spec);
+  load_weights(weights_path, *model);
+  model->eval();
+
+  std::vector<int64_t> tokens = {kEndOfText};
+  for (unsigned char byte : options.prompt)
+    tokens.push_back(byte);
+  SampleResult result;
+  result.text = options.prompt;
+  auto generator = at::detail::createCPUGenerator(options.seed);
+  for (int64_t i = 0; i < options.tokens; ++i) {
+    // The model has seq_len positions: it sees the latest seq_len tokens.
+    const int64_t begin = std::max<int64_t>(0, int64_t(tokens.size()) - config.seq_len);
+    const auto input =
+        torch::tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.end())).unsqueeze(0);
+    auto logits = model->forward(input).select(1, input.size(1) - 1).squeeze(0);
+    logits = logits.to(torch::kFloat64) / options.temperature;
+    if (options.top_k > 0 && options.top_k < logits.size(0)) {
+      const auto kth = std::get<0>(logits.topk(options.top_k)).min();
+      logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
+    }
+    const auto probabilities = torch::softmax(logits, 0);
+    const int64_t token =
+        torch::multinomial(probabilities, 1, /*replacement=*/false, generator).item<int64_t>();
+    ++result.drawn;
+    if (token == kEndOfText) {
+      result.ended = true;
+      break;
+    }
+    tokens.push_back(token);
+    result.text.push_back(static_cast<char>(token));
+  }
+  return result;
+}
+
+}  // namespace bigbatch
