@@ -18,7 +18,9 @@ TINY_GPT = ["--model", "gpt", "--layers", "1", "--d-model", "32", "--heads", "2"
 
 
 def run(*args, env=None):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600, env=env)
+    # errors="replace": a byte-level model may draw bytes that are not UTF-8 (sample prints them).
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=600,
+                          env=env)
 
 
 def records(run_dir):
