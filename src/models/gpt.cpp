@@ -40,28 +40,31 @@ void GptBlockImpl::reset() {
   init_linear(out, residual_std);
 }
 
-torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
+torch::Tensor GptBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& future) {
   const int64_t batch = x.size(0);
   const int64_t length = x.size(1);
   const int64_t d = options.d_model;
   const int64_t heads = options.heads;
   const int64_t head_dim = d / heads;
+  // Dropout only when asked for: at p = 0 it would still cost a pass per call.
+  const auto drop = [&](const torch::Tensor& t) { return options.dropout > 0 ? dropout(t) : t; };
   // Causal self-attention: position t attends to positions <= t. Padding sits at the end of a
   // row, so no real position ever attends to it.
   auto qkv_out = qkv(ln1(x)).chunk(3, /*dim=*/-1);
   auto split_heads = [&](const torch::Tensor& t) {
     return t.view({batch, length, heads, head_dim}).transpose(1, 2);  // [B, H, T, hd]
   };
-  const auto q = split_heads(qkv_out[0]);
+  // The 1/sqrt(hd) scale on q ([B, H, T, hd]) rather than on the scores ([B, H, T, T]).
+  const auto q = split_heads(qkv_out[0]) * (1.0 / std::sqrt(double(head_dim)));
   const auto k = split_heads(qkv_out[1]);
   const auto v = split_heads(qkv_out[2]);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));
-  const auto future = torch::ones({length, length}, x.options().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  auto attention = dropout(torch::softmax(scores, /*dim=*/-1));
+  // In place: matmul's backward needs its inputs, not its output.
+  auto scores = torch::matmul(q, k.transpose(-2, -1))
+                    .masked_fill_(future, -std::numeric_limits<double>::infinity());
+  auto attention = drop(torch::softmax(scores, /*dim=*/-1));
   auto mixed = torch::matmul(attention, v).transpose(1, 2).reshape({batch, length, d});
-  auto h = x + dropout(proj(mixed));
-  return h + dropout(out(torch::gelu(fc(ln2(h)))));
+  auto h = x + drop(proj(mixed));
+  return h + drop(out(torch::gelu(fc(ln2(h)))));
 }
 
 GptImpl::GptImpl(const GptOptions& options_in) : options(options_in) {
@@ -87,9 +90,13 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t length = tokens.size(1);
   BB_INTERNAL_ASSERT(length <= options.seq_len, "a sequence longer than the model's positions");
   const auto positions = torch::arange(length, tokens.options().dtype(torch::kInt64));
-  auto x = dropout(token(tokens) + position(positions));
+  auto x = token(tokens) + position(positions);
+  if (options.dropout > 0)
+    x = dropout(x);
+  // Which key positions each query may not see (the future), shared by every block.
+  const auto future = torch::ones({length, length}, tokens.options().dtype(torch::kBool)).triu(1);
   for (const auto& block : *blocks)
-    x = block->as<GptBlockImpl>()->forward(x);
+    x = block->as<GptBlockImpl>()->forward(x, future);
   // The output layer is the token embedding itself (tied): logits = x E^T.
   return torch::matmul(ln_f(x), token->weight.t());
 }

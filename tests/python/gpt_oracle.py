@@ -44,8 +44,8 @@ class Block(torch.nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
         split = lambda z: z.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
-        q, k, v = split(q), split(k), split(v)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
+        q, k, v = split(q) * (1.0 / math.sqrt(d // self.heads)), split(k), split(v)
+        scores = q @ k.transpose(-2, -1)
         scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
         y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
         h = x + self.proj(y)

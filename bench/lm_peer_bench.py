@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""bigbatch's gpt against the same model trained by PyTorch in Python, side by side in one run:
+tokens per second of training at --seq-len 256 on packed fortune blocks (no padding on either
+side, so both compute the same shapes), AdamW with clipping, the mean over each update's tokens.
+The Python side is the oracle's twin (tests/python/gpt_oracle.py: GptTwin) in the accumulation
+loop a user would write for the exact mean; both sides run alternately per cell with the same
+thread count and the environment bigbatch gives itself (OpenBLAS kernels, passive OpenMP).
+
+Usage: bench/lm_peer_bench.py BUILD_DIR [--micros 8 32] [--accums 1 8] [--threads 1 2]
+                              [--updates 6] [--repeats 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+FORTUNES = "/usr/share/games/fortunes"
+ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
+           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+SEQ, LAYERS, D, HEADS = 256, 4, 128, 4
+
+
+def bigbatch(build, workdir, micro, accum, threads, updates):
+    out = tempfile.mkdtemp(dir=workdir)
+    os.rmdir(out)
+    subprocess.run([os.path.join(build, "bigbatch"), "train", "--dataset", f"text:{FORTUNES}", "--model", "gpt",
+                    "--sequences", "packed", "--seq-len", str(SEQ), "--layers", str(LAYERS), "--d-model", str(D),
+                    "--heads", str(HEADS), "--micro-batch", str(micro), "--accum-steps", str(accum),
+                    "--optimizer", "adamw", "--lr", "1e-3", "--clip-norm", "1", "--schedule", "constant",
+                    "--max-updates", str(updates + 2), "--threads", str(threads), "--progress", "off",
+                    "--no-noise-scale", "--out", out],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if '"tokens_seen"' in line and '"epoch":' in line]
+    records = [r for r in records if "loss" in r]
+    steady = records[2:]  # the first updates warm the allocator and the caches
+    seconds = steady[-1]["wall_s"] - records[1]["wall_s"]
+    return sum(r["items"] for r in steady) / seconds
+
+
+def python_peer(micro, accum, threads, updates):
+    code = f"""
+import time, torch, sys
+sys.path.insert(0, {os.path.join(ROOT, 'tests', 'python')!r})
+from gpt_oracle import GptTwin
+torch.set_num_threads({threads})
+torch.manual_seed(0)
+model = torch.nn.Sequential(GptTwin({SEQ}, {LAYERS}, {D}, {HEADS}))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
+data = torch.randint(0, 257, ({micro} * {accum} * {updates + 2}, {SEQ} + 1))
+row, times = 0, []
+for update in range({updates + 2}):
+    start = time.perf_counter()
+    tokens = {micro} * {accum} * {SEQ}
+    for _ in range({accum}):
+        block = data[row:row + {micro}]; row += {micro}
+        logits = model(block[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 257), block[:, 1:].reshape(-1), reduction="sum")
+        (loss / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+    times.append(time.perf_counter() - start)
+print({micro} * {accum} * {SEQ} * {updates} / sum(times[2:]))
+"""
+    result = subprocess.run(["/usr/bin/python3", "-c", code], check=True, capture_output=True, text=True, env=ENV)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("build")
+    parser.add_argument("--micros", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--accums", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--updates", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="lm_peer_")
+    print("| micro | accum | threads | bigbatch tokens/s | PyTorch-Python tokens/s | bigbatch / Python (min-max) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for threads in args.threads:
+        for micro in args.micros:
+            for accum in args.accums:
+                ours, theirs, ratios = [], [], []
+                for repeat in range(args.repeats):
+                    # Alternate which side runs first: this machine drifts over minutes.
+                    if repeat % 2 == 0:
+                        a = bigbatch(args.build, workdir, micro, accum, threads, args.updates)
+                        b = python_peer(micro, accum, threads, args.updates)
+                    else:
+                        b = python_peer(micro, accum, threads, args.updates)
+                        a = bigbatch(args.build, workdir, micro, accum, threads, args.updates)
+                    ours.append(a)
+                    theirs.append(b)
+                    ratios.append(a / b)
+                print(f"| {micro} | {accum} | {threads} | {statistics.median(ours):.0f} | "
+                      f"{statistics.median(theirs):.0f} | {statistics.median(ratios):.2f}x "
+                      f"({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
