@@ -138,14 +138,16 @@ void load_weights(const std::string& path, torch::nn::Module& model) {
     const auto it = by_name.find(name);
     if (it == by_name.end()) {
       throw Error(ErrorKind::Format, "weights file '" + path + "' has no tensor '" + name + "'",
-                  "it was saved from another model; check --model and --hidden");
+                  "it was saved from another model; check --model and its shape (--hidden; "
+                  "--layers, --d-model, --heads, --seq-len for gpt)");
     }
     if (it->second.sizes() != tensor.sizes()) {
       throw Error(ErrorKind::Format,
                   "weights file '" + path + "' gives tensor '" + name + "' shape " +
                       shape_text(it->second.sizes()) + ", the model needs " +
                       shape_text(tensor.sizes()),
-                  "it was saved from another model; check --model and --hidden");
+                  "it was saved from another model; check --model and its shape (--hidden; "
+                  "--layers, --d-model, --heads, --seq-len for gpt)");
     }
     const bool both_float = it->second.is_floating_point() && tensor.is_floating_point();
     if (!both_float && it->second.scalar_type() != tensor.scalar_type()) {
@@ -161,7 +163,8 @@ void load_weights(const std::string& path, torch::nn::Module& model) {
     throw Error(ErrorKind::Format,
                 "weights file '" + path + "' has tensor '" + by_name.begin()->first +
                     "' that the model lacks",
-                "it was saved from another model; check --model and --hidden");
+                "it was saved from another model; check --model and its shape (--hidden; "
+                "--layers, --d-model, --heads, --seq-len for gpt)");
   }
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> source(loaded.begin(), loaded.end());

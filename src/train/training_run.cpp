@@ -378,6 +378,14 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   r.identity = checkpoint_identity(config.model, config.hidden, config.dataset, r.data.train.size(),
                                    r.resolved.plan.global_batch_size, config.seed, config.shuffle,
                                    to_string(config.optimizer));
+  if (is_sequence_model(config.model)) {
+    // A language model's shape and samples: a resume under others is another run.
+    r.identity["seq_len"] = config.seq_len;
+    r.identity["layers"] = config.layers;
+    r.identity["d_model"] = config.d_model;
+    r.identity["heads"] = config.heads;
+    r.identity["sequences"] = to_string(config.sequences);
+  }
   if (r.resuming)
     resume_from_checkpoint(r, console);
   if (r.job.is_main())

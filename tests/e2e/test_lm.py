@@ -106,6 +106,11 @@ class TrainLmTest(LmTestCase):
         result = run("train", *flags, "--max-updates", "3", "--checkpoint-every", "1u", "--out", part)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("packed blocks of 65 tokens", result.stderr)
+        # Another shape or cut of the corpus is another run: refused, naming the difference.
+        self.assert_one_line_error(run("train", "--resume", part, "--seq-len", "32"), "format",
+                                   "was written with seq_len = 64, this run has 32")
+        self.assert_one_line_error(run("train", "--resume", part, "--d-model", "64"), "format",
+                                   "d_model = 32")
         result = run("train", "--resume", part, "--max-updates", "1000000")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
