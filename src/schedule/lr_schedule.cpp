@@ -149,8 +149,11 @@ std::string LrSchedule::describe_scaling() const {
 }
 
 std::optional<std::string> LrSchedule::advice() const {
+  // Only a rate that was scaled up: one tuned at this very batch is the user's own choice.
+  const bool scaled_up =
+      config_.reference_batch > 0 && config_.reference_batch < config_.global_batch;
   if (config_.scaling == LrScaling::Linear && config_.global_batch > 1024 &&
-      config_.warmup_updates == 0) {
+      config_.warmup_updates == 0 && scaled_up) {
     return "global batch " + std::to_string(config_.global_batch) +
            " with the linear scaling rule and no warmup: the scaled rate " +
            format_double(peak_lr_) +

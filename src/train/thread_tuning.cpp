@@ -9,6 +9,11 @@
 namespace bigbatch {
 
 std::string ThreadChoice::describe() const {
+  if (seconds_per_step.empty()) {
+    return std::to_string(threads) +
+           " (one CPU available to this process, e.g. OMP_NUM_THREADS=1 under a launcher: "
+           "nothing to measure)";
+  }
   std::string text = std::to_string(threads) + " (measured per micro-step:";
   for (const auto& [count, seconds] : seconds_per_step) {
     char part[64];

@@ -99,6 +99,24 @@ class PlanTest(CliTestCase):
 
 
 class TrainTest(CliTestCase):
+    def test_auto_threads_with_one_cpu_says_so(self):
+        # Issue 20: under a launcher (OMP_NUM_THREADS=1) auto threads printed
+        # "threads: 1 (measured per micro-step:)" with nothing measured.
+        small = [a for a in SMALL if a not in ("--threads", "1")] + ["--threads", "0", "--max-updates", "1"]
+        result = run("train", *small, "--out", self.path("one"), check=True,
+                     env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertIn("threads: 1 (one CPU available to this process", result.stderr)
+        self.assertNotIn("measured per micro-step:)", result.stderr)
+
+    def test_no_scaling_warning_when_nothing_was_scaled(self):
+        # Issue 20: "past ~1024 diverges" was printed for lr 0.05 @ 4096 -> 0.05 @ 4096.
+        result = run("plan", "--global-batch", "4096", "--micro-batch", "64", "--lr-scaling", "linear",
+                     check=True)
+        self.assertNotIn("past ~1024", result.stdout + result.stderr)
+        scaled = run("train", *SMALL, "--global-batch", "2048", "--lr-ref-batch", "64", "--lr-scaling",
+                     "linear", "--max-updates", "0", "--out", self.path("scaled"), check=True)
+        self.assertIn("past ~1024", scaled.stderr)
+
     def test_small_run_writes_every_file(self):
         out = self.path("run")
         result = run("train", *SMALL, "--val-size", "64", "--out", out, check=True)

@@ -111,6 +111,12 @@ TEST(LrSchedule, AdvisesWarmupPastTenTwentyFourWithTheLinearRule) {
   c.warmup_updates = 0;
   c.global_batch = 1024;
   EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  // Nothing scaled (the rate was tuned at this batch, or no reference): no warning (issue 20).
+  c.global_batch = 4096;
+  c.reference_batch = 4096;
+  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  c.reference_batch = 0;
+  EXPECT_FALSE(LrSchedule(c).advice().has_value());
 }
 
 TEST(LrSchedule, RejectsImpossibleSettings) {
