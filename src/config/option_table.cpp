@@ -1,6 +1,7 @@
 #include "config/option_table.h"
 
 #include <toml++/toml.h>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -512,32 +513,54 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
   }
 }
 
+namespace {
+
+// A TOML float the shortest way that reads back to the same double ("0.9", not toml++'s
+// "0.90000000000000002"); whole numbers keep ".0" so the value stays a float.
+std::string toml_float(double value) {
+  std::string text = format_double(value);
+  if (text.find_first_of(".eEin") == std::string::npos)
+    text += ".0";
+  return text;
+}
+
+std::string toml_value(const ConfigValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        std::ostringstream out;
+        if constexpr (std::is_same_v<T, double>) {
+          return toml_float(v);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<std::string>>) {
+          toml::array array;
+          for (const auto& element : v)
+            array.push_back(element);
+          out << array;
+        } else {
+          out << toml::value<T>(v);  // toml++'s quoting and escaping for strings
+        }
+        return out.str();
+      },
+      value);
+}
+
+}  // namespace
+
 std::string render_toml_config(const TrainConfig& config) {
-  toml::table table;
+  // Keys in name order, as a TOML table prints them.
+  std::map<std::string, std::string> lines;
   for (const auto& spec : option_table()) {
     if (!(spec.commands & kTrainCommand) || spec.name == "no-nesterov")
       continue;
-    const auto value = spec.get(config);
-    if (!value)
-      continue;
-    std::visit(
-        [&](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                        std::is_same_v<T, std::vector<std::string>>) {
-            toml::array array;
-            for (const auto& element : v)
-              array.push_back(element);
-            table.insert(spec.name, std::move(array));
-          } else {
-            table.insert(spec.name, v);
-          }
-        },
-        *value);
+    if (const auto value = spec.get(config))
+      lines[spec.name] = toml_value(*value);
   }
   std::ostringstream out;
   out << "# bigbatch resolved configuration: repeat this run with bigbatch train --config FILE\n";
-  out << table << "\n";
+  for (const auto& [name, text] : lines)
+    out << name << " = " << text << "\n";
+  out << "\n";
   return out.str();
 }
 

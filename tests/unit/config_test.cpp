@@ -256,3 +256,26 @@ TEST(Text, ByteSizesNeedAUnit) {
 
 }  // namespace
 }  // namespace bigbatch
+
+namespace bigbatch {
+namespace {
+
+// Issue 20 item 13: config.toml holds numbers the shortest way that reads back to the same
+// double, not toml++'s 17 digits ("0.90000000000000002").
+TEST(ConfigToml, NumbersAreTheShortestThatRoundTrip) {
+  TrainConfig config;
+  config.lr = 0.1 + 0.2;  // 0.30000000000000004: needs its 17 digits
+  const std::string text = render_toml_config(config);
+  EXPECT_NE(text.find("\nmomentum = 0.9\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nweight-decay = 0.0005\n"), std::string::npos);
+  EXPECT_NE(text.find("\nclip-norm = 0.0\n"), std::string::npos);  // still a TOML float
+  EXPECT_NE(text.find("\nlr = 0.30000000000000004\n"), std::string::npos);
+  EXPECT_EQ(text.find("0.90000000000000002"), std::string::npos);
+  TrainConfig again;
+  load_toml_config_text(again, text, "config.toml");
+  EXPECT_EQ(again.lr, config.lr);
+  EXPECT_EQ(render_toml_config(again), text);
+}
+
+}  // namespace
+}  // namespace bigbatch
