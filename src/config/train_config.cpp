@@ -7,121 +7,124 @@
 
 namespace bigbatch {
 
-namespace {
-void check(bool ok, const std::string& problem, const std::string& hint) {
-  if (!ok)
-    throw Error(ErrorKind::Config, problem, hint);
-}
-}  // namespace
-
 void TrainConfig::validate() const {
   builtin_model_names().parse(model);  // throws, naming the models there are
-  check(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
+  check_config(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
   for (int64_t width : hidden) {
-    check(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
-          "give positive layer widths such as --hidden 512,256");
+    check_config(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
+                 "give positive layer widths such as --hidden 512,256");
   }
-  check(global_batch_schedule.empty() || (!global_batch && !accum_steps),
-        std::string("--global-batch-schedule sets the global batch and derives accumulation, so ") +
-            (global_batch ? "--global-batch" : "--accum-steps") + " cannot be given too",
-        std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
-            "; the micro-batch (--micro-batch) stays the same in every step");
-  check(global_batch_schedule.empty() || lr_scaling != LrScaling::AdaScale,
-        "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
-        "gain already follows a larger batch",
-        "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
-  check(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_text_dataset(),
-        "dataset '" + dataset + "' is not known",
-        "use --dataset fashion-mnist, idx:DIR (MNIST-format images), text:PATH (a text file "
-        "or a directory of them) or jsonl:FILE (one JSON object per line)");
-  check(!is_text_dataset() || !text_path().empty(), "--dataset " + dataset + " names no path",
-        "e.g. --dataset text:/usr/share/games/fortunes");
-  check(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
-  check(task != TaskKind::Lm || is_text_dataset(),
-        "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
-        "use --dataset text:PATH, or --task classify");
-  check(task != TaskKind::Classify || !is_text_dataset(),
-        "--task classify needs labelled images, but dataset '" + dataset + "' is text",
-        "use --task lm (or leave --task out) with --model gpt");
+  check_config(
+      global_batch_schedule.empty() || (!global_batch && !accum_steps),
+      std::string("--global-batch-schedule sets the global batch and derives accumulation, so ") +
+          (global_batch ? "--global-batch" : "--accum-steps") + " cannot be given too",
+      std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
+          "; the micro-batch (--micro-batch) stays the same in every step");
+  check_config(
+      global_batch_schedule.empty() || lr_scaling != LrScaling::AdaScale,
+      "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
+      "gain already follows a larger batch",
+      "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
+  check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_text_dataset(),
+               "dataset '" + dataset + "' is not known",
+               "use --dataset fashion-mnist, idx:DIR (MNIST-format images), text:PATH (a text file "
+               "or a directory of them) or jsonl:FILE (one JSON object per line)");
+  check_config(!is_text_dataset() || !text_path().empty(),
+               "--dataset " + dataset + " names no path",
+               "e.g. --dataset text:/usr/share/games/fortunes");
+  check_config(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
+  check_config(task != TaskKind::Lm || is_text_dataset(),
+               "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
+               "use --dataset text:PATH, or --task classify");
+  check_config(task != TaskKind::Classify || !is_text_dataset(),
+               "--task classify needs labelled images, but dataset '" + dataset + "' is text",
+               "use --task lm (or leave --task out) with --model gpt");
   if (task_kind() == TaskKind::Lm) {
-    check(is_sequence_model(model),
-          "model '" + model + "' classifies images; a language model (" + dataset +
-              ") needs a sequence model",
-          "use --model gpt");
+    check_config(is_sequence_model(model),
+                 "model '" + model + "' classifies images; a language model (" + dataset +
+                     ") needs a sequence model",
+                 "use --model gpt");
   } else {
-    check(!is_sequence_model(model),
-          "model '" + model + "' is a language model; dataset '" + dataset +
-              "' holds labelled images",
-          "use --model mlp, cnn, cnn-bn or cnn-gn, or --dataset text:PATH");
+    check_config(!is_sequence_model(model),
+                 "model '" + model + "' is a language model; dataset '" + dataset +
+                     "' holds labelled images",
+                 "use --model mlp, cnn, cnn-bn or cnn-gn, or --dataset text:PATH");
   }
-  check(micro_batch_tokens >= 0, "--micro-batch-tokens must be zero (off) or positive",
-        "e.g. --micro-batch-tokens 4096");
-  check(micro_batch_tokens == 0 || task_kind() == TaskKind::Lm,
-        "--micro-batch-tokens cuts micro-batches of token sequences, but dataset '" + dataset +
-            "' holds images",
-        "use --micro-batch for images");
-  check(micro_batch_tokens == 0 || micro_batch_tokens >= seq_len,
-        "--micro-batch-tokens " + std::to_string(micro_batch_tokens) + " is below --seq-len " +
-            std::to_string(seq_len) + ": a sequence of full length would not fit",
-        "give at least --micro-batch-tokens " + std::to_string(seq_len));
-  check(micro_batch_tokens == 0 || (!micro_batch && !accum_steps && !micro_batch_auto),
-        "--micro-batch-tokens cuts the micro-batches itself, so --micro-batch and --accum-steps "
-        "cannot be given too",
-        "give --global-batch and --micro-batch-tokens");
-  check(seq_len >= 2, "--seq-len must be at least 2, got " + std::to_string(seq_len),
-        "e.g. --seq-len 256");
-  check(!doc_separator.empty(), "--doc-separator is empty",
-        "give the separator line, e.g. --doc-separator %, or blank or line");
-  check(layers >= 1, "--layers must be at least 1", "e.g. --layers 4");
-  check(d_model >= 1 && heads >= 1 && d_model % heads == 0,
-        "--d-model " + std::to_string(d_model) + " does not split into --heads " +
-            std::to_string(heads),
-        "give a --d-model that --heads divides, e.g. --d-model 128 --heads 4");
-  check(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got " + format_double(dropout),
-        "e.g. --dropout 0.1");
-  check(train_subset >= 0, "--train-subset must be zero (all) or positive",
-        "e.g. --train-subset 1000");
-  check(val_size >= 0, "--val-size must be zero or positive", "e.g. --val-size 5000");
-  check(momentum >= 0 && momentum < 1,
-        "--momentum must be in [0, 1), got " + format_double(momentum), "use e.g. --momentum 0.9");
-  check(!nesterov || momentum > 0 || optimizer != OptimizerKind::Sgd,
-        "--nesterov needs a positive --momentum", "pass --momentum 0.9, or drop --nesterov");
-  check(weight_decay >= 0, "--weight-decay must be zero or positive",
-        "use e.g. --weight-decay 5e-4");
-  check(clip_norm >= 0, "--clip-norm must be zero (off) or positive", "use e.g. --clip-norm 1.0");
-  check(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
-        "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
-  check(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");
-  check(lars_trust > 0, "--lars-trust must be positive", "use e.g. --lars-trust 0.001");
-  check(epochs > 0 && epochs <= 1000000000,
-        "--epochs must be from 1 to 1e9, got " + std::to_string(epochs),
-        "use --epochs 1 or more, or bound the run with --max-updates");
-  check(!max_updates || *max_updates >= 0, "--max-updates must be zero or positive",
-        "use --max-updates 0 to write the initial weights only");
-  check(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
+  check_config(micro_batch_tokens >= 0, "--micro-batch-tokens must be zero (off) or positive",
+               "e.g. --micro-batch-tokens 4096");
+  check_config(micro_batch_tokens == 0 || task_kind() == TaskKind::Lm,
+               "--micro-batch-tokens cuts micro-batches of token sequences, but dataset '" +
+                   dataset + "' holds images",
+               "use --micro-batch for images");
+  check_config(micro_batch_tokens == 0 || micro_batch_tokens >= seq_len,
+               "--micro-batch-tokens " + std::to_string(micro_batch_tokens) +
+                   " is below --seq-len " + std::to_string(seq_len) +
+                   ": a sequence of full length would not fit",
+               "give at least --micro-batch-tokens " + std::to_string(seq_len));
+  check_config(
+      micro_batch_tokens == 0 || (!micro_batch && !accum_steps && !micro_batch_auto),
+      "--micro-batch-tokens cuts the micro-batches itself, so --micro-batch and --accum-steps "
+      "cannot be given too",
+      "give --global-batch and --micro-batch-tokens");
+  check_config(seq_len >= 2, "--seq-len must be at least 2, got " + std::to_string(seq_len),
+               "e.g. --seq-len 256");
+  check_config(!doc_separator.empty(), "--doc-separator is empty",
+               "give the separator line, e.g. --doc-separator %, or blank or line");
+  check_config(layers >= 1, "--layers must be at least 1", "e.g. --layers 4");
+  check_config(d_model >= 1 && heads >= 1 && d_model % heads == 0,
+               "--d-model " + std::to_string(d_model) + " does not split into --heads " +
+                   std::to_string(heads),
+               "give a --d-model that --heads divides, e.g. --d-model 128 --heads 4");
+  check_config(dropout >= 0 && dropout < 1,
+               "--dropout must be in [0, 1), got " + format_double(dropout), "e.g. --dropout 0.1");
+  check_config(train_subset >= 0, "--train-subset must be zero (all) or positive",
+               "e.g. --train-subset 1000");
+  check_config(val_size >= 0, "--val-size must be zero or positive", "e.g. --val-size 5000");
+  check_config(momentum >= 0 && momentum < 1,
+               "--momentum must be in [0, 1), got " + format_double(momentum),
+               "use e.g. --momentum 0.9");
+  check_config(!nesterov || momentum > 0 || optimizer != OptimizerKind::Sgd,
+               "--nesterov needs a positive --momentum", "pass --momentum 0.9, or drop --nesterov");
+  check_config(weight_decay >= 0, "--weight-decay must be zero or positive",
+               "use e.g. --weight-decay 5e-4");
+  check_config(clip_norm >= 0, "--clip-norm must be zero (off) or positive",
+               "use e.g. --clip-norm 1.0");
+  check_config(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
+               "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
+  check_config(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");
+  check_config(lars_trust > 0, "--lars-trust must be positive", "use e.g. --lars-trust 0.001");
+  check_config(epochs > 0 && epochs <= 1000000000,
+               "--epochs must be from 1 to 1e9, got " + std::to_string(epochs),
+               "use --epochs 1 or more, or bound the run with --max-updates");
+  check_config(!max_updates || *max_updates >= 0, "--max-updates must be zero or positive",
+               "use --max-updates 0 to write the initial weights only");
+  check_config(threads >= 0, "--threads must be zero (auto) or positive", "e.g. --threads 2");
   if (!checkpoint_every.empty())
     Cadence::parse(checkpoint_every);  // throws with the fix
-  check(max_bad_updates >= 1, "--max-bad-updates must be at least 1", "e.g. --max-bad-updates 5");
-  check(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
-        "e.g. --keep-checkpoints 3");
-  check(dist_timeout > 0, "--dist-timeout must be positive seconds", "e.g. --dist-timeout 300");
-  check(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
-  check(!adam_sqrt_adjust || optimizer == OptimizerKind::AdamW,
-        "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
-            std::string(to_string(optimizer)),
-        "add --optimizer adamw, or drop --adam-sqrt-adjust");
-  check(target_accuracy >= 0 && target_accuracy <= 1,
-        "--target-accuracy must be a fraction from 0 (off) to 1, got " +
-            format_double(target_accuracy),
-        "e.g. --target-accuracy 0.9 for 90%");
-  check(fit_margin >= 0 && fit_margin < 1,
-        "--fit-margin must be in [0, 1), got " + format_double(fit_margin),
-        "use e.g. --fit-margin 0.1 (keep the peak 10% under the budget)");
-  check(!micro_batch_auto || !accum_steps,
-        "--micro-batch auto derives the accumulation steps, so --accum-steps cannot be given too",
-        "drop --accum-steps and give --global-batch");
-  check(schedule != ScheduleKind::Step || !step_milestones.empty(),
-        "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
+  check_config(max_bad_updates >= 1, "--max-bad-updates must be at least 1",
+               "e.g. --max-bad-updates 5");
+  check_config(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
+               "e.g. --keep-checkpoints 3");
+  check_config(dist_timeout > 0, "--dist-timeout must be positive seconds",
+               "e.g. --dist-timeout 300");
+  check_config(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
+  check_config(!adam_sqrt_adjust || optimizer == OptimizerKind::AdamW,
+               "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
+                   std::string(to_string(optimizer)),
+               "add --optimizer adamw, or drop --adam-sqrt-adjust");
+  check_config(target_accuracy >= 0 && target_accuracy <= 1,
+               "--target-accuracy must be a fraction from 0 (off) to 1, got " +
+                   format_double(target_accuracy),
+               "e.g. --target-accuracy 0.9 for 90%");
+  check_config(fit_margin >= 0 && fit_margin < 1,
+               "--fit-margin must be in [0, 1), got " + format_double(fit_margin),
+               "use e.g. --fit-margin 0.1 (keep the peak 10% under the budget)");
+  check_config(
+      !micro_batch_auto || !accum_steps,
+      "--micro-batch auto derives the accumulation steps, so --accum-steps cannot be given too",
+      "drop --accum-steps and give --global-batch");
+  check_config(schedule != ScheduleKind::Step || !step_milestones.empty(),
+               "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
 }
 
 BatchRequest TrainConfig::batch_request(int64_t world_size) const {

@@ -41,6 +41,12 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// Throws Error(Config, problem, hint) unless `ok`: the one-line check of a configured value.
+inline void check_config(bool ok, const std::string& problem, const std::string& hint) {
+  if (!ok)
+    throw Error(ErrorKind::Config, problem, hint);
+}
+
 // Training stopped by SIGINT/SIGTERM after writing a checkpoint; the CLI exits 128 + signal.
 class Interrupted : public std::runtime_error {
  public:

@@ -16,20 +16,12 @@
 
 namespace bigbatch {
 
-namespace {
-
-void check(bool ok, const std::string& problem, const std::string& hint) {
-  if (!ok)
-    throw Error(ErrorKind::Config, problem, hint);
-}
-
-}  // namespace
-
 SampleResult sample_text(const SampleOptions& options) {
-  check(options.tokens >= 0, "--tokens must be zero or positive", "e.g. --tokens 200");
-  check(options.temperature > 0, "--temperature must be positive",
-        "e.g. --temperature 0.8 (lower: surer, higher: more varied)");
-  check(options.top_k >= 0, "--top-k must be zero (all tokens) or positive", "e.g. --top-k 40");
+  check_config(options.tokens >= 0, "--tokens must be zero or positive", "e.g. --tokens 200");
+  check_config(options.temperature > 0, "--temperature must be positive",
+               "e.g. --temperature 0.8 (lower: surer, higher: more varied)");
+  check_config(options.top_k >= 0, "--top-k must be zero (all tokens) or positive",
+               "e.g. --top-k 40");
   const std::string config_path = options.run_dir + "/config.toml";
   const std::string weights_path = options.run_dir + "/weights.safetensors";
   if (!path_exists(config_path) || !path_exists(weights_path)) {
