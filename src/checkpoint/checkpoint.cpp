@@ -178,7 +178,12 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
   // Prune the oldest, never the one just written.
   auto all = list_checkpoints(run_dir);
   while (keep > 0 && static_cast<int64_t>(all.size()) > keep) {
-    fs::remove_all(all.front().second, error);
+    // Renamed away first, so a kill during the removal never leaves a half-deleted step_N
+    // where a resume would look (issue 21): the rename is atomic, the trash is not listed.
+    const std::string trash = root + "/.trash-" + fs::path(all.front().second).filename().string() +
+                              "-" + std::to_string(::getpid());
+    fs::rename(all.front().second, trash, error);
+    fs::remove_all(error ? fs::path(all.front().second) : fs::path(trash), error);
     all.erase(all.begin());
   }
 }
