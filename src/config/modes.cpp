@@ -15,6 +15,14 @@ const NameTable<BuiltinModel>& builtin_model_names() {
   return table;
 }
 
+bool is_torchscript_model(const std::string& model) {
+  return model.rfind(kTorchScriptPrefix, 0) == 0;
+}
+
+std::string torchscript_path(const std::string& model) {
+  return is_torchscript_model(model) ? model.substr(std::string(kTorchScriptPrefix).size()) : "";
+}
+
 bool has_batch_norm_layers(const std::string& model) {
   return model == builtin_model_names().name(BuiltinModel::CnnBn);
 }

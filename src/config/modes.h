@@ -15,6 +15,11 @@ namespace bigbatch {
 // The built-in models (models/models.h builds them).
 enum class BuiltinModel { Mlp, Cnn, CnnBn, CnnGn, Gpt };
 const NameTable<BuiltinModel>& builtin_model_names();
+// --model torchscript:FILE: a module scripted in PyTorch (models/scripted_model.h). Its layers
+// are known only once it is loaded, so the functions below say false for it.
+inline constexpr const char* kTorchScriptPrefix = "torchscript:";
+bool is_torchscript_model(const std::string& model);
+std::string torchscript_path(const std::string& model);  // the FILE of torchscript:FILE
 // Whether the named model has BatchNorm layers of its own (before any --norm rewrite).
 bool has_batch_norm_layers(const std::string& model);
 // Whether the named model reads token sequences (a language model) rather than images.

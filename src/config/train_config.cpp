@@ -8,7 +8,12 @@
 namespace bigbatch {
 
 void TrainConfig::validate() const {
-  builtin_model_names().parse(model);  // throws, naming the models there are
+  if (is_torchscript_model(model)) {
+    check_config(!torchscript_path(model).empty(), "--model " + model + " names no file",
+                 "e.g. --model torchscript:model.pt, saved by torch.jit.script(m).save()");
+  } else {
+    builtin_model_names().parse(model);  // throws, naming the models there are
+  }
   check_config(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
   for (int64_t width : hidden) {
     check_config(width > 0, "--hidden width " + std::to_string(width) + " is not positive",
@@ -39,7 +44,17 @@ void TrainConfig::validate() const {
   check_config(task != TaskKind::Classify || !is_text_dataset(),
                "--task classify needs labelled images, but dataset '" + dataset + "' is text",
                "use --task lm (or leave --task out) with --model gpt");
-  if (task_kind() == TaskKind::Lm) {
+  if (is_torchscript_model(model)) {
+    check_config(norm != NormKind::Group,
+                 "--norm group rewrites the built-in models' BatchNorm layers; a TorchScript "
+                 "module's layers are its own",
+                 "use nn.GroupNorm in the Python module, or drop --norm");
+    check_config(bn_mode != BatchNormMode::Window,
+                 "--bn-mode window pools BatchNorm statistics through the built-in layers, not "
+                 "through a TorchScript module's",
+                 "use --bn-mode micro (statistics per micro-batch) or frozen");
+    // What it reads is known once it is loaded: its first batch checks it (train/run_setup.h).
+  } else if (task_kind() == TaskKind::Lm) {
     check_config(is_sequence_model(model),
                  "model '" + model + "' classifies images; a language model (" + dataset +
                      ") needs a sequence model",

@@ -22,6 +22,8 @@ const char* to_string(ErrorKind kind) {
       return "diverged";
     case ErrorKind::Memory:
       return "memory";
+    case ErrorKind::Model:
+      return "model";
   }
   return "unknown";
 }

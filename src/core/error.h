@@ -24,6 +24,7 @@ enum class ErrorKind {
   Distributed,  // launcher environment, rendezvous, a peer rank that failed or timed out
   Diverged,     // training produced non-finite losses or gradients too many times in a row
   Memory,       // the memory budget cannot hold even the smallest micro-batch
+  Model,        // a user's model (TorchScript) that does not load or keeps not to the contract
 };
 
 const char* to_string(ErrorKind kind);

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +82,19 @@ void ensure_directory(const std::string& path) {
 bool path_exists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
+}
+
+std::string file_digest(const std::string& path) {
+  const std::string bytes = read_text_file(path);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // crc32() takes at most uInt bytes a call.
+  for (size_t at = 0; at < bytes.size(); at += (1u << 30)) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
+  }
+  char text[16];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
+  return std::string("crc32:") + text + "/" + std::to_string(bytes.size());
 }
 
 std::string read_text_file(const std::string& path) {

@@ -12,6 +12,9 @@ void atomic_write_file(const std::string& path, const std::string& content);
 void ensure_directory(const std::string& path);
 bool path_exists(const std::string& path);
 std::string read_text_file(const std::string& path);
+// "crc32:1a2b3c4d/12345": zlib's CRC-32 of the file's bytes and their count. It tells one input
+// file from another (a resume under a different model file); it is no cryptographic hash.
+std::string file_digest(const std::string& path);
 // The directory part of a path ("runs/a/weights.st" -> "runs/a"; "w.st" -> ".").
 std::string parent_directory(const std::string& path);
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "data/text_corpus.h"
 #include "memory/tracking_allocator.h"
+#include "models/scripted_model.h"
 #include "runtime/runtime_env.h"
 #include "train/optimizer.h"
 
@@ -29,7 +30,67 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   return spec;
 }
 
+namespace {
+
+std::string shape_of(const torch::Tensor& t) {
+  std::string text = "[";
+  for (int64_t d = 0; d < t.dim(); ++d)
+    text += (d ? ", " : "") + std::to_string(t.size(d));
+  return text + "]";
+}
+
+// A user's module meets the data here, before anything is written: one forward pass on two
+// samples, in eval mode (no dropout: no random numbers drawn) and without gradients.
+void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data) {
+  const Batch probe = batch_of(data, 0, std::min<int64_t>(2, data.size()));
+  const bool training = model.is_training();
+  model.eval();
+  torch::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = model.forward(probe.inputs);
+  }
+  model.train(training);
+  const std::string seen =
+      "forward() returned " + shape_of(logits) + " for inputs " + shape_of(probe.inputs);
+  if (data.is_tokens()) {
+    const bool ok = logits.dim() == 3 && logits.size(0) == probe.inputs.size(0) &&
+                    logits.size(1) == probe.inputs.size(1) && logits.size(2) >= kByteVocabulary;
+    if (!ok) {
+      throw Error(ErrorKind::Model,
+                  "model '" + model.path() + "' " + seen + "; a language model returns logits " +
+                      "[batch, tokens, vocabulary] with a vocabulary of at least " +
+                      std::to_string(kByteVocabulary) + " (256 bytes and end-of-text)",
+                  "end the module with nn.Linear(d_model, 257) over every position "
+                  "(docs/your-model.md)");
+    }
+  } else {
+    const int64_t classes = data.targets.max().item<int64_t>() + 1;
+    const bool ok =
+        logits.dim() == 2 && logits.size(0) == probe.inputs.size(0) && logits.size(1) >= classes;
+    if (!ok) {
+      throw Error(ErrorKind::Model,
+                  "model '" + model.path() + "' " + seen + "; classifying these images needs " +
+                      "logits [batch, classes] for " + std::to_string(classes) + " classes",
+                  "end the module with nn.Linear(features, " + std::to_string(classes) +
+                      ") (docs/your-model.md)");
+    }
+  }
+  if (!logits.is_floating_point()) {
+    throw Error(ErrorKind::Model, "model '" + model.path() + "' returned integer logits",
+                "return the floating-point logits before any argmax");
+  }
+}
+
+}  // namespace
+
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
+  if (is_torchscript_model(config.model)) {
+    auto scripted = load_scripted_model(torchscript_path(config.model));
+    check_scripted_outputs(*scripted, data);
+    // As its base type: the holder would otherwise wrap it as the first layer of a new one.
+    return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
+  }
   auto model = make_model(model_spec(config, data));
   if (config.norm == NormKind::Group)
     model = rewrite_batch_norm_as_group_norm(model);
@@ -40,7 +101,8 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
                             int64_t micro_steps) {
   model->train();
   apply_batch_norm_mode(*model, config.bn_mode);
-  if (!uses_batch_statistics(*model))
+  // A TorchScript module's BatchNorm momentum is a constant of its code: it stays as it is.
+  if (!uses_batch_statistics(*model) || as_scripted(*model))
     return 0;
   const double momentum = config.bn_momentum_correction
                               ? micro_step_momentum(kBatchNormMomentum, micro_steps)

@@ -6,6 +6,7 @@
 
 #include "core/text.h"
 #include "io/safetensors.h"
+#include "models/scripted_model.h"
 #include "report/html_report.h"
 #include "train/fit_loop.h"
 #include "train/training_run.h"
@@ -39,6 +40,9 @@ void save_final_weights(TrainingRun& run, int64_t step) {
   save_weights(run.run_dir + "/weights.safetensors", *run.model, meta);
   if (!run.config.save_weights.empty())
     save_weights(run.config.save_weights, *run.model, meta);
+  // A user's module also comes back as itself, trained: torch.jit.load(RUN/model.pt).
+  if (auto* scripted = as_scripted(*run.model))
+    scripted->save_module(run.run_dir + "/model.pt");
 }
 
 }  // namespace

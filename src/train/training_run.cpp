@@ -11,6 +11,7 @@
 #include "dist/collective_reducer.h"
 #include "io/safetensors.h"
 #include "models/models.h"
+#include "models/scripted_model.h"
 #include "report/plan_report.h"
 #include "runtime/runtime_env.h"
 #include "train/micro_batch_fit.h"
@@ -175,6 +176,16 @@ void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
                 ", measured by a statistics pass per BatchNorm layer; the normalisation equals "
                 "one big batch's, the gradient lacks the term through the statistics (bigbatch "
                 "verify measures it)");
+  } else if (batch_statistics && plan.accumulation_steps * plan.world_size > 1 &&
+             as_scripted(*r.model)) {
+    console.say("note: " + config.model + " normalises over each micro-batch of " +
+                std::to_string(plan.micro_batch_size) + " samples in its BatchNorm layers (" +
+                join(batch_statistics_layers(*r.model), ", ") +
+                "), so its updates differ from one batch of " +
+                std::to_string(plan.global_batch_size) +
+                "; --bn-mode frozen makes them exact. Running statistics: the module's own "
+                "momentum (a TorchScript constant) per micro-step, " +
+                std::to_string(plan.accumulation_steps) + " steps per update");
   } else if (batch_statistics && plan.accumulation_steps * plan.world_size > 1) {
     console.say("note: " + config.model + " normalises over each micro-batch of " +
                 std::to_string(plan.micro_batch_size) +
@@ -187,8 +198,10 @@ void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
                      ? " (= " + format_significant(kBatchNormMomentum) + " per update of " +
                            std::to_string(plan.accumulation_steps) + " micro-batches)"
                      : std::string(" (uncorrected)")));
-  } else if (config.bn_mode == BatchNormMode::Frozen && has_batch_norm_layers(config.model) &&
-             config.norm == NormKind::Batch) {
+  } else if (config.bn_mode == BatchNormMode::Frozen && config.norm == NormKind::Batch &&
+             (has_batch_norm_layers(config.model) ||
+              (as_scripted(*r.model) &&
+               !as_scripted(*r.model)->batch_norm_layers(/*training_only=*/false).empty()))) {
     console.say(
         "note: BatchNorm frozen: its running statistics normalise in training too, so "
         "accumulation equals one batch; from scratch they are the identity (mean 0, "
@@ -385,6 +398,10 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     r.identity["d_model"] = config.d_model;
     r.identity["heads"] = config.heads;
     r.identity["sequences"] = to_string(config.sequences);
+  }
+  if (is_torchscript_model(config.model)) {
+    // The module's code and initial weights: a resume under another file is another run.
+    r.identity["model_file"] = file_digest(torchscript_path(config.model));
   }
   if (r.resuming)
     resume_from_checkpoint(r, console);

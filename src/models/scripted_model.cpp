@@ -1,0 +1,257 @@
+#include "models/scripted_model.h"
+
+#include <torch/script.h>
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace bigbatch {
+
+namespace {
+
+// The part of a libtorch or TorchScript message a user needs: an error raised inside scripted
+// code ends with the Python exception ("RuntimeError: ...") after two tracebacks; other errors
+// start with their message, followed by a C++ backtrace.
+std::string error_summary(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
+  if (message.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' '))
+      message.pop_back();
+    message = message.substr(message.rfind('\n') + 1);
+    if (message.rfind("builtins.", 0) == 0)
+      message = message.substr(9);
+    return message;
+  }
+  return message.substr(0, message.find('\n'));
+}
+
+// An empty module that holds the registered state of one submodule of the scripted module, so
+// that its names nest as they do in the module's state_dict.
+class StateNode : public torch::nn::Module {
+ public:
+  using torch::nn::Module::register_buffer;
+  using torch::nn::Module::register_module;
+  using torch::nn::Module::register_parameter;
+};
+
+bool is_batch_norm_type(const torch::jit::Module& module) {
+  const auto name = module.type()->name();
+  if (!name)
+    return false;
+  const std::string type = name->name();  // "BatchNorm2d" from __torch__...batchnorm.BatchNorm2d
+  return type.rfind("BatchNorm", 0) == 0 || type == "SyncBatchNorm";
+}
+
+// The layer name inside the Sequential that runs forward(): not a Python identifier, so no
+// submodule of the user's module can carry it.
+constexpr const char* kForwardLayer = "torchscript-forward";
+
+}  // namespace
+
+// The layer of the Sequential: runs the module's forward() on the inputs.
+class ScriptedForwardImpl : public torch::nn::Module {
+ public:
+  ScriptedForwardImpl(std::shared_ptr<torch::jit::Module> module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+
+  torch::Tensor forward(torch::Tensor inputs) {
+    c10::IValue out;
+    try {
+      out = module_->forward({std::move(inputs)});
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // the trainer backs off: a smaller micro-batch, the same update
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Errors raised inside scripted code: the user's module, named with its own message.
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' failed in forward(): " + error_summary(e),
+                  "run the module on the same inputs in Python to see where");
+    }
+    if (!out.isTensor()) {
+      throw Error(
+          ErrorKind::Model,
+          "model '" + path_ + "' forward() returned " + out.tagKind() + ", not a tensor of logits",
+          "return the logits: [batch, classes] for images, [batch, tokens, vocabulary] "
+          "for token sequences (docs/your-model.md)");
+    }
+    return out.toTensor();
+  }
+
+  void train(bool on) override {
+    module_->train(on);
+    torch::nn::Module::train(on);
+    if (batch_norm_frozen_)
+      freeze_batch_norm();
+  }
+
+  // Frozen BatchNorm layers stay in eval mode whatever train() says (after an evaluation too).
+  bool batch_norm_frozen() const { return batch_norm_frozen_; }
+  void freeze_batch_norm() {
+    batch_norm_frozen_ = true;
+    for (const auto& item : module_->named_modules()) {
+      if (is_batch_norm_type(item.value))
+        torch::jit::Module(item.value).eval();
+    }
+  }
+
+ private:
+  std::shared_ptr<torch::jit::Module> module_;
+  std::string path_;
+  bool batch_norm_frozen_ = false;
+};
+
+ScriptedModelImpl::ScriptedModelImpl(torch::jit::Module module, std::string path)
+    : module_(std::make_shared<torch::jit::Module>(std::move(module))), path_(std::move(path)) {
+  forward_ = std::make_shared<ScriptedForwardImpl>(module_, path_);
+  push_back(kForwardLayer, forward_);
+  register_state();
+  torch::nn::Module::train(module_->is_training());
+}
+
+ScriptedModelImpl::~ScriptedModelImpl() = default;
+
+void ScriptedModelImpl::register_state() {
+  // Each name's owner: this for top-level names, a StateNode per submodule below.
+  std::map<std::string, std::shared_ptr<StateNode>> nodes;
+  auto owner_of = [&](const std::string& name, std::string& leaf) -> torch::nn::Module& {
+    const size_t dot = name.rfind('.');
+    leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    if (dot == std::string::npos)
+      return *this;
+    torch::nn::Module* parent = this;
+    std::string prefix;
+    size_t begin = 0;
+    while (begin <= dot) {
+      const size_t end = name.find('.', begin);
+      const std::string part = name.substr(begin, end - begin);
+      prefix += (prefix.empty() ? "" : ".") + part;
+      auto& node = nodes[prefix];
+      if (!node) {
+        node = std::make_shared<StateNode>();
+        if (parent == this)
+          register_module(part, node);
+        else
+          static_cast<StateNode*>(parent)->register_module(part, node);
+      }
+      parent = node.get();
+      begin = end + 1;
+    }
+    return *parent;
+  };
+  auto add = [&](const std::string& name, const torch::Tensor& tensor, bool parameter) {
+    std::string leaf;
+    torch::nn::Module& owner = owner_of(name, leaf);
+    if (&owner == this) {
+      if (parameter)
+        register_parameter(leaf, tensor, tensor.requires_grad());
+      else
+        register_buffer(leaf, tensor);
+      return;
+    }
+    auto& node = static_cast<StateNode&>(owner);
+    if (parameter)
+      node.register_parameter(leaf, tensor, tensor.requires_grad());
+    else
+      node.register_buffer(leaf, tensor);
+  };
+
+  // libtorch lists a tied tensor under each of its names; Python's parameters() once.
+  std::map<const c10::TensorImpl*, std::string> first_name;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    const auto [it, fresh] = first_name.emplace(item.value.unsafeGetTensorImpl(), item.name);
+    if (fresh) {
+      add(item.name, item.value, /*parameter=*/true);
+    } else {
+      aliases_.emplace_back(item.name, it->second);
+      add(item.name, item.value, /*parameter=*/false);
+    }
+  }
+  for (const auto& item : module_->named_buffers(/*recurse=*/true))
+    add(item.name, item.value, /*parameter=*/false);
+}
+
+std::vector<std::string> ScriptedModelImpl::batch_norm_layers(bool training_only) const {
+  std::vector<std::string> names;
+  for (const auto& item : module_->named_modules()) {
+    if (is_batch_norm_type(item.value) && (!training_only || item.value.is_training()))
+      names.push_back(item.name);
+  }
+  return names;
+}
+
+void ScriptedModelImpl::freeze_batch_norm() {
+  forward_->freeze_batch_norm();
+}
+
+void ScriptedModelImpl::save_module(const std::string& path) const {
+  std::ostringstream bytes;
+  module_->save(bytes);
+  atomic_write_file(path, bytes.str());
+}
+
+std::shared_ptr<torch::nn::Module> ScriptedModelImpl::clone(
+    const c10::optional<torch::Device>& device) const {
+  torch::jit::Module copy = module_->deepcopy();
+  if (device)
+    copy.to(*device);
+  copy.train(is_training());
+  auto model = std::make_shared<ScriptedModelImpl>(std::move(copy), path_);
+  if (forward_->batch_norm_frozen())
+    model->freeze_batch_norm();
+  return model;
+}
+
+std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) {
+  if (!path_exists(path)) {
+    throw Error(ErrorKind::Model, "model file '" + path + "' does not exist",
+                "save one in Python with torch.jit.script(model).save('" + path +
+                    "') (docs/your-model.md)");
+  }
+  // The profiling executor's first calls are slow (a transformer's first takes 0.5 s more),
+  // it holds ~100 MB more and from its second call on draws dropout's random numbers in another
+  // order than eager PyTorch; without it training measured no slower
+  // (../shared/LIBTORCH_NOTES.md).
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Model,
+                "model file '" + path + "' is not a TorchScript module (" + error_summary(e) + ")",
+                "save it in Python with torch.jit.script(model).save(...); a state_dict or a "
+                "pickled model cannot be trained without its code");
+  }
+  const auto forward = module.find_method("forward");
+  if (!forward) {
+    throw Error(ErrorKind::Model, "model '" + path + "' has no forward() method",
+                "script an nn.Module whose forward(inputs) returns logits");
+  }
+  const auto& arguments = forward->function().getSchema().arguments();
+  if (arguments.size() != 2) {  // self and the inputs
+    std::string names;
+    for (size_t i = 1; i < arguments.size(); ++i)
+      names += (names.empty() ? "" : ", ") + arguments[i].name();
+    throw Error(ErrorKind::Model,
+                "model '" + path + "' forward() takes (" + names +
+                    "); bigbatch calls forward(inputs) with one batch of inputs",
+                "make forward take the inputs alone and return logits; bigbatch computes the "
+                "summed loss itself (docs/your-model.md)");
+  }
+  auto model = std::make_shared<ScriptedModelImpl>(std::move(module), path);
+  if (model->parameters().empty()) {
+    throw Error(ErrorKind::Model, "model '" + path + "' has no parameters to train",
+                "script the module in training form (torch.jit.script, not torch.jit.freeze)");
+  }
+  return model;
+}
+
+ScriptedModelImpl* as_scripted(torch::nn::Module& model) {
+  return dynamic_cast<ScriptedModelImpl*>(&model);
+}
+
+}  // namespace bigbatch

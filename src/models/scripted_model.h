@@ -1,0 +1,72 @@
+#pragma once
+// A model written in PyTorch and saved with torch.jit.script(model).save("model.pt"), trained
+// from C++ with no Python at run time (--model torchscript:FILE; docs/your-model.md has the
+// contract and a complete example).
+//
+// It is a Sequential like every built-in model, so the engine, the optimizer, checkpoints,
+// ranks and memory fitting treat it as one: its single layer runs the module's forward(), and
+// the module's parameters and buffers are registered under their state_dict names ("fc1.weight",
+// "0.bias" for a scripted nn.Sequential), the very tensors the module computes with. Weights
+// files therefore load into the Python module with load_state_dict(strict=True).
+//
+// A tied weight (head.weight = token.weight) is one parameter: the optimizer, the gradient
+// all-reduce and clipping see it once. Its second name is kept as a buffer alias of the same
+// tensor, so weights files still carry every state_dict key.
+//
+//   auto model = load_scripted_model("model.pt");   // bigbatch::Error(Model) when it cannot
+//   torch::Tensor logits = model->forward(inputs);  // the module's own forward
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace bigbatch {
+
+class ScriptedForwardImpl;  // the layer that runs the module's forward()
+
+class ScriptedModelImpl : public torch::nn::SequentialImpl {
+ public:
+  // `module` is a loaded TorchScript module; `path` names it in messages.
+  ScriptedModelImpl(torch::jit::Module module, std::string path);
+  ~ScriptedModelImpl() override;
+
+  const std::string& path() const { return path_; }
+  // The second names of tied weights, each with the parameter it aliases.
+  const std::vector<std::pair<std::string, std::string>>& aliases() const { return aliases_; }
+
+  // BatchNorm inside the module (found by the submodules' types): their names, those still
+  // normalising over the batch (training mode) only when `training_only`.
+  std::vector<std::string> batch_norm_layers(bool training_only) const;
+  // Running statistics normalise in training too. (Their momentum is a TorchScript constant:
+  // the module keeps its own, uncorrected for accumulation.)
+  void freeze_batch_norm();
+
+  // Writes the module with its current weights (torch.jit.load reads it back), atomically.
+  void save_module(const std::string& path) const;
+
+  // A deep copy (its own weights, tied ones still tied), for probes that must not touch these.
+  std::shared_ptr<torch::nn::Module> clone(
+      const c10::optional<torch::Device>& device = c10::nullopt) const override;
+
+ private:
+  void register_state();
+
+  std::shared_ptr<torch::jit::Module> module_;
+  std::shared_ptr<ScriptedForwardImpl> forward_;
+  std::string path_;
+  std::vector<std::pair<std::string, std::string>> aliases_;
+};
+
+// Loads FILE and checks the contract bigbatch can see without data: a TorchScript module
+// whose forward() takes one argument (the inputs) and that has parameters.
+std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path);
+
+// The scripted model inside `model`, or null for a built-in one.
+ScriptedModelImpl* as_scripted(torch::nn::Module& model);
+
+}  // namespace bigbatch

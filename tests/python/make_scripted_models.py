@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Writes the TorchScript modules the tests train (and the broken ones they must refuse).
+
+Each is what a user would write: an nn.Module scripted with torch.jit.script(...).save(...).
+Python makes them; bigbatch never runs Python.
+
+Usage: make_scripted_models.py OUT_DIR
+"""
+import math
+import os
+import sys
+
+import torch
+from torch import nn
+
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+class SmallCnnBn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 5, stride=2)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4 * 12 * 12, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+class TinyLm(nn.Module):
+    """A byte-level causal transformer with its output tied to the token embedding."""
+
+    def __init__(self, vocab: int = 257, d: int = 32, seq_len: int = 64):
+        super().__init__()
+        self.token = nn.Embedding(vocab, d)
+        self.position = nn.Embedding(seq_len, d)
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.token.weight  # tied: one parameter under two names
+        nn.init.normal_(self.token.weight, std=0.02)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.token(tokens) + self.position(torch.arange(t, device=tokens.device))
+        mask = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
+        h = self.ln(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        x = x + self.mlp(self.ln(x))
+        return self.head(x)
+
+
+class WrongArguments(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x, y, z):
+        return self.fc(x.flatten(1)) + y + z
+
+
+class Throws(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        if x.shape[0] > 0:
+            raise RuntimeError("this module refuses every batch")
+        return self.fc(x.flatten(1))
+
+
+class ReturnsTuple(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y, y
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    save = lambda module, name: torch.jit.script(module).save(os.path.join(out, name))  # noqa: E731
+    save(mlp(), "mlp.pt")
+    save(SmallCnnBn(), "cnn_bn.pt")
+    save(TinyLm(), "tiny_lm.pt")
+    save(nn.Sequential(nn.Flatten(), nn.Linear(784, 7)), "seven_classes.pt")
+    save(WrongArguments(), "wrong_arguments.pt")
+    save(Throws(), "throws.pt")
+    save(ReturnsTuple(), "returns_tuple.pt")
+    with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
+        torch.save(mlp().state_dict(), f)  # a state_dict, not a scripted module
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
