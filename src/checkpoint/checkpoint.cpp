@@ -208,8 +208,8 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   // The most telling difference first: a different model explains a different hidden size.
   // A language model's shape explains a different dataset size (its rows are cut by seq_len).
   for (const std::string key :
-       {"model", "seq_len", "sequences", "layers", "d_model", "heads", "dataset", "dataset_size",
-        "global_batch_size", "optimizer", "seed", "shuffle", "hidden"}) {
+       {"model", "model_file", "seq_len", "sequences", "layers", "d_model", "heads", "dataset",
+        "dataset_size", "global_batch_size", "optimizer", "seed", "shuffle", "hidden"}) {
     if (!identity.contains(key))
       continue;
     const auto& value = identity[key];

@@ -46,6 +46,24 @@ bool is_batch_norm_type(const torch::jit::Module& module) {
   return type.rfind("BatchNorm", 0) == 0 || type == "SyncBatchNorm";
 }
 
+// "[16, 1, 28, 28] float32", "[8, 49] int64 token ids".
+std::string describe(const torch::Tensor& inputs) {
+  std::string text = "[";
+  for (int64_t d = 0; d < inputs.dim(); ++d)
+    text += (d ? ", " : "") + std::to_string(inputs.size(d));
+  text += "] ";
+  switch (inputs.scalar_type()) {
+    case torch::kFloat32:
+      return text + "float32";
+    case torch::kFloat64:
+      return text + "float64";
+    case torch::kInt64:
+      return text + "int64 token ids";
+    default:
+      return text + c10::toString(inputs.scalar_type());
+  }
+}
+
 // The layer name inside the Sequential that runs forward(): not a Python identifier, so no
 // submodule of the user's module can carry it.
 constexpr const char* kForwardLayer = "torchscript-forward";
@@ -60,6 +78,7 @@ class ScriptedForwardImpl : public torch::nn::Module {
 
   torch::Tensor forward(torch::Tensor inputs) {
     c10::IValue out;
+    const std::string seen = "on inputs " + describe(inputs);
     try {
       out = module_->forward({std::move(inputs)});
     } catch (const c10::OutOfMemoryError&) {
@@ -69,7 +88,7 @@ class ScriptedForwardImpl : public torch::nn::Module {
     } catch (const std::exception& e) {
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in forward(): " + error_summary(e),
+                  "model '" + path_ + "' failed in forward() " + seen + ": " + error_summary(e),
                   "run the module on the same inputs in Python to see where");
     }
     if (!out.isTensor()) {

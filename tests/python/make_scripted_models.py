@@ -93,6 +93,7 @@ def main():
     save(SmallCnnBn(), "cnn_bn.pt")
     save(TinyLm(), "tiny_lm.pt")
     save(nn.Sequential(nn.Flatten(), nn.Linear(784, 7)), "seven_classes.pt")
+    save(nn.Sequential(nn.Embedding(257, 8), nn.Linear(8, 100)), "small_vocabulary.pt")
     save(WrongArguments(), "wrong_arguments.pt")
     save(Throws(), "throws.pt")
     save(ReturnsTuple(), "returns_tuple.pt")

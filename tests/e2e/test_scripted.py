@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""End-to-end tests of a user's own model through the real CLI: TorchScript modules made in
+PyTorch (tests/python/make_scripted_models.py) trained with --model torchscript:FILE — on
+images and on text, across 2 ranks, resumed, written back — and the broken modules that must
+be one-line errors that leave nothing behind.
+Usage: test_scripted.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from bigbatch_oracle import read_safetensors  # noqa: E402
+
+BINARY = None
+MODELS = None  # the directory the modules are written to, once
+
+
+def run(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+
+
+def module(name):
+    return f"torchscript:{os.path.join(MODELS, name)}"
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def images(*extra):
+    # 600 samples at 64: 9 full updates and a short one of 24 per epoch.
+    return ["--train-subset", "600", "--global-batch", "64", "--epochs", "1", "--progress", "off",
+            "--threads", "1", "--dist-timeout", "30", *extra]
+
+
+class ScriptedTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_scripted_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def assert_one_line_error(self, result, kind, *fragments):
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
+        for fragment in fragments:
+            self.assertIn(fragment, errors[0])
+
+
+class ScriptedTrainTest(ScriptedTestCase):
+    def test_two_ranks_equal_one_and_the_weights_load_strictly_in_python(self):
+        single = self.path("single")
+        result = run("train", "--model", module("mlp.pt"), *images("--micro-batch", "16", "--out", single))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("torchscript:", result.stderr)
+        ranks = self.path("ranks")
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY, "train",
+                     "--model", module("mlp.pt"), *images("--micro-batch", "32", "--out", ranks))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        a = read_safetensors(os.path.join(single, "weights.safetensors"))
+        b = read_safetensors(os.path.join(ranks, "weights.safetensors"))
+        diff = max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+        print(f"\nscripted mlp: 2 ranks x 32 vs 1 rank x 16 x 4: max relative weight difference {diff:.3g}")
+        self.assertLess(diff, 1e-5)
+        # The trained weights go into the Python module under its own names, and the module comes
+        # back trained as RUN/model.pt.
+        python_module = torch.jit.load(os.path.join(MODELS, "mlp.pt"))
+        python_module.load_state_dict(a, strict=True)
+        trained = torch.jit.load(os.path.join(single, "model.pt"))
+        for name, tensor in trained.state_dict().items():
+            self.assertTrue(torch.equal(tensor, a[name]), name)
+        with open(os.path.join(single, "metrics.jsonl")) as f:
+            updates = [json.loads(line) for line in f if '"loss"' in line and '"event"' not in line]
+        self.assertEqual(updates[-1]["items"], 24)  # the short window
+
+    def test_resume_is_bit_identical_and_refuses_another_module(self):
+        local = self.path("mlp.pt")
+        shutil.copy(os.path.join(MODELS, "mlp.pt"), local)
+        flags = ["--model", f"torchscript:{local}", *images("--micro-batch", "16", "--schedule", "constant")]
+        whole = self.path("whole")
+        self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
+        part = self.path("part")
+        result = run("train", *flags, "--max-updates", "4", "--checkpoint-every", "2u", "--out", part)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        result = run("train", "--resume", part, "--max-updates", "1000000")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(whole, "weights.safetensors"), "rb") as x, \
+                open(os.path.join(part, "weights.safetensors"), "rb") as y:
+            self.assertEqual(x.read(), y.read())
+        # The same path, another module: another run.
+        shutil.copy(os.path.join(MODELS, "cnn_bn.pt"), local)
+        self.assert_one_line_error(run("train", "--resume", part), "format", "model_file")
+
+    def test_init_weights_and_a_tied_language_model_on_text(self):
+        corpus = self.path("corpus")
+        with open(corpus, "w") as f:
+            f.write("\n%\n".join(("lorem ipsum %d " % i) * (1 + i % 5) for i in range(80)) + "\n")
+        out = self.path("lm")
+        result = run("train", "--model", module("tiny_lm.pt"), "--dataset", f"text:{corpus}", "--seq-len", "48",
+                     "--global-batch", "16", "--micro-batch", "4", "--optimizer", "adamw", "--lr", "3e-3",
+                     "--val-size", "8", "--epochs", "2", "--threads", "1", "--progress", "off", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("bpb", result.stderr)
+        trained = read_safetensors(os.path.join(out, "weights.safetensors"))
+        self.assertTrue(torch.equal(trained["head.weight"], trained["token.weight"]))  # still tied
+        # Trained weights as the start of another run: nothing more than 0 updates changes them.
+        again = self.path("again")
+        result = run("train", "--model", module("tiny_lm.pt"), "--dataset", f"text:{corpus}", "--seq-len", "48",
+                     "--init-weights", os.path.join(out, "weights.safetensors"), "--max-updates", "0",
+                     "--progress", "off", "--out", again)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        reloaded = read_safetensors(os.path.join(again, "weights.safetensors"))
+        for name, tensor in trained.items():
+            self.assertTrue(torch.equal(tensor, reloaded[name]), name)
+
+    def test_batch_norm_inside_a_module_is_announced(self):
+        result = run("train", "--model", module("cnn_bn.pt"), *images("--micro-batch", "16", "--max-updates", "2",
+                                                                    "--out", self.path("bn")))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("normalises over each micro-batch of 16 samples in its BatchNorm layers (bn)", result.stderr)
+
+
+class BadModelTest(ScriptedTestCase):
+    def train(self, *args):
+        return run("train", *images("--micro-batch", "16", "--max-updates", "2"), "--out", self.path("bad"), *args)
+
+    def test_broken_modules_are_one_line_errors_that_leave_nothing(self):
+        cases = [
+            ("missing.pt", "does not exist", "torch.jit.script(model).save"),
+            ("not_torchscript.pt", "is not a TorchScript module", "a state_dict or a pickled model"),
+            ("wrong_arguments.pt", "forward() takes (x, y, z)", "forward(inputs)"),
+            ("throws.pt", "failed in forward() on inputs [2, 1, 28, 28] float32: RuntimeError: this module refuses "
+             "every batch", "in Python"),
+            ("returns_tuple.pt", "returned Tuple", "return the logits"),
+            ("seven_classes.pt", "returned [2, 7] for inputs [2, 1, 28, 28]", "nn.Linear(features, 10)"),
+        ]
+        for name, problem, fix in cases:
+            with self.subTest(name):
+                self.assert_one_line_error(self.train("--model", module(name)), "model", problem, fix)
+        self.assert_one_line_error(self.train("--model", module("mlp.pt"), "--dataset", "text:/usr/share/games/fortunes"),
+                                   "model", "failed in forward() on inputs [2, ", "int64 token ids")
+        self.assert_one_line_error(self.train("--model", module("small_vocabulary.pt"), "--dataset",
+                                              "text:/usr/share/games/fortunes", "--seq-len", "32"),
+                                   "model", "returned [2, 32, 100]", "a vocabulary of at least 257",
+                                   "nn.Linear(d_model, 257)")
+        self.assert_one_line_error(self.train("--model", module("tiny_lm.pt"), "--dataset",
+                                              "text:/usr/share/games/fortunes", "--seq-len", "100"),
+                                   "model", "failed in forward()")
+        self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--norm", "group"), "config",
+                                   "--norm group", "nn.GroupNorm")
+        self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--bn-mode", "window"), "config",
+                                   "--bn-mode window", "micro")
+        self.assert_one_line_error(self.train("--model", "torchscript:"), "config", "names no file")
+        self.assertFalse(os.path.exists(self.path("bad")))
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    MODELS = tempfile.mkdtemp(prefix="bigbatch_scripted_models_")
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "python", "make_scripted_models.py"), MODELS], check=True)
+    try:
+        unittest.main()
+    finally:
+        shutil.rmtree(MODELS, ignore_errors=True)
