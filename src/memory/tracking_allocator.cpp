@@ -29,6 +29,7 @@ struct BlockHeader {
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_budget{0};
+std::atomic<int64_t> g_refused{0};
 thread_local int t_untracked_depth = 0;
 
 void raise_peak(int64_t now) {
@@ -43,6 +44,7 @@ void charge(int64_t bytes) {
   const int64_t budget = g_budget.load(std::memory_order_relaxed);
   if (budget > 0 && now > budget) {
     g_current.fetch_sub(bytes, std::memory_order_relaxed);
+    g_refused.fetch_add(1, std::memory_order_relaxed);
     C10_THROW_ERROR(OutOfMemoryError,
                     "memory budget exceeded: allocating " + human_bytes(double(bytes)) + " with " +
                         human_bytes(double(now - bytes)) + " in use would pass the budget of " +
@@ -114,6 +116,7 @@ MemoryCounters memory_counters() {
   counters.current_bytes = g_current.load(std::memory_order_relaxed);
   counters.peak_bytes = g_peak.load(std::memory_order_relaxed);
   counters.budget_bytes = g_budget.load(std::memory_order_relaxed);
+  counters.refused_allocations = g_refused.load(std::memory_order_relaxed);
   return counters;
 }
 

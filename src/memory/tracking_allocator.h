@@ -25,6 +25,10 @@ struct MemoryCounters {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;    // since install or the last reset_peak_memory()
   int64_t budget_bytes = 0;  // 0: none
+  // Allocations refused by the budget so far. Code that catches errors of its own around
+  // allocations (the TorchScript interpreter rewraps c10::OutOfMemoryError as a plain runtime
+  // error) tells an out-of-memory from other failures by this count.
+  int64_t refused_allocations = 0;
 };
 
 // Makes the tracking allocator libtorch's CPU allocator. Idempotent; tensors allocated before

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "memory/tracking_allocator.h"
 
 namespace bigbatch {
 
@@ -79,6 +80,7 @@ class ScriptedForwardImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor inputs) {
     c10::IValue out;
     const std::string seen = "on inputs " + describe(inputs);
+    const int64_t refused_before = memory_counters().refused_allocations;
     try {
       out = module_->forward({std::move(inputs)});
     } catch (const c10::OutOfMemoryError&) {
@@ -86,9 +88,16 @@ class ScriptedForwardImpl : public torch::nn::Module {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
+      // The interpreter rewraps an out-of-memory as a runtime error: made one again here, so
+      // that the trainer backs off as it does for the built-in models.
+      const std::string summary = error_summary(e);
+      if (memory_counters().refused_allocations != refused_before ||
+          summary.find("out of memory") != std::string::npos) {
+        C10_THROW_ERROR(OutOfMemoryError, summary);
+      }
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in forward() " + seen + ": " + error_summary(e),
+                  "model '" + path_ + "' failed in forward() " + seen + ": " + summary,
                   "run the module on the same inputs in Python to see where");
     }
     if (!out.isTensor()) {

@@ -117,7 +117,10 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                   ", not over the " + std::to_string(window.size) + " samples";
     report.text += "verdict: differs because of BatchNorm in layers " + join(batch_norm, ", ") +
                    " (largest relative difference " + format_significant(worst) + "): " + why +
-                   "; use cnn-gn or --norm group for exact equivalence\n";
+                   (is_torchscript_model(config.model)
+                        ? "; use nn.GroupNorm in the module, or --bn-mode frozen, for exact "
+                          "equivalence\n"
+                        : "; use cnn-gn or --norm group for exact equivalence\n");
   } else {
     report.verdict = VerifyVerdict::Unexpected;
     report.text += "verdict: differs unexpectedly (largest relative difference " +

@@ -128,11 +128,36 @@ class ScriptedTrainTest(ScriptedTestCase):
         for name, tensor in trained.items():
             self.assertTrue(torch.equal(tensor, reloaded[name]), name)
 
+    def test_out_of_memory_inside_the_module_backs_off(self):
+        # The interpreter rewraps the budget's out-of-memory error; it must still back off.
+        flags = ["--model", module("mlp.pt"), "--train-subset", "2048", "--global-batch", "2048", "--epochs", "1",
+                 "--threads", "1", "--progress", "off"]
+        backed = self.path("backed")
+        result = run("train", *flags, "--micro-batch", "2048", "--memory-budget", "12MiB", "--out", backed)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("backing off to 2048 = micro 1024 x accumulation 2", result.stderr)
+        with open(os.path.join(backed, "metrics.jsonl")) as f:
+            events = [json.loads(line) for line in f if "oom_backoff" in line]
+        direct = self.path("direct")
+        result = run("train", *flags, "--micro-batch", str(events[-1]["micro_batch"]), "--out", direct)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        a = read_safetensors(os.path.join(backed, "weights.safetensors"))
+        b = read_safetensors(os.path.join(direct, "weights.safetensors"))
+        self.assertLess(max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b), 1e-5)
+
     def test_batch_norm_inside_a_module_is_announced(self):
         result = run("train", "--model", module("cnn_bn.pt"), *images("--micro-batch", "16", "--max-updates", "2",
                                                                     "--out", self.path("bn")))
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("normalises over each micro-batch of 16 samples in its BatchNorm layers (bn)", result.stderr)
+        # verify explains the difference, and sees none for a module without batch statistics.
+        result = run("verify", "--model", module("cnn_bn.pt"), "--global-batch", "64", "--micro-batch", "16")
+        self.assertEqual(result.returncode, 6, result.stdout + result.stderr)
+        self.assertIn("differs because of BatchNorm in layers bn", result.stdout)
+        self.assertIn("nn.GroupNorm in the module, or --bn-mode frozen", result.stdout)
+        result = run("verify", "--model", module("mlp.pt"), "--global-batch", "64", "--micro-batch", "16")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("exact to fp32 tolerance", result.stdout)
 
 
 class BadModelTest(ScriptedTestCase):
