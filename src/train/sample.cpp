@@ -13,6 +13,7 @@
 #include "data/text_corpus.h"
 #include "io/safetensors.h"
 #include "models/models.h"
+#include "models/scripted_model.h"
 
 namespace bigbatch {
 
@@ -33,21 +34,30 @@ SampleResult sample_text(const SampleOptions& options) {
   }
   TrainConfig config;
   load_toml_config(config, config_path);
-  if (!is_sequence_model(config.model)) {
+  const bool scripted = is_torchscript_model(config.model);
+  if (!is_sequence_model(config.model) && !(scripted && config.task_kind() == TaskKind::Lm)) {
     throw Error(ErrorKind::Usage,
                 "run '" + options.run_dir + "' trained " + config.model +
                     ", which classifies images; sample draws text from a language model",
-                "give a run trained with --model gpt");
+                "give a run trained with --model gpt or a TorchScript language model");
   }
-  ModelSpec spec;
-  spec.name = config.model;
-  spec.gpt.vocab = kByteVocabulary;
-  spec.gpt.seq_len = config.seq_len;
-  spec.gpt.layers = config.layers;
-  spec.gpt.d_model = config.d_model;
-  spec.gpt.heads = config.heads;
   torch::NoGradGuard no_grad;
-  auto model = make_model(spec);
+  torch::nn::Sequential model{nullptr};
+  if (scripted) {
+    // The module as the run wrote it back, else the file it trained.
+    const std::string written = options.run_dir + "/model.pt";
+    model = torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(load_scripted_model(
+        path_exists(written) ? written : torchscript_path(config.model))));
+  } else {
+    ModelSpec spec;
+    spec.name = config.model;
+    spec.gpt.vocab = kByteVocabulary;
+    spec.gpt.seq_len = config.seq_len;
+    spec.gpt.layers = config.layers;
+    spec.gpt.d_model = config.d_model;
+    spec.gpt.heads = config.heads;
+    model = make_model(spec);
+  }
   load_weights(weights_path, *model);
   model->eval();
 
@@ -62,7 +72,11 @@ SampleResult sample_text(const SampleOptions& options) {
     const int64_t begin = std::max<int64_t>(0, int64_t(tokens.size()) - config.seq_len);
     const auto input =
         torch::tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.end())).unsqueeze(0);
-    auto logits = model->forward(input).select(1, input.size(1) - 1).squeeze(0);
+    // The byte tokenizer's ids only (a module may have a larger vocabulary).
+    auto logits = model->forward(input)
+                      .select(1, input.size(1) - 1)
+                      .squeeze(0)
+                      .narrow(0, 0, kByteVocabulary);
     logits = logits.to(torch::kFloat64) / options.temperature;
     if (options.top_k > 0 && options.top_k < logits.size(0)) {
       const auto kth = std::get<0>(logits.topk(options.top_k)).min();

@@ -24,7 +24,8 @@ MODELS = None  # the directory the modules are written to, once
 
 
 def run(*args):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+    # errors="replace": a byte-level model may draw bytes that are not UTF-8 (sample prints them).
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=600)
 
 
 def module(name):
@@ -87,6 +88,8 @@ class ScriptedTrainTest(ScriptedTestCase):
         with open(os.path.join(single, "metrics.jsonl")) as f:
             updates = [json.loads(line) for line in f if '"loss"' in line and '"event"' not in line]
         self.assertEqual(updates[-1]["items"], 24)  # the short window
+        result = run("sample", single, "--prompt", "x")
+        self.assert_one_line_error(result, "usage", "classifies images")
 
     def test_resume_is_bit_identical_and_refuses_another_module(self):
         local = self.path("mlp.pt")
@@ -118,6 +121,9 @@ class ScriptedTrainTest(ScriptedTestCase):
         self.assertIn("bpb", result.stderr)
         trained = read_safetensors(os.path.join(out, "weights.safetensors"))
         self.assertTrue(torch.equal(trained["head.weight"], trained["token.weight"]))  # still tied
+        sampled = run("sample", out, "--prompt", "lorem", "--tokens", "20", "--seed", "3")
+        self.assertEqual(sampled.returncode, 0, sampled.stderr)
+        self.assertTrue(sampled.stdout.startswith("lorem"), sampled.stdout)
         # Trained weights as the start of another run: nothing more than 0 updates changes them.
         again = self.path("again")
         result = run("train", "--model", module("tiny_lm.pt"), "--dataset", f"text:{corpus}", "--seq-len", "48",
