@@ -224,7 +224,19 @@ void ScriptedModelImpl::save_module(const std::string& path) const {
 
 std::shared_ptr<torch::nn::Module> ScriptedModelImpl::clone(
     const c10::optional<torch::Device>& device) const {
-  torch::jit::Module copy = module_->deepcopy();
+  // libtorch 1.13's deepcopy() copies parameters through autograd: the copies are not leaves,
+  // and a backward pass through the copy accumulates into the original's .grad. Copied
+  // without gradient tracking, they are leaves of their own again.
+  torch::jit::Module copy;
+  {
+    torch::NoGradGuard no_grad;
+    copy = module_->deepcopy();
+  }
+  std::map<std::string, bool> trainable;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    trainable[item.name] = item.value.requires_grad();
+  for (const auto& item : copy.named_parameters(/*recurse=*/true))
+    item.value.requires_grad_(trainable[item.name]);
   if (device)
     copy.to(*device);
   copy.train(is_training());

@@ -237,3 +237,22 @@ TEST(ScriptedEquivalence, TiedLanguageModelOnVariableLengthDocumentsInFloat64) {
 
 }  // namespace
 }  // namespace bigbatch
+namespace bigbatch {
+namespace {
+// libtorch's deepcopy() alone would make the copy's parameters non-leaf views of the
+// original's through autograd: the thread-count probe trained the real model (it diverged).
+TEST(ScriptedModel, TrainingACloneLeavesTheOriginalAlone) {
+  auto model = load("mlp.pt");
+  const auto before = weights_of(*model);
+  auto copy = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
+  copy->train();
+  const auto x = torch::randn({4, 1, 28, 28});
+  copy->forward(x).sum().backward();
+  for (const auto& p : model->parameters())
+    EXPECT_FALSE(p.grad().defined());
+  for (const auto& p : copy->parameters())
+    EXPECT_TRUE(p.grad().defined());
+  EXPECT_EQ(max_relative_difference(weights_of(*model), before), 0.0);
+}
+}  // namespace
+}  // namespace bigbatch
