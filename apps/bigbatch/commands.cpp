@@ -96,6 +96,8 @@ int run(int argc, char** argv) {
   commands.push_back(make_sweep_command(app));
   commands.push_back(make_report_command(app));
   commands.push_back(make_sample_command(app));
+  commands.push_back(make_evaluate_command(app));
+  commands.push_back(make_predict_command(app));
   commands.push_back(make_launch_command(app, worker_command));
   const auto parsed = [&]() -> Subcommand* {
     for (auto& command : commands) {

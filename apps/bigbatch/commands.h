@@ -1,11 +1,11 @@
 #pragma once
 // The bigbatch command line: the subcommands `plan`, `train`, `fit`, `verify`, `sweep`,
-// `report`, `sample` and `launch` (one file each, subcommand.h), their flags (flags.h, from
-// config/option_table.h), and the single place where errors become one line on stderr and an
-// exit code:
+// `report`, `sample`, `evaluate`, `predict` and `launch` (one file each, subcommand.h), their flags
+// (flags.h, from config/option_table.h), and the single place where errors become one line on
+// stderr and an exit code:
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
-//   data, model or weight files, checkpoints, run directory), 3 a data-parallel job failed (launcher
-//   environment, rendezvous, a peer rank that died or timed out), 4 training diverged
+//   data, model or weight files, checkpoints, run directory), 3 a data-parallel job failed
+//   (launcher environment, rendezvous, a peer rank that died or timed out), 4 training diverged
 //   (non-finite losses or gradients --max-bad-updates times in a row; a checkpoint is
 //   written), 5 out of memory (the budget cannot hold a micro-batch of 1, or an allocation
 //   outside the micro-steps failed), 128 + N stopped by signal N (SIGINT 130,

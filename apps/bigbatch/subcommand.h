@@ -40,6 +40,8 @@ std::unique_ptr<Subcommand> make_verify_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_sweep_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_report_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_sample_command(CLI::App& parent);
+std::unique_ptr<Subcommand> make_evaluate_command(CLI::App& parent);
+std::unique_ptr<Subcommand> make_predict_command(CLI::App& parent);
 // `worker_command`: the words after `--`, which the launcher runs verbatim.
 std::unique_ptr<Subcommand> make_launch_command(CLI::App& parent,
                                                 const std::vector<std::string>& worker_command);

@@ -30,10 +30,14 @@ void TrainConfig::validate() const {
       "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
       "gain already follows a larger batch",
       "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
-  check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_text_dataset(),
+  check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_npy_dataset() ||
+                   is_text_dataset(),
                "dataset '" + dataset + "' is not known",
-               "use --dataset fashion-mnist, idx:DIR (MNIST-format images), text:PATH (a text file "
-               "or a directory of them) or jsonl:FILE (one JSON object per line)");
+               "use --dataset fashion-mnist, idx:DIR (MNIST-format images), npy:DIR (numpy "
+               "arrays x_train.npy, y_train.npy), text:PATH (a text file or a directory of "
+               "them) or jsonl:FILE (one JSON object per line)");
+  check_config((!is_npy_dataset() && dataset.rfind("idx:", 0) != 0) || !dataset_directory().empty(),
+               "--dataset " + dataset + " names no directory", "e.g. --dataset npy:data");
   check_config(!is_text_dataset() || !text_path().empty(),
                "--dataset " + dataset + " names no path",
                "e.g. --dataset text:/usr/share/games/fortunes");
@@ -164,7 +168,7 @@ TaskKind TrainConfig::task_kind() const {
 std::string TrainConfig::dataset_directory() const {
   if (dataset == "fashion-mnist")
     return kFashionMnistDirectory;
-  return dataset.substr(4);
+  return dataset.substr(dataset.find(':') + 1);  // idx:DIR, npy:DIR
 }
 
 }  // namespace bigbatch

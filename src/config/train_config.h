@@ -120,10 +120,12 @@ struct TrainConfig {
   void validate() const;
 
   BatchRequest batch_request(int64_t world_size) const;
-  // The dataset directory named by `dataset` (fashion-mnist, idx:DIR).
+  // The dataset directory named by `dataset` (fashion-mnist, idx:DIR, npy:DIR).
   std::string dataset_directory() const;
   // text:PATH or jsonl:FILE, and its path.
   bool is_jsonl_dataset() const { return dataset.rfind("jsonl:", 0) == 0; }
+  // npy:DIR: numpy arrays (data/dataset.h, load_npy_dataset).
+  bool is_npy_dataset() const { return dataset.rfind("npy:", 0) == 0; }
   bool is_text_dataset() const { return dataset.rfind("text:", 0) == 0 || is_jsonl_dataset(); }
   std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
   // --task, or the dataset's (text: lm; images: classify).

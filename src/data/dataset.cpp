@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "data/idx_reader.h"
+#include "data/npy_format.h"
 #include "data/sampler.h"
 #include "data/text_corpus.h"
 
@@ -22,7 +23,7 @@ int64_t TensorDataset::items(int64_t begin, int64_t end) const {
 }
 
 TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
-  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}};
+  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes};
   if (is_tokens()) {
     out.lengths.assign(lengths.begin() + begin, lengths.begin() + end);
     out.bytes.assign(bytes.begin() + begin, bytes.begin() + end);
@@ -32,7 +33,7 @@ TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
 
 TensorDataset TensorDataset::select(const std::vector<int64_t>& rows) const {
   const auto index = torch::tensor(rows, torch::kInt64);
-  TensorDataset out{inputs.index_select(0, index), targets.index_select(0, index), {}, {}};
+  TensorDataset out{inputs.index_select(0, index), targets.index_select(0, index), {}, {}, classes};
   if (is_tokens()) {
     for (int64_t row : rows) {
       out.lengths.push_back(lengths[size_t(row)]);
@@ -109,16 +110,12 @@ TensorDataset load_split(const std::string& directory, const std::string& prefix
   TensorDataset out;
   out.inputs = pixels.to(torch::kFloat32).div_(255.0).sub_(kPixelMean).div_(kPixelStd);
   out.targets = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  out.classes = kIdxClasses;
   return out;
 }
 
-}  // namespace
-
-DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
-                               int64_t val_size) {
-  DatasetSplits splits;
-  splits.train = load_split(directory, "train");
-  splits.test = load_split(directory, "t10k");
+// --train-subset keeps the first N training samples; then --val-size holds out the last of them.
+void take_subset_and_validation(DatasetSplits& splits, int64_t train_subset, int64_t val_size) {
   if (train_subset > 0) {
     if (train_subset > splits.train.size()) {
       throw Error(
@@ -140,6 +137,148 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
     splits.validation = splits.train.slice(n - val_size, n);
     splits.train = splits.train.slice(0, n - val_size);
   }
+}
+
+// A sample's shape, "[1, 28, 28]".
+std::string shape_text(const torch::Tensor& inputs) {
+  std::string text = "[";
+  for (int64_t d = 1; d < inputs.dim(); ++d)
+    text += (d > 1 ? ", " : "") + std::to_string(inputs.size(d));
+  return text + "]";
+}
+
+torch::Tensor npy_tensor(const NpyArray& array) {
+  static_assert(sizeof(float) == 4 && sizeof(double) == 8, "IEEE floats");
+  const torch::ScalarType types[] = {torch::kFloat32, torch::kFloat64, torch::kUInt8, torch::kInt32,
+                                     torch::kInt64};
+  // from_blob does not copy: clone() gives the tensor memory of its own.
+  return torch::from_blob(const_cast<char*>(array.data.data()), array.shape,
+                          types[static_cast<int>(array.type)])
+      .clone();
+}
+
+}  // namespace
+
+torch::Tensor npy_inputs(const NpyArray& array, const std::string& path) {
+  if (array.shape.size() < 2 || array.shape.size() > 4) {
+    throw Error(ErrorKind::Data,
+                "'" + path + "' has " + std::to_string(array.shape.size()) +
+                    " dimensions; inputs are [N, features], [N, H, W] or [N, C, H, W]",
+                "reshape it in numpy before numpy.save (x.reshape(len(x), -1) for features)");
+  }
+  if (!is_floating(array.type) && array.type != NpyType::U8) {
+    throw Error(ErrorKind::Data,
+                "'" + path + "' holds " + to_string(array.type) +
+                    " inputs; bigbatch reads float32, float64 or uint8 (pixels) inputs",
+                "convert them with x.astype('float32')");
+  }
+  torch::Tensor inputs = npy_tensor(array);
+  inputs = array.type == NpyType::U8 ? inputs.to(torch::kFloat32).div_(255.0)
+                                     : inputs.to(torch::kFloat32);
+  if (inputs.dim() == 3)
+    inputs = inputs.unsqueeze(1);  // grayscale images: one channel
+  if (!torch::isfinite(inputs).all().item<bool>()) {
+    throw Error(ErrorKind::Data, "'" + path + "' holds NaN or infinite values",
+                "clean them in numpy, e.g. numpy.nan_to_num(x)");
+  }
+  return inputs;
+}
+
+namespace {
+
+// One split's inputs and labels, checked against each other.
+TensorDataset load_npy_split(const std::string& x_path, const std::string& y_path) {
+  const NpyArray x = read_npy_file(x_path);
+  const NpyArray y = read_npy_file(y_path);
+  if (y.shape.size() != 1 || is_floating(y.type)) {
+    throw Error(ErrorKind::Data,
+                "'" + y_path + "' holds " + to_string(y.type) + " of " +
+                    std::to_string(y.shape.size()) +
+                    " dimensions; labels are one integer class per sample, [N]",
+                is_floating(y.type) ? "regression targets are not read yet; for classes save "
+                                      "y.astype('int64')"
+                                    : "save the class indices, e.g. y.argmax(1) of one-hot rows");
+  }
+  if (x.count() != y.count()) {
+    throw Error(ErrorKind::Data,
+                "'" + x_path + "' holds " + std::to_string(x.count()) + " samples but '" + y_path +
+                    "' holds " + std::to_string(y.count()) + " labels",
+                "save inputs and labels of the same samples, in the same order");
+  }
+  if (x.count() == 0 || x.elements() == 0)
+    throw Error(ErrorKind::Data, "'" + x_path + "' holds no samples", "use a non-empty array");
+  TensorDataset out;
+  out.inputs = npy_inputs(x, x_path);
+  out.targets = npy_tensor(y).to(torch::kInt64);
+  const int64_t smallest = out.targets.min().item<int64_t>();
+  if (smallest < 0) {
+    throw Error(
+        ErrorKind::Data,
+        "'" + y_path + "' has label " + std::to_string(smallest) + "; classes are numbered from 0",
+        "map the labels to 0 .. classes - 1");
+  }
+  return out;
+}
+
+}  // namespace
+
+DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset,
+                               int64_t val_size) {
+  auto path = [&](const std::string& stem) { return directory + "/" + stem + ".npy"; };
+  auto optional_split = [&](const std::string& split) {
+    const bool x = path_exists(path("x_" + split)), y = path_exists(path("y_" + split));
+    if (x != y) {
+      throw Error(ErrorKind::Data,
+                  "'" + directory + "' has " + (x ? "x_" : "y_") + split + ".npy but not " +
+                      (x ? "y_" : "x_") + split + ".npy",
+                  "save both, or neither");
+    }
+    return x ? load_npy_split(path("x_" + split), path("y_" + split)) : TensorDataset{};
+  };
+  if (!path_exists(path("x_train")) || !path_exists(path("y_train"))) {
+    throw Error(ErrorKind::Data, "'" + directory + "' has no x_train.npy and y_train.npy",
+                "save them with numpy.save(DIR + '/x_train.npy', x) and numpy.save(DIR + "
+                "'/y_train.npy', y)");
+  }
+  DatasetSplits splits;
+  splits.train = load_npy_split(path("x_train"), path("y_train"));
+  splits.test = optional_split("test");
+  TensorDataset validation = optional_split("val");
+  if (validation.size() > 0 && val_size > 0) {
+    throw Error(ErrorKind::Config,
+                "'" + directory + "' has x_val.npy, the validation split, and --val-size " +
+                    std::to_string(val_size) + " would hold out another",
+                "drop --val-size");
+  }
+  take_subset_and_validation(splits, train_subset, val_size);
+  if (validation.size() > 0)
+    splits.validation = validation;
+  int64_t classes = 0;
+  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
+    if (split->size() == 0)
+      continue;
+    if (split->inputs.sizes().slice(1) != splits.train.inputs.sizes().slice(1)) {
+      throw Error(ErrorKind::Data,
+                  "the splits in '" + directory + "' have samples of different shapes",
+                  "save x_train, x_val and x_test with the same shape per sample");
+    }
+    classes = std::max(classes, split->targets.max().item<int64_t>() + 1);
+  }
+  classes = std::max<int64_t>(classes, 2);
+  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test})
+    split->classes = classes;
+  splits.description = std::to_string(splits.train.size()) + " samples of shape " +
+                       shape_text(splits.train.inputs) + " in " + std::to_string(classes) +
+                       " classes from " + directory;
+  return splits;
+}
+
+DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
+                               int64_t val_size) {
+  DatasetSplits splits;
+  splits.train = load_split(directory, "train");
+  splits.test = load_split(directory, "t10k");
+  take_subset_and_validation(splits, train_subset, val_size);
   return splits;
 }
 

@@ -34,6 +34,9 @@ struct TensorDataset {
   // (the row's items) and the text bytes among them (for bits per byte).
   std::vector<int64_t> lengths{};
   std::vector<int64_t> bytes{};
+  // Labelled samples: the number of classes (every split of a dataset says the same); 0 for
+  // token rows.
+  int64_t classes = 0;
 
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
   bool is_tokens() const { return !lengths.empty(); }
@@ -53,6 +56,19 @@ struct DatasetSplits {
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`. train_subset > 0
 // keeps the first N training samples; val_size > 0 then holds out the last val_size of them.
 DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
+                               int64_t val_size);
+
+// Reads x_train.npy and y_train.npy from `directory` (numpy.save's format, data/npy_format.h),
+// and x_test/y_test, x_val/y_val where present. Inputs: float32 or float64 arrays as they are
+// (float64 becomes float32), uint8 as pixels scaled to [0, 1]; [N, H, W] becomes images
+// [N, 1, H, W], [N, F] stays rows of features. Labels: integers 0 to classes - 1, the class
+// count being the largest label of any split + 1. train_subset and val_size as for IDX; a
+// validation file and --val-size together are an error.
+struct NpyArray;
+// An .npy array of inputs as load_npy_dataset prepares them (`path` names it in errors).
+torch::Tensor npy_inputs(const NpyArray& array, const std::string& path);
+
+DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset,
                                int64_t val_size);
 
 // A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it).

@@ -4,6 +4,9 @@
 // training mode afterwards.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "data/dataset.h"
 #include "train/precision.h"
 
@@ -16,6 +19,22 @@ struct EvalResult {
   double loss_sum = 0;
   double bits_per_byte = 0;  // token data: the loss in bits per byte of text (0: not text)
 };
+
+// Evaluation needs no saved activations, so it may run in larger batches than training; but not
+// so large that one activation passes glibc's largest mmap threshold (32 MiB, which bigbatch
+// sets): such blocks are mapped, faulted in page by page and unmapped again for every batch.
+// At 1000 the cnn's first activation is 83 MiB; at 250 it is 21 MiB, and evaluating the 10,000
+// test images took ~0.6 s less with 660,000 fewer page faults (measured, 2 threads).
+inline constexpr int64_t kEvalBatchSize = 250;
+// Token rows are evaluated in batches of this many positions (rows x seq_len): attention's
+// scores grow with rows x length^2, and 250 rows of 256 tokens would hold ~1 GiB of them.
+inline constexpr int64_t kEvalTokens = 16384;
+
+// The rows of `data` one evaluation batch takes.
+inline int64_t evaluation_rows(const TensorDataset& data) {
+  return data.is_tokens() ? std::max<int64_t>(1, kEvalTokens / data.inputs.size(1))
+                          : kEvalBatchSize;
+}
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision = Precision::Fp32);

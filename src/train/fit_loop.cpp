@@ -440,10 +440,7 @@ void FitLoop::record_epoch(bool ends_inside) {
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
   // activations, no gradients) always fits.
   const bool tokens = run_.data.train.is_tokens();
-  // Token rows: as many as hold kEvalTokens positions (attention's scores grow with rows x
-  // length^2, and 250 rows of 256 tokens would hold ~1 GiB of them).
-  const int64_t eval_rows =
-      tokens ? std::max<int64_t>(1, kEvalTokens / run_.data.train.inputs.size(1)) : kEvalBatchSize;
+  const int64_t eval_rows = evaluation_rows(run_.data.train);
   const int64_t eval_batch = run_.config.memory_budget > 0
                                  ? std::min(eval_rows, run_.resolved.plan.micro_batch_size)
                                  : eval_rows;

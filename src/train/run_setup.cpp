@@ -24,9 +24,13 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
     spec.gpt.dropout = config.dropout;
     return spec;
   }
-  spec.channels = data.inputs.size(1);
-  spec.height = data.inputs.size(2);
-  spec.width = data.inputs.size(3);
+  // [N, C, H, W] images, or [N, F] rows of features (numpy): one channel of one row.
+  const int64_t dims = data.inputs.dim();
+  spec.channels = dims == 4 ? data.inputs.size(1) : 1;
+  spec.height = dims == 4 ? data.inputs.size(2) : 1;
+  spec.width = data.inputs.size(dims - 1);
+  if (data.classes > 0)
+    spec.classes = data.classes;
   return spec;
 }
 
@@ -91,6 +95,13 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }
+  const BuiltinModel builtin = builtin_model_names().parse(config.model);
+  if (!data.is_tokens() && data.inputs.dim() != 4 && builtin != BuiltinModel::Mlp) {
+    throw Error(ErrorKind::Config,
+                config.model + " convolves images [N, C, H, W], but the dataset's samples are " +
+                    "rows of " + std::to_string(data.inputs.size(1)) + " features",
+                "use --model mlp, or your own module (--model torchscript:FILE)");
+  }
   auto model = make_model(model_spec(config, data));
   if (config.norm == NormKind::Group)
     model = rewrite_batch_norm_as_group_norm(model);
@@ -120,6 +131,8 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
     return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
                              config.seq_len, config.train_subset, config.val_size, config.seed);
   }
+  if (config.is_npy_dataset())
+    return load_npy_dataset(config.dataset_directory(), config.train_subset, config.val_size);
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
 }
 

@@ -46,8 +46,8 @@ SampleResult sample_text(const SampleOptions& options) {
   if (scripted) {
     // The module as the run wrote it back, else the file it trained.
     const std::string written = options.run_dir + "/model.pt";
-    model = torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(load_scripted_model(
-        path_exists(written) ? written : torchscript_path(config.model))));
+    model = torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(
+        load_scripted_model(path_exists(written) ? written : torchscript_path(config.model))));
   } else {
     ModelSpec spec;
     spec.name = config.model;
@@ -73,10 +73,8 @@ SampleResult sample_text(const SampleOptions& options) {
     const auto input =
         torch::tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.end())).unsqueeze(0);
     // The byte tokenizer's ids only (a module may have a larger vocabulary).
-    auto logits = model->forward(input)
-                      .select(1, input.size(1) - 1)
-                      .squeeze(0)
-                      .narrow(0, 0, kByteVocabulary);
+    auto logits =
+        model->forward(input).select(1, input.size(1) - 1).squeeze(0).narrow(0, 0, kByteVocabulary);
     logits = logits.to(torch::kFloat64) / options.temperature;
     if (options.top_k > 0 && options.top_k < logits.size(0)) {
       const auto kth = std::get<0>(logits.topk(options.top_k)).min();

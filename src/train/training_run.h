@@ -105,13 +105,5 @@ struct TrainingRun {
 // new run directory appears only once the data, the plan and the weights are accepted.
 TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console);
 
-// Evaluation needs no saved activations, so it may run in larger batches than training; but not
-// so large that one activation passes glibc's largest mmap threshold (32 MiB, which bigbatch
-// sets): such blocks are mapped, faulted in page by page and unmapped again for every batch.
-// At 1000 the cnn's first activation is 83 MiB; at 250 it is 21 MiB, and evaluating the 10,000
-// test images took ~0.6 s less with 660,000 fewer page faults (measured, 2 threads).
-inline constexpr int64_t kEvalBatchSize = 250;
-// Token rows are evaluated in batches of this many positions (rows x seq_len).
-inline constexpr int64_t kEvalTokens = 16384;
 
 }  // namespace bigbatch

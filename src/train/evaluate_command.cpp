@@ -1,0 +1,200 @@
+#include "train/evaluate_command.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "config/option_table.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "data/npy_format.h"
+#include "io/safetensors.h"
+#include "runtime/runtime_env.h"
+#include "train/evaluate.h"
+#include "train/run_setup.h"
+
+namespace bigbatch {
+
+namespace {
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+bool is_weights_file(const std::string& path) {
+  const std::string suffix = ".safetensors";
+  return path.size() > suffix.size() &&
+         path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The configuration that rebuilds the model, and the weights that fill it.
+TrainConfig source_config(const EvaluateOptions& options, std::string& weights) {
+  if (options.source.empty())
+    throw Error(ErrorKind::Usage, "no run directory or weights file given", "e.g. runs/a");
+  TrainConfig config;
+  if (is_weights_file(options.source)) {
+    std::map<std::string, std::string> metadata;
+    load_safetensors(options.source, &metadata);  // checks the file, names any damage
+    const auto model = metadata.find("model");
+    if (model == metadata.end() || is_sequence_model(model->second) ||
+        is_torchscript_model(model->second)) {
+      throw Error(ErrorKind::Usage,
+                  "weights file '" + options.source + "' does not say how to rebuild its model" +
+                      (model == metadata.end() ? "" : " (" + model->second + ")"),
+                  "give the run directory that wrote it: its config.toml holds the model's shape");
+    }
+    config.model = model->second;
+    const auto hidden = metadata.find("hidden");
+    if (hidden != metadata.end() && !hidden->second.empty()) {
+      config.hidden.clear();
+      for (const std::string& width : split(hidden->second, ',')) {
+        const auto value = parse_int(width);
+        if (!value)
+          throw Error(
+              ErrorKind::Format,
+              "weights file '" + options.source + "' has hidden widths '" + hidden->second + "'",
+              "give the run directory that wrote it");
+        config.hidden.push_back(*value);
+      }
+    }
+    weights = options.source;
+  } else {
+    const std::string config_path = options.source + "/config.toml";
+    if (!path_exists(config_path)) {
+      throw Error(ErrorKind::Io,
+                  "'" + options.source +
+                      "' is neither a run directory (no config.toml) nor a "
+                      ".safetensors file",
+                  "give the directory a bigbatch train run wrote, or its weights file");
+    }
+    load_toml_config(config, config_path);
+    weights = options.source + "/weights.safetensors";
+  }
+  if (!options.weights.empty())
+    weights = options.weights;
+  if (!options.dataset.empty())
+    config.dataset = options.dataset;
+  // The run's own resume and output settings do not apply here.
+  config.resume.clear();
+  config.out.clear();
+  config.validate();
+  return config;
+}
+
+const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& split,
+                                  const std::string& dataset) {
+  if (split == "train")
+    return data.train;
+  if (split == "val") {
+    if (data.validation.size() == 0) {
+      throw Error(ErrorKind::Usage, "dataset '" + dataset + "' has no validation split here",
+                  "the run held none out (--val-size 0); use --split test or train");
+    }
+    return data.validation;
+  }
+  if (split == "test") {
+    if (data.test.size() == 0) {
+      throw Error(ErrorKind::Usage, "dataset '" + dataset + "' has no test split",
+                  "text corpora hold out a validation split: use --split val");
+    }
+    return data.test;
+  }
+  throw Error(ErrorKind::Usage, "--split must be test, val or train, got '" + split + "'",
+              "e.g. --split test");
+}
+
+}  // namespace
+
+EvaluateReport run_evaluate(const EvaluateOptions& options) {
+  std::string weights;
+  const TrainConfig config = source_config(options, weights);
+  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  const DatasetSplits data = load_data_outside_budget(config);
+  const TensorDataset& split = chosen_split(data, options.split, config.dataset);
+  torch::manual_seed(config.seed);
+  auto model = build_model(config, data.train);
+  load_weights(weights, *model);
+  const EvalResult result = evaluate(model, split, evaluation_rows(split));
+
+  const bool tokens = split.is_tokens();
+  nlohmann::json json = {{"model", config.model},   {"dataset", config.dataset},
+                         {"split", options.split},  {"weights", weights},
+                         {"samples", split.size()}, {"items", result.items},
+                         {"loss", result.loss},     {"accuracy", result.accuracy}};
+  std::string text = "evaluate: " + config.model + " (" + weights + ") on " + config.dataset +
+                     ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
+  if (tokens) {
+    json["perplexity"] = std::exp(result.loss);
+    json["bits_per_byte"] = result.bits_per_byte;
+    text += ", " + std::to_string(result.items) + " target tokens\nloss " + fixed(result.loss, 4) +
+            " per token, perplexity " + fixed(std::exp(result.loss), 2) + ", " +
+            fixed(result.bits_per_byte, 4) + " bits per byte, next-token accuracy " +
+            fixed(100 * result.accuracy, 2) + "%\n";
+  } else {
+    text += "\nloss " + fixed(result.loss, 4) + " per sample, accuracy " +
+            fixed(100 * result.accuracy, 2) + "%\n";
+  }
+  return {text, json.dump(2) + "\n"};
+}
+
+std::string run_predict(const PredictOptions& options) {
+  EvaluateOptions source;
+  source.source = options.source;
+  source.weights = options.weights;
+  std::string weights;
+  const TrainConfig config = source_config(source, weights);
+  if (config.task_kind() != TaskKind::Classify) {
+    throw Error(ErrorKind::Usage,
+                "predict reads images for a classifier; this run is a " +
+                    std::string(to_string(config.task_kind())) + " run",
+                "draw text from a language model with bigbatch sample RUN_DIR");
+  }
+  if (options.input.empty() || options.output.empty())
+    throw Error(ErrorKind::Usage, "predict needs --input X.npy and --output Y.npy",
+                "e.g. --input x_new.npy --output probabilities.npy");
+  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  const NpyArray array = read_npy_file(options.input);
+  TensorDataset inputs;
+  inputs.inputs = npy_inputs(array, options.input);
+  const bool idx_trained = !config.is_npy_dataset();
+  if (array.type == NpyType::U8 && idx_trained)
+    inputs.inputs.sub_(kPixelMean).div_(kPixelStd);  // as data/dataset.cpp prepares IDX images
+  const DatasetSplits data = load_data_outside_budget(config);  // the model's shape and classes
+  if (inputs.inputs.sizes().slice(1) != data.train.inputs.sizes().slice(1)) {
+    throw Error(ErrorKind::Data,
+                "'" + options.input + "' holds samples of shape " +
+                    c10::str(inputs.inputs.sizes().slice(1)) + "; the model was trained on " +
+                    c10::str(data.train.inputs.sizes().slice(1)),
+                "give inputs of the training samples' shape");
+  }
+  torch::manual_seed(config.seed);
+  auto model = build_model(config, data.train);
+  load_weights(weights, *model);
+  model->eval();
+  std::vector<torch::Tensor> outputs;
+  {
+    c10::InferenceMode inference;
+    for (int64_t begin = 0; begin < inputs.inputs.size(0); begin += kEvalBatchSize) {
+      const int64_t end = std::min(inputs.inputs.size(0), begin + kEvalBatchSize);
+      torch::Tensor logits = model->forward(inputs.inputs.slice(0, begin, end)).to(torch::kFloat32);
+      outputs.push_back(options.logits ? logits : torch::softmax(logits, 1));
+    }
+  }
+  const torch::Tensor all = torch::cat(outputs).contiguous();
+  NpyArray out;
+  out.type = NpyType::F32;
+  out.shape = all.sizes().vec();
+  out.data.assign(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
+  atomic_write_file(options.output, encode_npy(out));
+  return "predict: " + std::string(options.logits ? "logits" : "class probabilities") + " of " +
+         std::to_string(out.shape[0]) + " samples x " + std::to_string(out.shape[1]) +
+         " classes written to " + options.output + "\n";
+}
+
+}  // namespace bigbatch

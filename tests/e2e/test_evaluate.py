@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""End-to-end tests of `bigbatch evaluate`: a trained run's metrics on any split, as text and
+JSON, equal to what training reported; weights files alone; other datasets; its errors.
+Usage: test_evaluate.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = None
+
+
+def run(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+
+
+def records(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class EvaluateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="bigbatch_evaluate_")
+        cls.run_dir = os.path.join(cls.dir, "mlp")
+        result = run("train", "--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--val-size", "200",
+                     "--global-batch", "100", "--micro-batch", "50", "--epochs", "1", "--threads", "1",
+                     "--progress", "off", "--out", cls.run_dir)
+        assert result.returncode == 0, result.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def assert_one_line_error(self, result, kind, *fragments):
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
+        self.assertEqual(len(errors), 1, result.stderr)
+        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
+        for fragment in fragments:
+            self.assertIn(fragment, errors[0])
+
+    def test_metrics_equal_what_training_reported(self):
+        epoch = [r for r in records(self.run_dir) if "test_accuracy" in r][-1]
+        for split, key in (("test", "test"), ("val", "val")):
+            result = run("evaluate", self.run_dir, "--split", split, "--json")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            report = json.loads(result.stdout)
+            self.assertEqual(report["split"], split)
+            self.assertAlmostEqual(report["accuracy"], epoch[f"{key}_accuracy"], places=6)
+            self.assertAlmostEqual(report["loss"], epoch[f"{key}_loss"], places=5)
+        self.assertEqual(json.loads(run("evaluate", self.run_dir, "--split", "val", "--json").stdout)["samples"], 200)
+        text = run("evaluate", self.run_dir)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("test split: 10000 samples", text.stdout)
+        self.assertIn("accuracy", text.stdout)
+
+    def test_a_weights_file_alone_and_another_dataset(self):
+        weights = os.path.join(self.run_dir, "weights.safetensors")
+        alone = run("evaluate", weights, "--json")
+        self.assertEqual(alone.returncode, 0, alone.stderr)
+        from_run = run("evaluate", self.run_dir, "--json")
+        self.assertEqual(json.loads(alone.stdout)["accuracy"], json.loads(from_run.stdout)["accuracy"])
+        other = run("evaluate", self.run_dir, "--dataset", "idx:/usr/share/datasets/fashion-mnist", "--json")
+        self.assertEqual(other.returncode, 0, other.stderr)
+        self.assertEqual(json.loads(other.stdout)["accuracy"], json.loads(from_run.stdout)["accuracy"])
+
+    def test_predict_writes_probabilities_that_agree_with_evaluate(self):
+        import numpy as np
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        from bigbatch_oracle import read_idx
+        fashion = "/usr/share/datasets/fashion-mnist"
+        images = read_idx(os.path.join(fashion, "t10k-images-idx3-ubyte.gz"))  # raw uint8 [N, 28, 28]
+        labels = read_idx(os.path.join(fashion, "t10k-labels-idx1-ubyte.gz"))
+        x = os.path.join(self.dir, "x.npy")
+        np.save(x, images)
+        out = os.path.join(self.dir, "p.npy")
+        result = run("predict", self.run_dir, "--input", x, "--output", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("class probabilities of 10000 samples x 10 classes", result.stderr)
+        probabilities = np.load(out)
+        self.assertEqual(probabilities.shape, (10000, 10))
+        self.assertEqual(probabilities.dtype, np.float32)
+        self.assertTrue(np.allclose(probabilities.sum(1), 1, atol=1e-5))
+        evaluated = json.loads(run("evaluate", self.run_dir, "--json").stdout)
+        self.assertAlmostEqual(float((probabilities.argmax(1) == labels).mean()), evaluated["accuracy"], places=6)
+        logits = os.path.join(self.dir, "l.npy")
+        self.assertEqual(run("predict", self.run_dir, "--input", x, "--output", logits, "--logits").returncode, 0)
+        self.assertTrue((np.load(logits).argmax(1) == probabilities.argmax(1)).all())
+        np.save(x, images[:, :27, :27])
+        self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", out), "data",
+                                   "samples of shape [1, 27, 27]", "[1, 28, 28]")
+
+    def test_errors_are_one_line(self):
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--split", "dev"), "usage",
+                                   "--split must be test, val or train")
+        self.assert_one_line_error(run("evaluate", os.path.join(self.dir, "nowhere")), "io",
+                                   "neither a run directory")
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--weights", os.path.join(self.dir, "none.safetensors")),
+                                   "format", "does not exist")
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--dataset", "text:/usr/share/games/fortunes"),
+                                   "config", "classifies images")
+        corpus = os.path.join(self.dir, "corpus")
+        with open(corpus, "w") as f:
+            f.write("\n%\n".join("document %d " % i * 3 for i in range(40)) + "\n")
+        lm = os.path.join(self.dir, "lm")
+        result = run("train", "--dataset", f"text:{corpus}", "--model", "gpt", "--layers", "1", "--d-model", "16",
+                     "--heads", "2", "--seq-len", "32", "--global-batch", "8", "--micro-batch", "4", "--max-updates", "2", "--threads", "1",
+                     "--progress", "off", "--out", lm)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_one_line_error(run("evaluate", lm), "usage", "no test split", "--split val")
+        result = run("evaluate", lm, "--split", "val", "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("bits_per_byte", json.loads(result.stdout))
+        self.assert_one_line_error(run("predict", lm, "--input", "x.npy", "--output", "y.npy"), "usage",
+                                   "bigbatch sample")
+        self.assert_one_line_error(run("evaluate", os.path.join(lm, "weights.safetensors")), "usage",
+                                   "does not say how to rebuild its model (gpt)")
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
