@@ -5,6 +5,7 @@ normalised as bigbatch does, or random data with --data random. Prints JSON.
 Benchmarks only; never part of the product.
 
 Usage: pytorch_loop.py --model cnn --micro 64 --accum 8 --threads 1 --updates 30
+       pytorch_loop.py --torchscript mlp.pt ...   (a scripted module, as bigbatch trains it)
 """
 import argparse
 import gzip
@@ -61,10 +62,14 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--updates", type=int, default=30)
     p.add_argument("--data", choices=["fashion", "random"], default="fashion")
+    p.add_argument("--torchscript", help="train this scripted module (torch.jit.load) instead of --model")
+    p.add_argument("--no-jit-optimize", action="store_true", help="the graph executor's optimisation off")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    net = make(a.model)
+    if a.no_jit_optimize:
+        torch._C._jit_set_graph_executor_optimize(False)
+    net = torch.jit.load(a.torchscript) if a.torchscript else make(a.model)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     if a.data == "random":
         inputs, labels = torch.randn(60000, 1, 28, 28), torch.randint(0, 10, (60000,))

@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -256,7 +257,9 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
   // it holds ~100 MB more and from its second call on draws dropout's random numbers in another
   // order than eager PyTorch; without it training measured no slower
   // (../shared/LIBTORCH_NOTES.md).
-  torch::jit::setGraphExecutorOptimize(false);
+  // BIGBATCH_TORCHSCRIPT_OPTIMIZE=1 turns it on, for measuring (bench/scripted_bench.py).
+  const char* optimize = std::getenv("BIGBATCH_TORCHSCRIPT_OPTIMIZE");
+  torch::jit::setGraphExecutorOptimize(optimize != nullptr && std::string(optimize) == "1");
   torch::jit::Module module;
   try {
     module = torch::jit::load(path);
