@@ -79,28 +79,14 @@ class ScriptedForwardImpl : public torch::nn::Module {
       : module_(std::move(module)), path_(std::move(path)) {}
 
   torch::Tensor forward(torch::Tensor inputs) {
-    c10::IValue out;
-    const std::string seen = "on inputs " + describe(inputs);
-    const int64_t refused_before = memory_counters().refused_allocations;
-    try {
-      out = module_->forward({std::move(inputs)});
-    } catch (const c10::OutOfMemoryError&) {
-      throw;  // the trainer backs off: a smaller micro-batch, the same update
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      // The interpreter rewraps an out-of-memory as a runtime error: made one again here, so
-      // that the trainer backs off as it does for the built-in models.
-      const std::string summary = error_summary(e);
-      if (memory_counters().refused_allocations != refused_before ||
-          summary.find("out of memory") != std::string::npos) {
-        C10_THROW_ERROR(OutOfMemoryError, summary);
-      }
-      // Errors raised inside scripted code: the user's module, named with its own message.
+    if (computes_loss_) {
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in forward() " + seen + ": " + summary,
-                  "run the module on the same inputs in Python to see where");
+                  "model '" + path_ +
+                      "' computes its own loss (forward(inputs, targets)), so it "
+                      "gives no logits",
+                  "predicting and sampling need a module whose forward(inputs) returns logits");
     }
+    const c10::IValue out = call({inputs}, inputs);
     if (!out.isTensor()) {
       throw Error(
           ErrorKind::Model,
@@ -110,6 +96,58 @@ class ScriptedForwardImpl : public torch::nn::Module {
     }
     return out.toTensor();
   }
+
+  ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+    const c10::IValue out = call({inputs, targets}, inputs);
+    const std::string contract =
+        "return (loss_sum, item_count): the loss summed over the micro-batch's items, and their "
+        "count (docs/your-model.md)";
+    if (out.isTensor()) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ +
+                      "' forward(inputs, targets) returned one tensor: a loss "
+                      "averaged over a micro-batch cannot be made the mean over the whole update "
+                      "(small micro-batches and short sequences would weigh more)",
+                  contract);
+    }
+    if (!out.isTuple() || out.toTupleRef().elements().size() != 2) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' forward(inputs, targets) returned " + out.tagKind() +
+                      ", not (loss_sum, item_count)",
+                  contract);
+    }
+    const auto& parts = out.toTupleRef().elements();
+    ModuleLoss loss;
+    if (parts[0].isTensor())
+      loss.loss_sum = parts[0].toTensor();
+    if (!loss.loss_sum.defined() || loss.loss_sum.dim() != 0 ||
+        !loss.loss_sum.is_floating_point()) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' forward(inputs, targets) returned a loss_sum that is " +
+                      "not a floating-point scalar tensor",
+                  contract);
+    }
+    if (parts[1].isInt()) {
+      loss.items = parts[1].toInt();
+    } else if (parts[1].isTensor() && parts[1].toTensor().numel() == 1 &&
+               !parts[1].toTensor().is_floating_point()) {
+      loss.items = parts[1].toTensor().item<int64_t>();
+    } else {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' forward(inputs, targets) returned an item_count that is " +
+                      "not an integer",
+                  "count the items the loss was summed over as an int or an integer tensor");
+    }
+    if (loss.items < 0) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' returned a negative item_count (" +
+                      std::to_string(loss.items) + ")",
+                  contract);
+    }
+    return loss;
+  }
+
+  void set_computes_loss(bool on) { computes_loss_ = on; }
 
   void train(bool on) override {
     module_->train(on);
@@ -129,14 +167,45 @@ class ScriptedForwardImpl : public torch::nn::Module {
   }
 
  private:
+  // Runs forward() on `arguments`; errors inside the module become one line naming it and the
+  // inputs, except an out-of-memory, which stays one.
+  c10::IValue call(std::vector<c10::IValue> arguments, const torch::Tensor& inputs) {
+    const int64_t refused_before = memory_counters().refused_allocations;
+    try {
+      return module_->forward(std::move(arguments));
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // the trainer backs off: a smaller micro-batch, the same update
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // The interpreter rewraps an out-of-memory as a runtime error: made one again here, so
+      // that the trainer backs off as it does for the built-in models.
+      const std::string summary = error_summary(e);
+      if (memory_counters().refused_allocations != refused_before ||
+          summary.find("out of memory") != std::string::npos) {
+        C10_THROW_ERROR(OutOfMemoryError, summary);
+      }
+      // Errors raised inside scripted code: the user's module, named with its own message.
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' failed in forward() on inputs " + describe(inputs) + ": " +
+                      summary,
+                  "run the module on the same inputs in Python to see where");
+    }
+  }
+
   std::shared_ptr<torch::jit::Module> module_;
   std::string path_;
   bool batch_norm_frozen_ = false;
+  bool computes_loss_ = false;
 };
 
 ScriptedModelImpl::ScriptedModelImpl(torch::jit::Module module, std::string path)
     : module_(std::make_shared<torch::jit::Module>(std::move(module))), path_(std::move(path)) {
   forward_ = std::make_shared<ScriptedForwardImpl>(module_, path_);
+  // forward(self, inputs) gives logits; forward(self, inputs, targets) the loss itself.
+  const auto forward = module_->find_method("forward");
+  computes_loss_ = forward && forward->function().getSchema().arguments().size() == 3;
+  forward_->set_computes_loss(computes_loss_);
   push_back(kForwardLayer, forward_);
   register_state();
   torch::nn::Module::train(module_->is_training());
@@ -213,6 +282,11 @@ std::vector<std::string> ScriptedModelImpl::batch_norm_layers(bool training_only
   return names;
 }
 
+ModuleLoss ScriptedModelImpl::forward_loss(const torch::Tensor& inputs,
+                                           const torch::Tensor& targets) {
+  return forward_->forward_loss(inputs, targets);
+}
+
 void ScriptedModelImpl::freeze_batch_norm() {
   forward_->freeze_batch_norm();
 }
@@ -275,14 +349,15 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
                 "script an nn.Module whose forward(inputs) returns logits");
   }
   const auto& arguments = forward->function().getSchema().arguments();
-  if (arguments.size() != 2) {  // self and the inputs
+  if (arguments.size() != 2 && arguments.size() != 3) {  // self, inputs[, targets]
     std::string names;
     for (size_t i = 1; i < arguments.size(); ++i)
       names += (names.empty() ? "" : ", ") + arguments[i].name();
     throw Error(ErrorKind::Model,
                 "model '" + path + "' forward() takes (" + names +
-                    "); bigbatch calls forward(inputs) with one batch of inputs",
-                "make forward take the inputs alone and return logits; bigbatch computes the "
+                    "); bigbatch calls forward(inputs), which returns logits, or "
+                    "forward(inputs, targets), which returns (loss_sum, item_count)",
+                "make forward take the inputs alone and return logits, and bigbatch computes the "
                 "summed loss itself (docs/your-model.md)");
   }
   auto model = std::make_shared<ScriptedModelImpl>(std::move(module), path);
@@ -295,6 +370,11 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
 
 ScriptedModelImpl* as_scripted(torch::nn::Module& model) {
   return dynamic_cast<ScriptedModelImpl*>(&model);
+}
+
+bool computes_own_loss(torch::nn::Module& model) {
+  const auto* scripted = as_scripted(model);
+  return scripted && scripted->computes_loss();
 }
 
 }  // namespace bigbatch

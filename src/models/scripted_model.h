@@ -29,6 +29,13 @@ namespace bigbatch {
 
 class ScriptedForwardImpl;  // the layer that runs the module's forward()
 
+// What a module with its own loss returns for a micro-batch: the loss summed over its items
+// (a scalar with its autograd graph) and how many items that is.
+struct ModuleLoss {
+  torch::Tensor loss_sum;
+  int64_t items = 0;
+};
+
 class ScriptedModelImpl : public torch::nn::SequentialImpl {
  public:
   // `module` is a loaded TorchScript module; `path` names it in messages.
@@ -36,6 +43,11 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
   ~ScriptedModelImpl() override;
 
   const std::string& path() const { return path_; }
+
+  // forward(inputs, targets) returns (loss_sum, item_count) instead of logits: a custom loss.
+  // The engine then takes the count from the module and divides after the reduction.
+  bool computes_loss() const { return computes_loss_; }
+  ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets);
   // The second names of tied weights, each with the parameter it aliases.
   const std::vector<std::pair<std::string, std::string>>& aliases() const { return aliases_; }
 
@@ -59,14 +71,18 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
   std::shared_ptr<torch::jit::Module> module_;
   std::shared_ptr<ScriptedForwardImpl> forward_;
   std::string path_;
+  bool computes_loss_ = false;
   std::vector<std::pair<std::string, std::string>> aliases_;
 };
 
-// Loads FILE and checks the contract bigbatch can see without data: a TorchScript module
-// whose forward() takes one argument (the inputs) and that has parameters.
+// Loads FILE and checks the contract bigbatch can see without data: a TorchScript module whose
+// forward() takes the inputs (and returns logits) or the inputs and the targets (and returns
+// the loss), and that has parameters.
 std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path);
 
 // The scripted model inside `model`, or null for a built-in one.
 ScriptedModelImpl* as_scripted(torch::nn::Module& model);
+// A scripted model with its own loss: no logits, so no accuracy to report.
+bool computes_own_loss(torch::nn::Module& model);
 
 }  // namespace bigbatch

@@ -51,9 +51,11 @@ std::string summary(const RunRecords& r) {
   }
   if (!r.epochs.empty()) {
     const auto& last = r.epochs.back();
-    char accuracy[32];
-    std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
-    row("test accuracy (last epoch)", accuracy);
+    if (last.contains("test_accuracy")) {  // absent for language models and own losses
+      char accuracy[32];
+      std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
+      row("test accuracy (last epoch)", accuracy);
+    }
     row("epochs finished", std::to_string(r.epochs.size()));
     row("training time", human_duration(last.value("train_seconds", 0.0)));
   } else {

@@ -14,6 +14,8 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
                                        torch::optim::Optimizer& optimizer, GradientReducer& reducer,
                                        EngineOptions options)
     : model_(std::move(model)), optimizer_(optimizer), reducer_(reducer), options_(options) {
+  if (auto* scripted = as_scripted(*model_); scripted && scripted->computes_loss())
+    loss_model_ = scripted;
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad())
       parameters_.push_back(p);
@@ -35,20 +37,33 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
 }
 
 void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
-  torch::Tensor logits;
-  {
-    AutocastScope autocast(options_.precision);
-    logits = model_->forward(batch.inputs);
+  torch::Tensor loss;
+  int64_t items = batch.items;
+  if (loss_model_) {
+    ModuleLoss own;
+    {
+      AutocastScope autocast(options_.precision);
+      own = loss_model_->forward_loss(batch.inputs, batch.targets);
+    }
+    loss = own.loss_sum.scalar_type() == torch::kBFloat16 ? own.loss_sum.to(torch::kFloat32)
+                                                          : own.loss_sum;
+    items = own.items;
+    tally_.add_loss(loss);
+  } else {
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(options_.precision);
+      logits = model_->forward(batch.inputs);
+    }
+    if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
+      logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
+    const PredictionRows rows = prediction_rows(logits, batch.targets);
+    loss = summed_cross_entropy(rows);
+    tally_.add(rows.logits, loss, rows.targets);
   }
-  if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
-    logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
-  const PredictionRows rows = prediction_rows(logits, batch.targets);
-  auto loss = summed_cross_entropy(rows);
-  tally_.add(rows.logits, loss, rows.targets);
   samples_ += batch.size();
-  items_ += batch.items;
+  items_ += items;
   ++micro_steps_;
-  const int64_t items = batch.items;
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
   if (options_.per_micro_batch_mean_for_tests) {
@@ -66,7 +81,7 @@ void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
   } else {
     loss.backward();
   }
-  if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last)
+  if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0)
     read_first_gradient(items);
 }
 
@@ -89,13 +104,15 @@ void AccumulationEngine::read_first_gradient(int64_t items) {
 
 void AccumulationEngine::begin_window(int64_t global_samples, int64_t global_items) {
   // Inside a window only to re-announce it (a window restored from a checkpoint).
-  BB_INTERNAL_ASSERT(expected_samples_ == 0 ||
-                         (expected_samples_ == global_samples && expected_items_ == global_items),
+  const int64_t announced_items = loss_model_ ? 0 : global_items;
+  BB_INTERNAL_ASSERT(expected_samples_ == 0 || (expected_samples_ == global_samples &&
+                                                expected_items_ == announced_items),
                      "begin_window() changed the window");
   BB_INTERNAL_ASSERT(global_samples > 0, "a window needs samples");
   BB_INTERNAL_ASSERT(global_items >= 0, "a window's item count cannot be negative");
   expected_samples_ = global_samples;
-  expected_items_ = global_items;
+  // A module with its own loss says its items itself, after the fact.
+  expected_items_ = announced_items;
 }
 
 WindowTotals AccumulationEngine::local_totals() const {
@@ -131,6 +148,12 @@ UpdateStats AccumulationEngine::finish_gradients() {
   const WindowTotals local = local_totals();
   const WindowTotals global = reducer_.reduce(gradients, local);
   const Counts& counts = global.counts;
+  if (loss_model_ && counts.items == 0) {
+    throw Error(ErrorKind::Model,
+                "model '" + loss_model_->path() + "' counted no items in a whole update window (" +
+                    std::to_string(counts.samples) + " samples)",
+                "return the number of items its loss_sum adds up, e.g. targets.numel()");
+  }
   BB_INTERNAL_ASSERT(counts.items > 0, "an update window with no items on any rank");
   // The reduced counts check that every rank fed exactly the samples (and, when announced,
   // the items) the plan says; announced items were already applied by the backward seed.

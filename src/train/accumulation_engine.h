@@ -27,6 +27,7 @@
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
 #include "dist/gradient_reducer.h"
+#include "models/scripted_model.h"
 #include "state/counts.h"
 #include "state/training_progress.h"
 #include "train/precision.h"
@@ -127,6 +128,9 @@ class AccumulationEngine {
   void read_first_gradient(int64_t items);
 
   torch::nn::Sequential model_;
+  // A TorchScript module that computes its own loss and item count (null otherwise): its
+  // windows' items are known only from it, so they are divided by after the reduction.
+  ScriptedModelImpl* loss_model_ = nullptr;
   torch::optim::Optimizer& optimizer_;
   GradientReducer& reducer_;
   EngineOptions options_;

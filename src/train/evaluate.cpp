@@ -1,5 +1,7 @@
 #include "train/evaluate.h"
 
+#include "models/scripted_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -24,9 +26,19 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
   {
     c10::InferenceMode inference;
     PredictionTally tally;
+    ScriptedModelImpl* loss_model = as_scripted(*model);
+    if (loss_model && !loss_model->computes_loss())
+      loss_model = nullptr;
+    int64_t own_items = 0;
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
       const Batch batch = batch_of(data, begin, end);
+      if (loss_model) {  // its own loss and count; no predictions to score
+        const ModuleLoss own = loss_model->forward_loss(batch.inputs, batch.targets);
+        tally.add_loss(own.loss_sum.to(torch::kFloat32));
+        own_items += own.items;
+        continue;
+      }
       torch::Tensor logits;
       {
         AutocastScope autocast(precision);
@@ -35,10 +47,11 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
       const PredictionRows rows = prediction_rows(logits, batch.targets);
       tally.add(rows.logits, summed_cross_entropy(rows), rows.targets);
     }
-    result.items = data.items(0, data.size());
+    result.items = loss_model ? own_items : data.items(0, data.size());
     result.loss_sum = tally.loss_sum();
-    result.loss = result.loss_sum / double(result.items);
-    result.accuracy = double(tally.correct()) / double(result.items);
+    result.loss = result.items > 0 ? result.loss_sum / double(result.items) : 0.0;
+    result.has_accuracy = loss_model == nullptr;
+    result.accuracy = result.has_accuracy ? double(tally.correct()) / double(result.items) : 0.0;
     if (data.is_tokens()) {
       // Bits per byte of text: the summed loss in bits over the text bytes predicted (the
       // end-of-text targets carry loss but are not text).

@@ -18,6 +18,7 @@ struct EvalResult {
   int64_t items = 0;
   double loss_sum = 0;
   double bits_per_byte = 0;  // token data: the loss in bits per byte of text (0: not text)
+  bool has_accuracy = true;  // false for a module that computes its own loss (no logits)
 };
 
 // Evaluation needs no saved activations, so it may run in larger batches than training; but not

@@ -126,7 +126,9 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   nlohmann::json json = {{"model", config.model},   {"dataset", config.dataset},
                          {"split", options.split},  {"weights", weights},
                          {"samples", split.size()}, {"items", result.items},
-                         {"loss", result.loss},     {"accuracy", result.accuracy}};
+                         {"loss", result.loss}};
+  if (result.has_accuracy)
+    json["accuracy"] = result.accuracy;
   std::string text = "evaluate: " + config.model + " (" + weights + ") on " + config.dataset +
                      ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
   if (tokens) {
@@ -137,8 +139,9 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
             fixed(result.bits_per_byte, 4) + " bits per byte, next-token accuracy " +
             fixed(100 * result.accuracy, 2) + "%\n";
   } else {
-    text += "\nloss " + fixed(result.loss, 4) + " per sample, accuracy " +
-            fixed(100 * result.accuracy, 2) + "%\n";
+    text += "\nloss " + fixed(result.loss, 4) + " per item" +
+            (result.has_accuracy ? ", accuracy " + fixed(100 * result.accuracy, 2) + "%" : "") +
+            "\n";
   }
   return {text, json.dump(2) + "\n"};
 }

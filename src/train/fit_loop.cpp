@@ -9,6 +9,7 @@
 #include "data/sampler.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
+#include "models/scripted_model.h"
 #include "report/plan_report.h"
 #include "runtime/runtime_env.h"
 #include "schedule/adascale.h"
@@ -25,7 +26,9 @@ double seconds_since(Clock::time_point start) {
 }
 
 nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool tokens) {
-  nlohmann::json record = {{prefix + "_loss", r.loss}, {prefix + "_accuracy", r.accuracy}};
+  nlohmann::json record = {{prefix + "_loss", r.loss}};
+  if (r.has_accuracy)  // a module with its own loss has no predictions to score
+    record[prefix + "_accuracy"] = r.accuracy;
   if (tokens) {
     record[prefix + "_perplexity"] = std::exp(r.loss);
     record[prefix + "_bpb"] = r.bits_per_byte;
@@ -433,6 +436,8 @@ void FitLoop::record_epoch(bool ends_inside) {
       {"micro_batch", run_.resolved.plan.micro_batch_size},
       {"oom_backoffs", at.oom_backoffs},
       {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
+  if (computes_own_loss(*run_.model))
+    record.erase("train_accuracy");  // its own loss: no predictions were scored
   if (ends_inside)
     record["partial_epoch"] = epoch_progress(run_);
   if (run_.data.train.is_tokens())

@@ -58,14 +58,20 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
   if (record["train_loss"].is_null()) {
     text += ": train loss - (every update skipped)";
   } else {
-    std::snprintf(line, sizeof line, ": train loss %.4f acc %.2f%%",
-                  record["train_loss"].get<double>(), 100 * record["train_accuracy"].get<double>());
+    std::snprintf(line, sizeof line, ": train loss %.4f", record["train_loss"].get<double>());
     text += line;
+    if (record.contains("train_accuracy")) {
+      std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["train_accuracy"].get<double>());
+      text += line;
+    }
   }
   if (record.contains("test_loss")) {
-    std::snprintf(line, sizeof line, " | test loss %.4f acc %.2f%%",
-                  record["test_loss"].get<double>(), 100 * record["test_accuracy"].get<double>());
+    std::snprintf(line, sizeof line, " | test loss %.4f", record["test_loss"].get<double>());
     text += line;
+    if (record.contains("test_accuracy")) {
+      std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["test_accuracy"].get<double>());
+      text += line;
+    }
   }
   if (record.contains("val_bpb")) {
     std::snprintf(line, sizeof line, " | val loss %.4f bpb %.4f", record["val_loss"].get<double>(),

@@ -34,6 +34,19 @@ void PredictionTally::add(const torch::Tensor& logits, const torch::Tensor& summ
   device_correct_.add_(logits.detach().argmax(1).eq(targets).sum());
 }
 
+void PredictionTally::add_loss(const torch::Tensor& summed_loss) {
+  torch::NoGradGuard no_grad;
+  if (!summed_loss.is_cuda()) {
+    host_loss_sum_ += summed_loss.detach().item<double>();
+    return;
+  }
+  if (!device_loss_sum_.defined()) {
+    device_loss_sum_ = torch::zeros({}, summed_loss.options().dtype(torch::kFloat64));
+    device_correct_ = torch::zeros({}, summed_loss.options().dtype(torch::kInt64));
+  }
+  device_loss_sum_.add_(summed_loss.detach().reshape({}).to(torch::kFloat64));
+}
+
 double PredictionTally::loss_sum() const {
   return host_loss_sum_ + (device_loss_sum_.defined() ? device_loss_sum_.item<double>() : 0.0);
 }

@@ -21,6 +21,9 @@ class PredictionTally {
   void add(const torch::Tensor& logits, const torch::Tensor& summed_loss,
            const torch::Tensor& targets);
 
+  // A batch whose loss a model computed itself: no predictions to count.
+  void add_loss(const torch::Tensor& summed_loss);
+
   // The sums so far (reading device sums waits for the device).
   double loss_sum() const;
   int64_t correct() const;

@@ -49,6 +49,12 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
   const Batch probe = batch_of(data, 0, std::min<int64_t>(2, data.size()));
   const bool training = model.is_training();
   model.eval();
+  if (model.computes_loss()) {  // its own loss: the tuple's form is checked by forward_loss
+    torch::NoGradGuard no_grad;
+    model.forward_loss(probe.inputs, probe.targets);
+    model.train(training);
+    return;
+  }
   torch::Tensor logits;
   {
     torch::NoGradGuard no_grad;
@@ -92,6 +98,10 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
   if (is_torchscript_model(config.model)) {
     auto scripted = load_scripted_model(torchscript_path(config.model));
     check_scripted_outputs(*scripted, data);
+    check_config(!scripted->computes_loss() || config.target_accuracy == 0,
+                 "--target-accuracy needs predictions, but model '" + scripted->path() +
+                     "' computes its own loss and returns none",
+                 "drop --target-accuracy, or let forward(inputs) return logits");
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }

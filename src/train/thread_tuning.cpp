@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "models/scripted_model.h"
 #include "train/prediction_rows.h"
 
 namespace bigbatch {
@@ -32,8 +33,14 @@ ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Ba
     return choice;
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
+  auto* loss_model = as_scripted(*probe);
+  if (loss_model && !loss_model->computes_loss())
+    loss_model = nullptr;
   auto step = [&] {
-    summed_cross_entropy(prediction_rows(probe->forward(batch.inputs), batch.targets)).backward();
+    if (loss_model)
+      loss_model->forward_loss(batch.inputs, batch.targets).loss_sum.backward();
+    else
+      summed_cross_entropy(prediction_rows(probe->forward(batch.inputs), batch.targets)).backward();
   };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;

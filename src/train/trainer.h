@@ -22,6 +22,7 @@ struct TrainResult {
   bool language_model = false;
   double test_loss = 0;
   double test_accuracy = 0;
+  bool has_accuracy = true;  // false for a module with its own loss
   // The held-out split's last evaluation (language models: text corpora have no test split).
   double val_loss = 0;
   double val_bits_per_byte = 0;

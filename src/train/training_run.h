@@ -105,5 +105,4 @@ struct TrainingRun {
 // new run directory appears only once the data, the plan and the weights are accepted.
 TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console);
 
-
 }  // namespace bigbatch

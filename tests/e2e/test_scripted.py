@@ -151,6 +151,45 @@ class ScriptedTrainTest(ScriptedTestCase):
         b = read_safetensors(os.path.join(direct, "weights.safetensors"))
         self.assertLess(max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b), 1e-5)
 
+    def test_a_module_with_its_own_loss_on_two_ranks(self):
+        # forward(tokens, targets) -> (loss_sum, count): the counts of both ranks are summed with
+        # the gradients before the one division, so 2 ranks equal 1.
+        corpus = self.path("corpus")
+        with open(corpus, "w") as f:
+            f.write("\n%\n".join(("dolor sit %d " % i) * (1 + i % 6) for i in range(80)) + "\n")
+        flags = ["--model", module("own_loss_lm.pt"), "--dataset", f"text:{corpus}", "--seq-len", "48",
+                 "--global-batch", "16", "--optimizer", "adamw", "--lr", "3e-3", "--val-size", "8", "--epochs", "1",
+                 "--progress", "off", "--dist-timeout", "30"]
+        single, ranks = self.path("single"), self.path("ranks")
+        result = run("train", *flags, "--micro-batch", "4", "--threads", "1", "--out", single)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("val loss", result.stderr)
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY, "train", *flags,
+                     "--micro-batch", "4", "--threads", "1", "--out", ranks)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        a = read_safetensors(os.path.join(single, "weights.safetensors"))
+        b = read_safetensors(os.path.join(ranks, "weights.safetensors"))
+        keep = [k for k in b if not k.endswith("in_proj_bias")]  # the key bias: see scripted_oracle.py
+        diff = max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in keep)
+        print(f"\nown-loss lm: 2 ranks vs 1: max relative weight difference {diff:.3g}")
+        self.assertLess(diff, 1e-5)
+        with open(os.path.join(single, "metrics.jsonl")) as f:
+            updates = [json.loads(line) for line in f if '"loss"' in line and '"event"' not in line]
+        self.assertGreater(updates[0]["items"], 16)  # tokens of 16 documents, as the module counted
+        result = run("evaluate", single, "--split", "val", "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("accuracy", json.loads(result.stdout))
+
+    def test_an_image_module_with_its_own_loss_reports_no_accuracy(self):
+        out = self.path("own")
+        result = run("train", "--model", module("smoothed_mlp.pt"), *images("--micro-batch", "16", "--out", out))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        epoch = [line for line in result.stderr.splitlines() if line.startswith("epoch 1:")][0]
+        self.assertNotIn("acc", epoch)
+        self.assertIn("test loss", result.stdout)
+        self.assert_one_line_error(run("predict", out, "--input", os.path.join(self.dir, "x.npy"), "--output",
+                                       os.path.join(self.dir, "y.npy")), "data", "not found")
+
     def test_batch_norm_inside_a_module_is_announced(self):
         result = run("train", "--model", module("cnn_bn.pt"), *images("--micro-batch", "16", "--max-updates", "2",
                                                                     "--out", self.path("bn")))
@@ -174,7 +213,7 @@ class BadModelTest(ScriptedTestCase):
         cases = [
             ("missing.pt", "does not exist", "torch.jit.script(model).save"),
             ("not_torchscript.pt", "is not a TorchScript module", "a state_dict or a pickled model"),
-            ("wrong_arguments.pt", "forward() takes (x, y, z)", "forward(inputs)"),
+            ("wrong_arguments.pt", "forward() takes (x, y, z)", "forward(inputs, targets)"),
             ("throws.pt", "failed in forward() on inputs [2, 1, 28, 28] float32: RuntimeError: this module refuses "
              "every batch", "in Python"),
             ("returns_tuple.pt", "returned Tuple", "return the logits"),
@@ -197,6 +236,13 @@ class BadModelTest(ScriptedTestCase):
         self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--bn-mode", "window"), "config",
                                    "--bn-mode window", "micro")
         self.assert_one_line_error(self.train("--model", "torchscript:"), "config", "names no file")
+        self.assert_one_line_error(self.train("--model", module("mean_loss.pt")), "model",
+                                   "returned one tensor", "cannot be made the mean over the whole update",
+                                   "return (loss_sum, item_count)")
+        self.assert_one_line_error(self.train("--model", module("three_results.pt")), "model",
+                                   "not (loss_sum, item_count)")
+        self.assert_one_line_error(self.train("--model", module("own_loss_mlp.pt"), "--target-accuracy", "0.5"),
+                                   "config", "--target-accuracy needs predictions")
         self.assertFalse(os.path.exists(self.path("bad")))
 
 

@@ -54,6 +54,53 @@ class TinyLm(nn.Module):
         return self.head(x)
 
 
+class OwnLoss(nn.Module):
+    """An image classifier with its own loss (label smoothing): forward(x, y) -> (sum, count)."""
+
+    def __init__(self, net: nn.Module, smoothing: float):
+        super().__init__()
+        self.net = net
+        self.smoothing = smoothing
+
+    def forward(self, images, labels):
+        logits = self.net(images)
+        loss = nn.functional.cross_entropy(logits, labels, reduction="sum", label_smoothing=self.smoothing)
+        return loss, labels.numel()
+
+
+class OwnTokenLoss(nn.Module):
+    """A language model with its own per-token loss: padding (-100) neither counts nor adds."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm = TinyLm()
+
+    def forward(self, tokens, targets):
+        logits = self.lm(tokens)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           ignore_index=-100, reduction="sum")
+        return loss, (targets != -100).sum()
+
+
+class MeanLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x, y):
+        return nn.functional.cross_entropy(self.fc(x.flatten(1)), y)  # the mean: refused
+
+
+class ThreeResults(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x, y):
+        loss = nn.functional.cross_entropy(self.fc(x.flatten(1)), y, reduction="sum")
+        return loss, y.numel(), 0
+
+
 class WrongArguments(nn.Module):
     def __init__(self):
         super().__init__()
@@ -90,6 +137,12 @@ def main():
     torch.manual_seed(0)
     save = lambda module, name: torch.jit.script(module).save(os.path.join(out, name))  # noqa: E731
     save(mlp(), "mlp.pt")
+    torch.manual_seed(0)  # the same initial weights as mlp.pt, under "net."
+    save(OwnLoss(mlp(), 0.0), "own_loss_mlp.pt")
+    save(OwnLoss(mlp(), 0.1), "smoothed_mlp.pt")
+    save(OwnTokenLoss(), "own_loss_lm.pt")
+    save(MeanLoss(), "mean_loss.pt")
+    save(ThreeResults(), "three_results.pt")
     save(SmallCnnBn(), "cnn_bn.pt")
     save(TinyLm(), "tiny_lm.pt")
     save(nn.Sequential(nn.Flatten(), nn.Linear(784, 7)), "seven_classes.pt")
