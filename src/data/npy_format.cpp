@@ -176,6 +176,13 @@ bool is_floating(NpyType type) {
 }
 
 int64_t NpyArray::elements() const {
+  // A zero anywhere makes the array empty, however large the other dimensions (the fuzzer
+  // found the product overflowing before it reached the zero); otherwise parse_npy checked
+  // that the product fits the bytes there are.
+  for (int64_t d : shape) {
+    if (d == 0)
+      return 0;
+  }
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;

@@ -75,6 +75,10 @@ TEST(NpyReader, ReadsWhatNumpySaveWrites) {
   const NpyArray empty =
       parse(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }", ""));
   EXPECT_EQ(empty.elements(), 0);
+  // Empty whatever the other dimensions (their product alone would overflow: found by fuzzing).
+  const NpyArray huge_but_empty = parse(npy_file(
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296, 0), }", ""));
+  EXPECT_EQ(huge_but_empty.elements(), 0);
 }
 
 TEST(NpyReader, RefusesLayoutsItCannotReadWithTheFix) {
