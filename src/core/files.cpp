@@ -84,6 +84,37 @@ bool path_exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+DirectoryLock::DirectoryLock(const std::string& dir) {
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    io_error("cannot create the lock file", path, errno);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;  // the whole file: start 0, length 0
+  if (::fcntl(fd_, F_SETLK, &lock) == 0)
+    return;
+  const int error_number = errno;
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  const bool known = ::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  ::close(fd_);
+  fd_ = -1;
+  if (error_number != EACCES && error_number != EAGAIN)
+    io_error("cannot lock", path, error_number);
+  throw Error(
+      ErrorKind::Io,
+      "run directory '" + dir + "' is in use" +
+          (known ? " by pid " + std::to_string(holder.l_pid) : std::string(" by another process")),
+      "wait for that run to finish (or stop it), or train into another --out");
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
 std::string file_digest(const std::string& path) {
   const std::string bytes = read_text_file(path);
   uLong crc = crc32(0L, Z_NULL, 0);

@@ -15,6 +15,21 @@ std::string read_text_file(const std::string& path);
 // "crc32:1a2b3c4d/12345": zlib's CRC-32 of the file's bytes and their count. It tells one input
 // file from another (a resume under a different model file); it is no cryptographic hash.
 std::string file_digest(const std::string& path);
+// An exclusive lock on a run directory (a POSIX record lock on DIR/.lock), held while this
+// process writes it. Another process that tries is refused with Error(Io) naming the holder's
+// pid. The kernel drops the lock when its process ends, kill -9 included, so a stale lock
+// never needs cleaning; the file itself stays empty (taking the lock writes nothing).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // The directory part of a path ("runs/a/weights.st" -> "runs/a"; "w.st" -> ".").
 std::string parent_directory(const std::string& path);
 

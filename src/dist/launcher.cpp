@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/runtime_env.h"
 
 namespace bigbatch {
@@ -36,6 +37,10 @@ void LaunchOptions::validate() const {
         "--master-port " + std::to_string(master_port) + " is not a TCP port",
         "use 1 to 65535, e.g. 29500");
   check(!master_addr.empty(), "--master-addr is empty", "e.g. --master-addr 127.0.0.1");
+  // NaN fails both comparisons.
+  check(grace_seconds >= 0 && grace_seconds <= 3600,
+        "--grace-seconds must be from 0 to 3600, got " + format_double(grace_seconds),
+        "e.g. --grace-seconds 5");
   check(!command.empty(), "no command to launch",
         "write it after --, e.g. bigbatch launch --nproc 2 -- bigbatch train");
 }

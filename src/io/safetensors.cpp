@@ -149,6 +149,12 @@ void load_weights(const std::string& path, torch::nn::Module& model) {
                   "it was saved from another model; check --model and its shape (--hidden; "
                   "--layers, --d-model, --heads, --seq-len for gpt)");
     }
+    if (it->second.is_floating_point() && !torch::isfinite(it->second).all().item<bool>()) {
+      throw Error(
+          ErrorKind::Format,
+          "weights file '" + path + "' holds NaN or infinite values in tensor '" + name + "'",
+          "it comes from a run that diverged; use the weights of an earlier checkpoint");
+    }
     const bool both_float = it->second.is_floating_point() && tensor.is_floating_point();
     if (!both_float && it->second.scalar_type() != tensor.scalar_type()) {
       throw Error(ErrorKind::Format,

@@ -34,14 +34,18 @@ std::string default_run_directory() {
 }
 
 // A run directory is never reused: a finished run's files are worth more than a typo in --out.
-void prepare_run_directory(const std::string& dir) {
+// Creates the directory of a new run and locks it; the check that it holds no run comes after
+// the lock, so two runs started into one directory at once cannot both pass it.
+std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir) {
+  ensure_directory(dir);
+  auto lock = std::make_unique<DirectoryLock>(dir);
   for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
     if (path_exists(dir + "/" + file)) {
       throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
                   "choose another --out, or delete that directory");
     }
   }
-  ensure_directory(dir);
+  return lock;
 }
 
 // Cuts metrics.jsonl back to what it held when the checkpoint was written. The file may not be
@@ -370,7 +374,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
   if (r.job.is_main() && !r.resuming) {
-    prepare_run_directory(r.run_dir);
+    r.directory_lock = prepare_run_directory(r.run_dir);
     r.write_description();
   }
   {
@@ -403,8 +407,13 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     // The module's code and initial weights: a resume under another file is another run.
     r.identity["model_file"] = file_digest(torchscript_path(config.model));
   }
-  if (r.resuming)
+  if (r.resuming) {
+    // Before anything of the run is read back or rewritten: a run still training there would
+    // otherwise be mixed with this one.
+    if (r.job.is_main())
+      r.directory_lock = std::make_unique<DirectoryLock>(r.run_dir);
     resume_from_checkpoint(r, console);
+  }
   if (r.job.is_main())
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
 

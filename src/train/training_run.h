@@ -18,6 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/resolved_run.h"
 #include "config/train_config.h"
+#include "core/files.h"
 #include "data/dataset.h"
 #include "dist/environment.h"
 #include "dist/gradient_reducer.h"
@@ -65,6 +66,10 @@ struct TrainingRun {
         job(std::move(job_in)),
         data(std::move(data_in)),
         resolved(std::move(resolved_in)) {}
+
+  // Rank 0's lock on the run directory (core/files.h). First, so that it is released last,
+  // after everything else of the run has been written and closed.
+  std::unique_ptr<DirectoryLock> directory_lock;
 
   // The configuration with what the run resolved written back (a measured micro-batch, the
   // thread count), so config.toml repeats the run exactly.

@@ -355,6 +355,17 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--init-weights", self.weights_file(safetensors_bytes(tensors, offset))), "format",
                     "dtype Long")
 
+    def test_weights_holding_nan(self):
+        tensors, offset = {}, 0
+        for name, shape in [("1.weight", [16, 784]), ("1.bias", [16]), ("3.weight", [10, 16]), ("3.bias", [10])]:
+            size = 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+            tensors[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+            offset += size
+        blob = bytearray(safetensors_bytes(tensors, offset))
+        blob[-4:] = struct.pack("<f", float("nan"))  # the last element of 3.bias
+        self.expect(self.train("--init-weights", self.weights_file(bytes(blob))), "format",
+                    "holds NaN or infinite values in tensor '3.bias'")
+
     def test_weights_missing_file(self):
         self.expect(self.train("--init-weights", os.path.join(self.dir, "none.safetensors")), "format", "does not exist")
 
@@ -437,6 +448,11 @@ class BadInputCorpus(unittest.TestCase):
 
     def test_launch_without_command(self):
         self.expect(["launch", "--nproc", "2"], "usage", "no command to launch")
+
+    def test_launch_grace_seconds_out_of_range(self):
+        for value in ("-1", "nan"):
+            self.expect(["launch", "--nproc", "2", "--grace-seconds", value, "--", "true"], "usage",
+                        "--grace-seconds must be from 0 to 3600")
 
 
 def load_tests(loader, tests, pattern):

@@ -106,6 +106,39 @@ class CheckpointTest(unittest.TestCase):
         self.assertLessEqual(len(checkpoints(run_dir)), 3)
         self.assert_same_as_reference(run_dir)
 
+    def test_a_run_directory_in_use_is_refused_and_free_again_after_kill_nine(self):
+        run_dir = self.path("locked")
+        first = self.start(*RUN, "--out", run_dir)
+        try:
+            self.assertTrue(self.wait_for_checkpoint(run_dir, first))
+            # A resume while it trains, and a fresh run into the same directory: both refused,
+            # naming the process, and neither touches the run.
+            for args in (["--resume", run_dir], [*RUN, "--out", run_dir]):
+                result = subprocess.run([BINARY, "train", *args], capture_output=True, text=True, timeout=120)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(f"error[io]: run directory '{run_dir}' is in use by pid {first.pid}", result.stderr)
+        finally:
+            first.kill()  # kill -9: the kernel drops the lock with the process
+            first.communicate()
+        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True,
+                                timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_same_as_reference(run_dir)
+
+    def test_two_runs_started_into_one_directory_cannot_both_write_it(self):
+        run_dir = self.path("raced")
+        quick = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32",
+                 "--epochs", "1", "--threads", "1", "--progress", "off"]
+        processes = [self.start(*quick, "--out", run_dir) for _ in range(2)]
+        results = [(p.returncode, err) for p in processes for _, err in [p.communicate(timeout=300)]]
+        codes = sorted(code for code, _ in results)
+        self.assertEqual(codes, [0, 2], results)
+        loser = next(err for code, err in results if code == 2)
+        self.assertTrue("is in use by pid" in loser or "already holds a run" in loser, loser)
+        steps = [r["step"] for r in metrics(run_dir) if "loss" in r and "event" not in r]
+        self.assertEqual(steps, sorted(steps))  # one writer's lines, not two interleaved
+        self.assertEqual(len(steps), len(set(steps)))
+
     def test_sigint_checkpoints_exits_130_and_resumes_bit_identical(self):
         run_dir = self.path("interrupted")
         process = self.start(*RUN, "--out", run_dir)

@@ -5,24 +5,14 @@ Usage: test_evaluate.py BIGBATCH_BINARY [unittest arguments]."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import unittest
 
-BINARY = None
-
-
-def run(*args):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_common import CliTestCase, main, records, run  # noqa: E402
 
 
-def records(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-class EvaluateTest(unittest.TestCase):
+class EvaluateTest(CliTestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="bigbatch_evaluate_")
@@ -35,14 +25,6 @@ class EvaluateTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def assert_one_line_error(self, result, kind, *fragments):
-        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
-        for fragment in fragments:
-            self.assertIn(fragment, errors[0])
 
     def test_metrics_equal_what_training_reported(self):
         epoch = [r for r in records(self.run_dir) if "test_accuracy" in r][-1]
@@ -123,5 +105,4 @@ class EvaluateTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main()
+    main()

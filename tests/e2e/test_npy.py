@@ -4,51 +4,26 @@ numpy writes, the optional splits, Fashion-MNIST saved as arrays training like t
 and every header lie or layout bigbatch cannot read as a one-line error that leaves nothing.
 Usage: test_npy.py BIGBATCH_BINARY [unittest arguments]."""
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import unittest
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from bigbatch_oracle import read_idx, read_safetensors  # noqa: E402
+from e2e_common import CliTestCase, main, run  # noqa: E402
 
-BINARY = None
 FASHION = "/usr/share/datasets/fashion-mnist"
 QUICK = ["--global-batch", "64", "--micro-batch", "16", "--epochs", "1", "--threads", "1", "--progress", "off"]
 
 
-def run(*args):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
-
-
-class NpyTestCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_npy_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
-
+class NpyTestCase(CliTestCase):
     def arrays(self, name, **arrays):
         directory = self.path(name)
         os.makedirs(directory, exist_ok=True)
         for key, value in arrays.items():
             np.save(os.path.join(directory, key + ".npy"), value, allow_pickle=True)
         return directory
-
-    def assert_one_line_error(self, result, kind, *fragments):
-        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
-        for fragment in fragments:
-            self.assertIn(fragment, errors[0])
 
 
 class NpyTrainTest(NpyTestCase):
@@ -135,5 +110,4 @@ class BadNpyTest(NpyTestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main()
+    main()

@@ -4,6 +4,7 @@ PyTorch (tests/python/make_scripted_models.py) trained with --model torchscript:
 images and on text, across 2 ranks, resumed, written back — and the broken modules that must
 be one-line errors that leave nothing behind.
 Usage: test_scripted.py BIGBATCH_BINARY [unittest arguments]."""
+import atexit
 import json
 import os
 import shutil
@@ -11,21 +12,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-import unittest
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from bigbatch_oracle import read_safetensors  # noqa: E402
+import e2e_common  # noqa: E402
+from e2e_common import CliTestCase, run  # noqa: E402
 
-BINARY = None
 MODELS = None  # the directory the modules are written to, once
-
-
-def run(*args):
-    # errors="replace": a byte-level model may draw bytes that are not UTF-8 (sample prints them).
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=600)
 
 
 def module(name):
@@ -44,23 +40,8 @@ def images(*extra):
             "--threads", "1", "--dist-timeout", "30", *extra]
 
 
-class ScriptedTestCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_scripted_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
-
-    def assert_one_line_error(self, result, kind, *fragments):
-        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
-        for fragment in fragments:
-            self.assertIn(fragment, errors[0])
+class ScriptedTestCase(CliTestCase):
+    pass
 
 
 class ScriptedTrainTest(ScriptedTestCase):
@@ -70,7 +51,7 @@ class ScriptedTrainTest(ScriptedTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("torchscript:", result.stderr)
         ranks = self.path("ranks")
-        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY, "train",
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", e2e_common.BINARY, "train",
                      "--model", module("mlp.pt"), *images("--micro-batch", "32", "--out", ranks))
         self.assertEqual(result.returncode, 0, result.stderr)
         a = read_safetensors(os.path.join(single, "weights.safetensors"))
@@ -164,7 +145,7 @@ class ScriptedTrainTest(ScriptedTestCase):
         result = run("train", *flags, "--micro-batch", "4", "--threads", "1", "--out", single)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("val loss", result.stderr)
-        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY, "train", *flags,
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", e2e_common.BINARY, "train", *flags,
                      "--micro-batch", "4", "--threads", "1", "--out", ranks)
         self.assertEqual(result.returncode, 0, result.stderr)
         a = read_safetensors(os.path.join(single, "weights.safetensors"))
@@ -246,11 +227,12 @@ class BadModelTest(ScriptedTestCase):
         self.assertFalse(os.path.exists(self.path("bad")))
 
 
-if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
+def write_modules():
+    global MODELS
     MODELS = tempfile.mkdtemp(prefix="bigbatch_scripted_models_")
+    atexit.register(shutil.rmtree, MODELS, ignore_errors=True)
     subprocess.run([sys.executable, os.path.join(HERE, "..", "python", "make_scripted_models.py"), MODELS], check=True)
-    try:
-        unittest.main()
-    finally:
-        shutil.rmtree(MODELS, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    e2e_common.main(before=write_modules)
