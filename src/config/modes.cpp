@@ -23,6 +23,10 @@ std::string torchscript_path(const std::string& model) {
   return is_torchscript_model(model) ? model.substr(std::string(kTorchScriptPrefix).size()) : "";
 }
 
+bool is_custom(const std::string& name) {
+  return name.rfind(kCustomPrefix, 0) == 0;
+}
+
 bool has_batch_norm_layers(const std::string& model) {
   return model == builtin_model_names().name(BuiltinModel::CnnBn);
 }

@@ -20,6 +20,10 @@ const NameTable<BuiltinModel>& builtin_model_names();
 inline constexpr const char* kTorchScriptPrefix = "torchscript:";
 bool is_torchscript_model(const std::string& model);
 std::string torchscript_path(const std::string& model);  // the FILE of torchscript:FILE
+// --model cpp:NAME and --dataset cpp:NAME: given by a C++ program through the library
+// (train/custom_problem.h); the CLI cannot build or load them.
+inline constexpr const char* kCustomPrefix = "cpp:";
+bool is_custom(const std::string& name);
 // Whether the named model has BatchNorm layers of its own (before any --norm rewrite).
 bool has_batch_norm_layers(const std::string& model);
 // Whether the named model reads token sequences (a language model) rather than images.

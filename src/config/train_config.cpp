@@ -8,7 +8,9 @@
 namespace bigbatch {
 
 void TrainConfig::validate() const {
-  if (is_torchscript_model(model)) {
+  if (is_custom(model)) {
+    // A C++ program's own model (train/custom_problem.h).
+  } else if (is_torchscript_model(model)) {
     check_config(!torchscript_path(model).empty(), "--model " + model + " names no file",
                  "e.g. --model torchscript:model.pt, saved by torch.jit.script(m).save()");
   } else {
@@ -31,7 +33,7 @@ void TrainConfig::validate() const {
       "gain already follows a larger batch",
       "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
   check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_npy_dataset() ||
-                   is_text_dataset(),
+                   is_text_dataset() || is_custom(dataset),
                "dataset '" + dataset + "' is not known",
                "use --dataset fashion-mnist, idx:DIR (MNIST-format images), npy:DIR (numpy "
                "arrays x_train.npy, y_train.npy), text:PATH (a text file or a directory of "
@@ -48,14 +50,14 @@ void TrainConfig::validate() const {
   check_config(task != TaskKind::Classify || !is_text_dataset(),
                "--task classify needs labelled images, but dataset '" + dataset + "' is text",
                "use --task lm (or leave --task out) with --model gpt");
-  if (is_torchscript_model(model)) {
+  if (is_torchscript_model(model) || is_custom(model)) {
     check_config(norm != NormKind::Group,
-                 "--norm group rewrites the built-in models' BatchNorm layers; a TorchScript "
-                 "module's layers are its own",
-                 "use nn.GroupNorm in the Python module, or drop --norm");
+                 "--norm group rewrites the built-in models' BatchNorm layers; a TorchScript or "
+                 "C++ module's layers are its own",
+                 "use GroupNorm in the module itself, or drop --norm");
     check_config(bn_mode != BatchNormMode::Window,
                  "--bn-mode window pools BatchNorm statistics through the built-in layers, not "
-                 "through a TorchScript module's",
+                 "through a TorchScript or C++ module's",
                  "use --bn-mode micro (statistics per micro-batch) or frozen");
     // What it reads is known once it is loaded: its first batch checks it (train/run_setup.h).
   } else if (task_kind() == TaskKind::Lm) {

@@ -95,6 +95,12 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
 }  // namespace
 
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
+  if (is_custom(config.model)) {
+    throw Error(ErrorKind::Usage,
+                "model '" + config.model + "' comes from a C++ program through the bigbatch "
+                "library; the command line cannot build it",
+                "train, resume or evaluate it from that program (docs/library.md)");
+  }
   if (is_torchscript_model(config.model)) {
     auto scripted = load_scripted_model(torchscript_path(config.model));
     check_scripted_outputs(*scripted, data);
@@ -133,6 +139,12 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
 }
 
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
+  if (is_custom(config.dataset)) {
+    throw Error(ErrorKind::Usage,
+                "dataset '" + config.dataset + "' comes from a C++ program through the bigbatch "
+                "library; the command line cannot load it",
+                "train, resume or evaluate it from that program (docs/library.md)");
+  }
   UntrackedAllocations host_data;
   if (config.is_text_dataset()) {
     const TextCorpus corpus = config.is_jsonl_dataset()
@@ -165,7 +177,8 @@ void start_memory_accounting(const TrainConfig& config) {
 }
 
 FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
-                                  int64_t max_micro_batch, bool quiet) {
+                                  int64_t max_micro_batch, bool quiet,
+                                  const ModelFactory& make_model) {
   FitOptions options;
   options.budget_bytes = config.memory_budget > 0 ? config.memory_budget : available_memory_bytes();
   if (options.budget_bytes <= 0) {
@@ -180,8 +193,9 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
                    fits ? "fits" : "does not fit");
     };
   }
-  return fit_micro_batch([&] { return build_model(config, data); }, OptimizerSettings::from(config),
-                         data, options);
+  const ModelFactory factory =
+      make_model ? make_model : ModelFactory([&] { return build_model(config, data); });
+  return fit_micro_batch(factory, OptimizerSettings::from(config), data, options);
 }
 
 }  // namespace bigbatch

@@ -46,8 +46,9 @@ void start_memory_accounting(const TrainConfig& config);
 
 // The micro-batch search for this configuration, up to `max_micro_batch`, under
 // --memory-budget (or the memory the system reports available); `quiet` hides the per-probe
-// lines.
+// lines. `make_model` replaces build_model (a C++ program's own model).
 FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
-                                  int64_t max_micro_batch, bool quiet);
+                                  int64_t max_micro_batch, bool quiet,
+                                  const ModelFactory& make_model = {});
 
 }  // namespace bigbatch

@@ -47,12 +47,12 @@ void save_final_weights(TrainingRun& run, int64_t step) {
 
 }  // namespace
 
-TrainResult run_training(const TrainConfig& requested) {
+TrainResult run_training(const TrainConfig& requested, const CustomProblem* problem) {
   const auto run_start = Clock::now();
   requested.validate();
   const JobPlace job = read_job_place();
   Console console(job.is_main(), requested.progress);
-  TrainingRun run = set_up_training(requested, job, console);
+  TrainingRun run = set_up_training(requested, job, console, problem);
 
   TrainResult result;
   result.run_dir = run.run_dir;

@@ -31,6 +31,9 @@ struct TrainResult {
   double samples_per_s = 0;  // training samples over train_seconds
 };
 
-TrainResult run_training(const TrainConfig& config);
+struct CustomProblem;  // train/custom_problem.h
+
+// `problem`: a C++ program's own model and data (bigbatch as a library), or null.
+TrainResult run_training(const TrainConfig& config, const CustomProblem* problem = nullptr);
 
 }  // namespace bigbatch

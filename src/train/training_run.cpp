@@ -91,7 +91,8 @@ std::unique_ptr<GradientReducer> make_reducer(const JobPlace& job, const TrainCo
 // everyone's, since timings differ between processes. Under a ramp the micro-batch serves
 // every step, so it is fitted to the smallest.
 void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const JobPlace& job,
-                        GradientReducer& reducer, Console& console) {
+                        GradientReducer& reducer, Console& console,
+                        const ModelFactory& make_model) {
   int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
   if (!config.global_batch_schedule.empty()) {
     const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
@@ -101,7 +102,7 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
   }
   const FitResult fit =
       measure_micro_batch_fit(config, train, std::max<int64_t>(1, global / job.world_size),
-                              /*quiet=*/true);
+                              /*quiet=*/true, make_model);
   if (fit.max_micro_batch == 0) {
     throw Error(ErrorKind::Memory,
                 "not even a micro-batch of 1 fits the memory budget of " +
@@ -318,6 +319,13 @@ void tune_threads(TrainingRun& r, Console& console) {
     // micro-batch itself.
     console.say("threads: " + std::to_string(r.threads) +
                 " (not measured: a measuring copy of the model does not fit the memory budget)");
+  } catch (const c10::Error& e) {
+    // A C++ program's module that is not torch::nn::Cloneable cannot be copied to measure on.
+    if (!is_custom(r.config.model))
+      throw;
+    console.say("threads: " + std::to_string(r.threads) +
+                " (not measured: the model cannot be cloned; derive it from torch::nn::Cloneable, "
+                "or set threads)");
   }
   torch::set_num_threads(static_cast<int>(r.threads));
   // The resolved configuration names the count, so --config repeats the run exactly.
@@ -343,7 +351,8 @@ void TrainingRun::write_description() const {
   atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved));
 }
 
-TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console) {
+TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console,
+                            const CustomProblem* problem) {
   requested.validate();
   TrainConfig resolved_config = requested;
   start_memory_accounting(resolved_config);
@@ -351,10 +360,21 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
       resolved_config.threads > 0 ? resolved_config.threads : default_thread_count();
   const bool flushing_denormals = configure_cpu(resolved_config, threads);
 
-  DatasetSplits data = load_data_outside_budget(resolved_config);
+  check_config(problem == nullptr || (is_custom(resolved_config.model) &&
+                                      is_custom(resolved_config.dataset)),
+               "a C++ program's model and data are named cpp:NAME in the configuration, got "
+               "model '" + resolved_config.model + "' and dataset '" + resolved_config.dataset + "'",
+               "set config.model and config.dataset to \"cpp:NAME\" (docs/library.md)");
+  DatasetSplits data = problem ? problem->data : load_data_outside_budget(resolved_config);
+  if (problem) {
+    check_config(data.train.size() > 0 && data.train.classes > 0,
+                 "the C++ program's training data is empty or names no classes",
+                 "fill CustomProblem::data.train and set its classes");
+  }
+  const ModelFactory make_model = problem ? problem->make_model : ModelFactory{};
   auto reducer = make_reducer(job, resolved_config);
   if (resolved_config.micro_batch_auto)
-    choose_micro_batch(resolved_config, data.train, job, *reducer, console);
+    choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_model);
   // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
   // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
   ResolvedRun resolved = resolve_run(resolved_config, data.train.size(), job.world_size);
@@ -367,7 +387,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   announce_run(r, flushing_denormals, console);
 
   torch::manual_seed(config.seed);
-  r.model = build_model(config, r.data.train);
+  r.model = make_model ? make_model() : build_model(config, r.data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *r.model);
   // Only now, with the data, the plan and the weights accepted, does a new run directory

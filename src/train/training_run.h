@@ -26,6 +26,7 @@
 #include "report/progress.h"
 #include "state/training_progress.h"
 #include "train/accumulation_engine.h"
+#include "train/custom_problem.h"
 #include "train/precision.h"
 #include "train/window_batch_norm.h"
 
@@ -108,6 +109,8 @@ struct TrainingRun {
 
 // Resolves and builds the run. Bad input is a bigbatch::Error before anything is written: a
 // new run directory appears only once the data, the plan and the weights are accepted.
-TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console);
+// `problem`: a C++ program's own model and data (train/custom_problem.h), or null.
+TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console,
+                            const CustomProblem* problem = nullptr);
 
 }  // namespace bigbatch
