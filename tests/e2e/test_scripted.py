@@ -213,7 +213,7 @@ class BadModelTest(ScriptedTestCase):
                                               "text:/usr/share/games/fortunes", "--seq-len", "100"),
                                    "model", "failed in forward()")
         self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--norm", "group"), "config",
-                                   "--norm group", "nn.GroupNorm")
+                                   "--norm group", "GroupNorm in the module itself")
         self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--bn-mode", "window"), "config",
                                    "--bn-mode window", "micro")
         self.assert_one_line_error(self.train("--model", "torchscript:"), "config", "names no file")
