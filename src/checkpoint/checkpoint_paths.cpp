@@ -70,6 +70,29 @@ std::string find_latest_checkpoint(const std::string& path) {
   return all.back().second;
 }
 
+int64_t remove_checkpoint_leftovers(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code error;
+  if (!fs::is_directory(root, error))
+    return 0;
+  std::vector<fs::path> leftovers;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".tmp-step", 0) == 0 || name.rfind(".trash-", 0) == 0)
+      leftovers.push_back(entry.path());
+  }
+  for (const auto& path : leftovers) {
+    fs::remove_all(path, error);
+    if (error) {
+      throw Error(
+          ErrorKind::Io,
+          "cannot remove '" + path.string() + "', left by an interrupted run: " + error.message(),
+          "check the permissions of the run directory");
+    }
+  }
+  return static_cast<int64_t>(leftovers.size());
+}
+
 std::string run_directory_of_checkpoint(const std::string& checkpoint_dir) {
   fs::path p = fs::path(checkpoint_dir).lexically_normal();
   if (!p.has_filename())

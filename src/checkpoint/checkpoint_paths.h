@@ -22,6 +22,12 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 // directory. Throws bigbatch::Error (Format) when there is none.
 std::string find_latest_checkpoint(const std::string& path);
 
+// Removes what interrupted checkpoint writes and prunings leave in RUN/checkpoints (unfinished
+// ".tmp-step_N-PID" directories, ".trash-step_N-PID" ones renamed away for deletion) and
+// returns how many there were. Call only with the run directory locked (core/files.h), so that
+// no other process is writing them.
+int64_t remove_checkpoint_leftovers(const std::string& run_dir);
+
 // RUN/checkpoints/step_N -> RUN.
 std::string run_directory_of_checkpoint(const std::string& checkpoint_dir);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -360,10 +361,11 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
       resolved_config.threads > 0 ? resolved_config.threads : default_thread_count();
   const bool flushing_denormals = configure_cpu(resolved_config, threads);
 
-  check_config(problem == nullptr || (is_custom(resolved_config.model) &&
-                                      is_custom(resolved_config.dataset)),
+  check_config(problem == nullptr ||
+                   (is_custom(resolved_config.model) && is_custom(resolved_config.dataset)),
                "a C++ program's model and data are named cpp:NAME in the configuration, got "
-               "model '" + resolved_config.model + "' and dataset '" + resolved_config.dataset + "'",
+               "model '" +
+                   resolved_config.model + "' and dataset '" + resolved_config.dataset + "'",
                "set config.model and config.dataset to \"cpp:NAME\" (docs/library.md)");
   DatasetSplits data = problem ? problem->data : load_data_outside_budget(resolved_config);
   if (problem) {
@@ -430,8 +432,13 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   if (r.resuming) {
     // Before anything of the run is read back or rewritten: a run still training there would
     // otherwise be mixed with this one.
-    if (r.job.is_main())
+    if (r.job.is_main()) {
       r.directory_lock = std::make_unique<DirectoryLock>(r.run_dir);
+      if (const int64_t removed = remove_checkpoint_leftovers(r.run_dir)) {
+        console.say("removed " + std::to_string(removed) + " unfinished checkpoint director" +
+                    (removed == 1 ? "y" : "ies") + " left by an interrupted run");
+      }
+    }
     resume_from_checkpoint(r, console);
   }
   if (r.job.is_main())

@@ -125,6 +125,21 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assert_same_as_reference(run_dir)
 
+    def test_resume_removes_what_interrupted_writes_and_prunings_left(self):
+        run_dir = self.path("leftovers")
+        first = self.start(*RUN, "--out", run_dir)
+        self.assertTrue(self.wait_for_checkpoint(run_dir, first))
+        first.kill()
+        first.communicate()
+        for name in (".tmp-step_000099-12345", ".trash-step_000001-12345"):  # as a kill -9 leaves them
+            os.makedirs(os.path.join(run_dir, "checkpoints", name, "half"))
+        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True,
+                                timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("removed 2 unfinished checkpoint directories left by an interrupted run", result.stderr)
+        self.assertEqual([d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".")], [])
+        self.assert_same_as_reference(run_dir)
+
     def test_two_runs_started_into_one_directory_cannot_both_write_it(self):
         run_dir = self.path("raced")
         quick = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32",

@@ -48,6 +48,18 @@ TEST_F(CheckpointPathsTest, FindsTheNewestCompleteCheckpoint) {
   EXPECT_EQ(fs::path(run_directory_of_checkpoint(latest + "/")), run_);
 }
 
+TEST_F(CheckpointPathsTest, LeftoversOfInterruptedWritesAndPruningsAreRemoved) {
+  make("step_000010", true);
+  make(".tmp-step_000020-77", false);   // a write killed before its rename
+  make(".trash-step_000005-77", true);  // a pruning killed before its removal finished
+  EXPECT_EQ(remove_checkpoint_leftovers(run_.string()), 2);
+  EXPECT_TRUE(fs::exists(run_ / "checkpoints" / "step_000010" / "state.json"));
+  EXPECT_FALSE(fs::exists(run_ / "checkpoints" / ".tmp-step_000020-77"));
+  EXPECT_FALSE(fs::exists(run_ / "checkpoints" / ".trash-step_000005-77"));
+  EXPECT_EQ(remove_checkpoint_leftovers(run_.string()), 0);
+  EXPECT_EQ(remove_checkpoint_leftovers((run_ / "missing").string()), 0);
+}
+
 TEST_F(CheckpointPathsTest, NoCheckpointIsAClearError) {
   EXPECT_THROW(find_latest_checkpoint(run_.string()), Error);
   EXPECT_THROW(find_latest_checkpoint((run_ / "missing").string()), Error);
