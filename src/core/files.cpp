@@ -129,6 +129,17 @@ std::string file_digest(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
+  // Only regular files: a directory would read as empty, a FIFO block forever and a device
+  // such as /dev/zero never end (issue 21).
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode)) {
+    const char* what = S_ISDIR(status.st_mode)    ? "a directory"
+                       : S_ISFIFO(status.st_mode) ? "a FIFO"
+                       : S_ISSOCK(status.st_mode) ? "a socket"
+                                                  : "a device";
+    throw Error(ErrorKind::Io, "'" + path + "' is " + what + ", not a regular file",
+                "give the path of a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in)
     io_error("cannot read", path, errno ? errno : ENOENT);

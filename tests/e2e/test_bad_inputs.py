@@ -366,6 +366,18 @@ class BadInputCorpus(unittest.TestCase):
         self.expect(self.train("--init-weights", self.weights_file(bytes(blob))), "format",
                     "holds NaN or infinite values in tensor '3.bias'")
 
+    def test_files_that_are_not_regular_files(self):
+        # A directory as --config, a FIFO as --init-weights (it would block for ever), a device
+        # as metrics.jsonl (it would never end): refused before they are read.
+        self.expect(self.train("--config", self.dir), "io", "is a directory, not a regular file")
+        fifo = os.path.join(self.dir, "weights.fifo")
+        os.mkfifo(fifo)
+        self.expect(self.train("--init-weights", fifo), "io", "is a FIFO, not a regular file")
+        run_dir = os.path.join(self.dir, "device-run")
+        os.makedirs(run_dir)
+        os.symlink("/dev/zero", os.path.join(run_dir, "metrics.jsonl"))
+        self.expect(["report", run_dir], "io", "is a device, not a regular file")
+
     def test_weights_missing_file(self):
         self.expect(self.train("--init-weights", os.path.join(self.dir, "none.safetensors")), "format", "does not exist")
 
