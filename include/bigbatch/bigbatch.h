@@ -18,12 +18,12 @@
 //   bigbatch::TrainResult result = bigbatch::train(config, problem);
 #include <torch/torch.h>
 
-#include "config/option_table.h"  // load_toml_config: a config.toml into a TrainConfig
-#include "config/train_config.h"  // TrainConfig
-#include "core/error.h"           // bigbatch::Error: what was wrong and how to fix it
-#include "data/dataset.h"         // TensorDataset, DatasetSplits
+#include "config/option_table.h"   // load_toml_config: a config.toml into a TrainConfig
+#include "config/train_config.h"   // TrainConfig
+#include "core/error.h"            // bigbatch::Error: what was wrong and how to fix it
+#include "data/dataset.h"          // TensorDataset, DatasetSplits
 #include "train/custom_problem.h"  // CustomProblem
-#include "train/trainer.h"        // TrainResult, run_training
+#include "train/trainer.h"         // TrainResult, run_training
 
 namespace bigbatch {
 

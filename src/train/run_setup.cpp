@@ -97,8 +97,9 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
   if (is_custom(config.model)) {
     throw Error(ErrorKind::Usage,
-                "model '" + config.model + "' comes from a C++ program through the bigbatch "
-                "library; the command line cannot build it",
+                "model '" + config.model +
+                    "' comes from a C++ program through the bigbatch "
+                    "library; the command line cannot build it",
                 "train, resume or evaluate it from that program (docs/library.md)");
   }
   if (is_torchscript_model(config.model)) {
@@ -141,8 +142,9 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   if (is_custom(config.dataset)) {
     throw Error(ErrorKind::Usage,
-                "dataset '" + config.dataset + "' comes from a C++ program through the bigbatch "
-                "library; the command line cannot load it",
+                "dataset '" + config.dataset +
+                    "' comes from a C++ program through the bigbatch "
+                    "library; the command line cannot load it",
                 "train, resume or evaluate it from that program (docs/library.md)");
   }
   UntrackedAllocations host_data;
