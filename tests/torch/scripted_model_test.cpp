@@ -23,6 +23,7 @@
 #include "train/accumulation_engine.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
+#include "weight_difference.h"
 
 namespace bigbatch {
 namespace {
@@ -145,17 +146,6 @@ std::vector<torch::Tensor> weights_of(torch::nn::Module& model) {
     weights.push_back(w);
   }
   return weights;
-}
-
-double max_relative_difference(const std::vector<torch::Tensor>& a,
-                               const std::vector<torch::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double scale = b[i].norm().item<double>();
-    const double d = (a[i] - b[i]).norm().item<double>() / std::max(scale, 1e-30);
-    worst = std::max(worst, d);
-  }
-  return worst;
 }
 
 // Two epochs of AdamW with clipping through the real sampler, plan and engine, the global batch

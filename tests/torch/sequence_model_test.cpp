@@ -20,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
+#include "weight_difference.h"
 
 namespace bigbatch {
 namespace {
@@ -100,16 +101,6 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
   for (const auto& p : model->parameters())
     weights.push_back(p.detach().to(torch::kFloat64).clone());
   return weights;
-}
-
-double max_relative_difference(const std::vector<torch::Tensor>& a,
-                               const std::vector<torch::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double scale = b[i].norm().item<double>();
-    worst = std::max(worst, (a[i] - b[i]).norm().item<double>() / std::max(scale, 1e-30));
-  }
-  return worst;
 }
 
 TensorDataset documents_dataset(int64_t count) {
