@@ -50,10 +50,7 @@ bool is_batch_norm_type(const torch::jit::Module& module) {
 
 // "[16, 1, 28, 28] float32", "[8, 49] int64 token ids".
 std::string describe(const torch::Tensor& inputs) {
-  std::string text = "[";
-  for (int64_t d = 0; d < inputs.dim(); ++d)
-    text += (d ? ", " : "") + std::to_string(inputs.size(d));
-  text += "] ";
+  const std::string text = c10::str(inputs.sizes()) + " ";
   switch (inputs.scalar_type()) {
     case torch::kFloat32:
       return text + "float32";

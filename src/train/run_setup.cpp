@@ -36,13 +36,6 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
 
 namespace {
 
-std::string shape_of(const torch::Tensor& t) {
-  std::string text = "[";
-  for (int64_t d = 0; d < t.dim(); ++d)
-    text += (d ? ", " : "") + std::to_string(t.size(d));
-  return text + "]";
-}
-
 // A user's module meets the data here, before anything is written: one forward pass on two
 // samples, in eval mode (no dropout: no random numbers drawn) and without gradients.
 void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data) {
@@ -61,8 +54,8 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
     logits = model.forward(probe.inputs);
   }
   model.train(training);
-  const std::string seen =
-      "forward() returned " + shape_of(logits) + " for inputs " + shape_of(probe.inputs);
+  const std::string seen = "forward() returned " + c10::str(logits.sizes()) + " for inputs " +
+                           c10::str(probe.inputs.sizes());
   if (data.is_tokens()) {
     const bool ok = logits.dim() == 3 && logits.size(0) == probe.inputs.size(0) &&
                     logits.size(1) == probe.inputs.size(1) && logits.size(2) >= kByteVocabulary;

@@ -11,6 +11,8 @@ import sys
 import tempfile
 import unittest
 
+from e2e_common import CliTestCase
+
 BINARY = None
 FORTUNES = "/usr/share/games/fortunes"
 TINY_GPT = ["--model", "gpt", "--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "64",
@@ -43,13 +45,7 @@ class LmTestCase(unittest.TestCase):
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
-    def assert_one_line_error(self, result, kind, *fragments):
-        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
-        for fragment in fragments:
-            self.assertIn(fragment, errors[0])
+    assert_one_line_error = CliTestCase.assert_one_line_error  # the one check of tests/e2e/e2e_common.py
 
 
 class TrainLmTest(LmTestCase):
