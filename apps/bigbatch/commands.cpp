@@ -3,7 +3,9 @@
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,7 +44,18 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
 // The single place where errors become one line on stderr and an exit code (commands.h).
 int run_reporting_errors(Subcommand& command) {
   try {
-    return command.run();
+    const int code = command.run();
+    // What a command printed is its result: output lost to a full disk or a closed pipe is a
+    // failure, not a success.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      const int error = errno;
+      std::fprintf(stderr,
+                   "bigbatch: error[io]: cannot write standard output: %s; check where it goes "
+                   "(a full disk, a closed pipe)\n",
+                   std::strerror(error != 0 ? error : EIO));
+      return code != 0 ? code : kExitBadInput;
+    }
+    return code;
   } catch (const Interrupted& e) {
     return 128 + e.signal_number();
   } catch (const Error& e) {
@@ -54,8 +67,12 @@ int run_reporting_errors(Subcommand& command) {
     return e.kind() == ErrorKind::Diverged ? kExitDiverged : kExitBadInput;
   } catch (const c10::OutOfMemoryError& e) {
     // Outside the micro-steps (which back off): the optimizer step, evaluation, model set-up.
-    std::fprintf(stderr, "bigbatch: error[memory]: %s; raise --memory-budget\n",
-                 e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    const bool budget = what.find("memory budget exceeded") != std::string::npos;
+    std::fprintf(stderr, "bigbatch: error[memory]: %s; %s\n", what.c_str(),
+                 budget ? "raise --memory-budget"
+                        : "make the model or the micro-batch smaller, or use a machine with more "
+                          "memory");
     return kExitOutOfMemory;
   } catch (const std::exception& e) {
     // libtorch's c10::Error messages carry a C++ backtrace; the first line is the message.

@@ -89,6 +89,9 @@ class SweepCommand final : public Subcommand {
                       format_double(target_accuracy_),
                   "e.g. --target-accuracy 0.9");
     }
+    if (jobs_ < 0)
+      throw Error(ErrorKind::Config, "--jobs must be at least 1, got " + std::to_string(jobs_),
+                  "e.g. --jobs 2, or leave it out for CPUs / threads per cell");
     if (max_epochs_ < 1)
       throw Error(ErrorKind::Config, "--max-epochs must be at least 1", "e.g. --max-epochs 20");
     // The rate is tuned at the smallest batch, and scaled from there (the seed's practice).

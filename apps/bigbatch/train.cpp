@@ -63,6 +63,11 @@ class TrainCommand final : public Subcommand {
   // --resume PATH: the run's own config.toml, then --config if given, then the flags; the run
   // continues in its directory from its newest checkpoint (or the one named).
   TrainConfig resume_config() const {
+    if (flags_.given("init-weights")) {
+      // The checkpoint's weights are where the run stands; others would be silently ignored.
+      throw Error(ErrorKind::Usage, "--init-weights cannot be given with --resume",
+                  "drop --init-weights to continue the run, or start a new run from those weights");
+    }
     const std::string checkpoint = find_latest_checkpoint(flags_.text.at("resume"));
     const std::string run_dir = run_directory_of_checkpoint(checkpoint);
     TrainConfig config;

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -16,6 +18,10 @@ namespace bigbatch {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The files of a checkpoint directory besides state.json, each recorded there by its digest.
+constexpr const char* kCheckpointParts[] = {"weights.safetensors", "optimizer.pt",
+                                            "rng.safetensors", "window.safetensors"};
 
 // libtorch's messages carry a backtrace after the first line.
 std::string first_line(const std::string& text) {
@@ -60,33 +66,105 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"oom_backoffs", p.oom_backoffs}};
 }
 
-TrainingProgress progress_from(const nlohmann::json& j) {
-  TrainingProgress p;
-  p.step = j.at("step").get<int64_t>();
-  p.epoch = j.at("epoch").get<int64_t>();
-  p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
-  p.position_in_epoch = j.value("position_in_epoch", int64_t{-1});
-  p.global_batch = j.value("global_batch", int64_t{0});
-  p.samples_seen = j.at("samples_seen").get<int64_t>();
-  // Absent in checkpoints from before items were counted apart: one item per sample then.
-  p.items_seen = j.value("items_seen", p.samples_seen);
-  p.train_seconds = j.at("train_seconds").get<double>();
-  p.epoch_counts.items = j.at("epoch_items").get<int64_t>();
-  p.epoch_counts.samples = j.value("epoch_samples", p.epoch_counts.items);
-  p.epoch_counts.loss_sum = j.at("epoch_loss_sum").get<double>();
-  p.epoch_counts.correct = j.at("epoch_correct").get<int64_t>();
-  p.micro_step = j.at("micro_step").get<int64_t>();
-  if (j.contains("noise")) {  // absent in checkpoints written before the noise scale existed
-    const auto& n = j.at("noise");
-    p.noise.gradient_sq_ema = n.at("gradient_sq_ema").get<double>();
-    p.noise.trace_ema = n.at("trace_ema").get<double>();
-    p.noise.weight = n.at("weight").get<double>();
-    p.noise.samples = n.at("samples").get<int64_t>();
+// The fields of state.json, read strictly: a checkpoint that was edited or damaged names the
+// field, not a NaN rate or a directory step_-00003 later (issue 21).
+class StateFields {
+ public:
+  StateFields(const nlohmann::json& object, std::string prefix, const std::string& dir)
+      : object_(object), prefix_(std::move(prefix)), dir_(dir) {}
+
+  // A whole number >= `minimum`; `fallback` when absent (none: the field is required).
+  int64_t count(const char* key, int64_t minimum = 0,
+                std::optional<int64_t> fallback = std::nullopt) const {
+    if (!object_.contains(key)) {
+      if (!fallback)
+        bad(key, "is missing");
+      return *fallback;
+    }
+    const auto& v = object_.at(key);
+    if (!v.is_number_integer())
+      bad(key, "is " + v.dump() + ", not a whole number");
+    const int64_t value = v.get<int64_t>();
+    if (value < minimum)
+      bad(key,
+          "is " + std::to_string(value) + ", below its least value " + std::to_string(minimum));
+    return value;
   }
-  p.scale_invariant_step = j.value("scale_invariant_step", 0.0);
-  p.metrics_bytes = j.value("metrics_bytes", int64_t{-1});
-  p.recorded_epoch_step = j.value("recorded_epoch_step", int64_t{-1});
-  p.oom_backoffs = j.value("oom_backoffs", int64_t{0});
+
+  // A finite number (>= 0 unless `signed_value`); `fallback` when absent (none: required).
+  double amount(const char* key, std::optional<double> fallback = std::nullopt,
+                bool signed_value = false) const {
+    if (!object_.contains(key)) {
+      if (!fallback)
+        bad(key, "is missing");
+      return *fallback;
+    }
+    const auto& v = object_.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || (!signed_value && v.get<double>() < 0))
+      bad(key, "is " + v.dump() + ", not a finite number" + (signed_value ? "" : " >= 0"));
+    return v.get<double>();
+  }
+
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
+    bad_checkpoint(dir_, "has state.json field " + prefix_ + key + " that " + what,
+                   "the file was edited or damaged: resume from an earlier checkpoint");
+  }
+
+ private:
+  const nlohmann::json& object_;
+  std::string prefix_;
+  const std::string& dir_;
+};
+
+TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) {
+  if (!j.is_object())
+    bad_checkpoint(dir, "has no progress counters in state.json",
+                   "resume from an earlier checkpoint");
+  const StateFields f(j, "progress.", dir);
+  TrainingProgress p;
+  p.step = f.count("step");
+  p.epoch = f.count("epoch");
+  p.update_in_epoch = f.count("update_in_epoch");
+  p.position_in_epoch = f.count("position_in_epoch", -1, -1);
+  p.global_batch = f.count("global_batch", 0, 0);
+  p.samples_seen = f.count("samples_seen");
+  // Absent in checkpoints from before items were counted apart: one item per sample then.
+  p.items_seen = f.count("items_seen", 0, p.samples_seen);
+  p.train_seconds = f.amount("train_seconds");
+  p.epoch_counts.items = f.count("epoch_items");
+  p.epoch_counts.samples = f.count("epoch_samples", 0, p.epoch_counts.items);
+  p.epoch_counts.loss_sum = f.amount("epoch_loss_sum", std::nullopt, /*signed_value=*/true);
+  p.epoch_counts.correct = f.count("epoch_correct");
+  p.micro_step = f.count("micro_step");
+  if (j.contains("noise")) {  // absent in checkpoints written before the noise scale existed
+    const StateFields n(j.at("noise"), "progress.noise.", dir);
+    if (!j.at("noise").is_object())
+      f.bad("noise", "is not an object");
+    p.noise.gradient_sq_ema = n.amount("gradient_sq_ema", std::nullopt, /*signed_value=*/true);
+    p.noise.trace_ema = n.amount("trace_ema", std::nullopt, /*signed_value=*/true);
+    p.noise.weight = n.amount("weight");
+    p.noise.samples = n.count("samples");
+  }
+  p.scale_invariant_step = f.amount("scale_invariant_step", 0.0);
+  p.metrics_bytes = f.count("metrics_bytes", -1, -1);
+  p.recorded_epoch_step = f.count("recorded_epoch_step", -1, -1);
+  p.oom_backoffs = f.count("oom_backoffs", 0, 0);
+  // The counters against each other: each is a part of the one before it.
+  if (p.update_in_epoch > p.step)
+    f.bad("update_in_epoch", "is past progress.step " + std::to_string(p.step));
+  if (p.recorded_epoch_step > p.step)
+    f.bad("recorded_epoch_step", "is past progress.step " + std::to_string(p.step));
+  if (p.position_in_epoch > p.samples_seen)
+    f.bad("position_in_epoch", "is past progress.samples_seen " + std::to_string(p.samples_seen));
+  if (p.epoch_counts.samples > p.samples_seen)
+    f.bad("epoch_samples", "is past progress.samples_seen " + std::to_string(p.samples_seen));
+  if (p.epoch_counts.items > p.items_seen)
+    f.bad("epoch_items", "is past progress.items_seen " + std::to_string(p.items_seen));
+  if (p.epoch_counts.correct > p.epoch_counts.items)
+    f.bad("epoch_correct", "is past progress.epoch_items " + std::to_string(p.epoch_counts.items));
+  if ((p.step > 0) != (p.samples_seen > 0))
+    f.bad("samples_seen",
+          "is " + std::to_string(p.samples_seen) + " after " + std::to_string(p.step) + " updates");
   return p;
 }
 
@@ -160,6 +238,13 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
                          {"first_items", window->window.first_items},
                          {"first_sq_norm", window->window.first_sq_norm}};
     }
+    // Each file's digest: a resume detects a flipped bit or a file from another checkpoint.
+    nlohmann::json files = nlohmann::json::object();
+    for (const char* part : kCheckpointParts) {
+      if (path_exists(temporary + "/" + part))
+        files[part] = file_digest(temporary + "/" + part);
+    }
+    state["files"] = files;
     atomic_write_file(temporary + "/state.json", state.dump(2) + "\n");
     fsync_path(temporary, true);
     // A checkpoint of the same step (a resumed run passing it again) is replaced whole.
@@ -191,8 +276,9 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
 TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& identity,
                                  torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                  PartialWindow* window) {
-  nlohmann::json state = nlohmann::json::parse(read_text_file(dir + "/state.json"), nullptr,
-                                               /*allow_exceptions=*/false);
+  nlohmann::json state =
+      nlohmann::json::parse(read_text_file(dir + "/state.json", kMaxConfigFileBytes), nullptr,
+                            /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || !state.contains("format_version")) {
     bad_checkpoint(dir, "has an unreadable state.json",
                    "it is damaged; resume from an earlier checkpoint");
@@ -203,6 +289,29 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
                    "has format version " + state["format_version"].dump() +
                        ", this bigbatch reads version " + std::to_string(kCheckpointFormatVersion),
                    "resume it with the bigbatch version that wrote it");
+  }
+  if (state.contains("files")) {  // absent in checkpoints written before digests were kept
+    const auto& files = state["files"];
+    if (!files.is_object())
+      bad_checkpoint(dir, "has a state.json whose \"files\" is not an object",
+                     "resume from an earlier checkpoint");
+    for (const auto& [part, digest] : files.items()) {
+      if (std::find(std::begin(kCheckpointParts), std::end(kCheckpointParts), part) ==
+          std::end(kCheckpointParts)) {
+        bad_checkpoint(dir, "lists an unknown file '" + part + "' in state.json",
+                       "resume from an earlier checkpoint");
+      }
+      const std::string path = dir + "/" + part;
+      if (!path_exists(path))
+        bad_checkpoint(dir, "is missing its " + part, "resume from an earlier checkpoint");
+      if (!digest.is_string() || file_digest(path) != digest.get<std::string>()) {
+        bad_checkpoint(dir,
+                       "has a file " + part +
+                           " that is not the one it was written with (its "
+                           "CRC-32 or size differs from the record in state.json)",
+                       "it was replaced or damaged: resume from an earlier checkpoint");
+      }
+    }
   }
   const auto& saved = state["identity"];
   // The most telling difference first: a different model explains a different hidden size.
@@ -222,13 +331,10 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
                          " (flags override the run's config.toml), or start a new run");
     }
   }
-  TrainingProgress progress;
-  try {
-    progress = progress_from(state.at("progress"));
-  } catch (const std::exception&) {
-    bad_checkpoint(dir, "has incomplete progress counters in state.json",
+  if (!state.contains("progress"))
+    bad_checkpoint(dir, "has no progress counters in state.json",
                    "resume from an earlier checkpoint");
-  }
+  const TrainingProgress progress = progress_from(state.at("progress"), dir);
   load_weights(dir + "/weights.safetensors", model);
   try {
     torch::serialize::InputArchive archive;
@@ -254,23 +360,28 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
     }
   }
   if (progress.micro_step > 0 && window) {
-    try {
-      const auto& w = state.at("window");
-      window->micro_batch_size = w.at("micro_batch_size").get<int64_t>();
-      window->world_size = w.at("world_size").get<int64_t>();
-      window->micro_batch_tokens = w.value("micro_batch_tokens", int64_t{0});
-      WindowState& partial = window->window;
-      partial.micro_steps = w.at("micro_steps").get<int64_t>();
-      partial.counts.items = w.at("items").get<int64_t>();
-      partial.counts.samples = w.value("samples", partial.counts.items);
-      partial.counts.loss_sum = w.at("loss_sum").get<double>();
-      partial.counts.correct = w.at("correct").get<int64_t>();
-      partial.first_items = w.value("first_items", int64_t{0});
-      partial.first_sq_norm = w.value("first_sq_norm", 0.0);
-    } catch (const std::exception&) {
+    if (!state.contains("window") || !state.at("window").is_object()) {
       bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",
                      "resume from an earlier checkpoint");
     }
+    const StateFields w(state.at("window"), "window.", dir);
+    window->micro_batch_size = w.count("micro_batch_size", 1);
+    window->world_size = w.count("world_size", 1);
+    window->micro_batch_tokens = w.count("micro_batch_tokens", 0, 0);
+    WindowState& partial = window->window;
+    partial.micro_steps = w.count("micro_steps", 1);
+    partial.counts.items = w.count("items");
+    partial.counts.samples = w.count("samples", 0, partial.counts.items);
+    partial.counts.loss_sum = w.amount("loss_sum", std::nullopt, /*signed_value=*/true);
+    partial.counts.correct = w.count("correct");
+    partial.first_items = w.count("first_items", 0, 0);
+    partial.first_sq_norm = w.amount("first_sq_norm", 0.0);
+    if (partial.micro_steps != progress.micro_step)
+      w.bad("micro_steps", "is not progress.micro_step " + std::to_string(progress.micro_step));
+    if (partial.counts.correct > partial.counts.items)
+      w.bad("correct", "is past window.items " + std::to_string(partial.counts.items));
+    if (partial.first_items > partial.counts.items)
+      w.bad("first_items", "is past window.items " + std::to_string(partial.counts.items));
     const NamedTensors gradients = load_safetensors(dir + "/window.safetensors");
     const auto parameters = model.parameters();
     if (gradients.size() != parameters.size()) {

@@ -137,6 +137,7 @@ std::vector<OptionSpec> build_table() {
                  nullptr,  nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.hidden = to_int_list("hidden", text); };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.hidden; };
+    s.is_list = true;
     t.push_back(s);
   }
   t.push_back(enum_option("bn-mode",
@@ -357,6 +358,7 @@ std::vector<OptionSpec> build_table() {
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
       return interval_strings(c.step_milestones);
     };
+    s.is_list = true;
     t.push_back(s);
   }
   t.push_back(double_option("step-gamma",
@@ -428,7 +430,8 @@ std::vector<OptionSpec> build_table() {
   return t;
 }
 
-std::string node_to_text(const toml::node& node, const std::string& key) {
+std::string node_to_text(const toml::node& node, const OptionSpec& spec) {
+  const std::string& key = spec.name;
   if (auto v = node.as_integer())
     return std::to_string(v->get());
   if (auto v = node.as_floating_point())
@@ -438,11 +441,19 @@ std::string node_to_text(const toml::node& node, const std::string& key) {
   if (auto v = node.as_string())
     return v->get();
   if (auto array = node.as_array()) {
+    if (!spec.is_list) {
+      // `lr = [0.1]` is not a sweep: it would be read as 0.1 and hide the mistake.
+      throw Error(
+          ErrorKind::Config, "config key '" + key + "' takes one value, not a list",
+          "write it without brackets, e.g. " + key + " = " +
+              (!array->empty() && array->get(0)->is_value() ? node_to_text(*array->get(0), spec)
+                                                            : std::string("<one value>")));
+    }
     std::vector<std::string> parts;
     for (const auto& element : *array) {
       if (element.is_array() || element.is_table())
         break;
-      parts.push_back(node_to_text(element, key));
+      parts.push_back(node_to_text(element, spec));
     }
     if (parts.size() == array->size())
       return join(parts, ",");
@@ -475,7 +486,7 @@ void load_toml_config(TrainConfig& config, const std::string& path) {
     throw Error(ErrorKind::Config, "config file '" + path + "' does not exist",
                 "check the path given to --config");
   }
-  load_toml_config_text(config, read_text_file(path), path);
+  load_toml_config_text(config, read_text_file(path, kMaxConfigFileBytes), path);
 }
 
 void load_toml_config_text(TrainConfig& config, const std::string& text, const std::string& path) {
@@ -499,6 +510,13 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
       if (s.name == name)
         spec = &s;
     }
+    if (name == "resume") {
+      // A configuration describes a run to start; a resumed run reads its own config.toml.
+      throw Error(
+          ErrorKind::Config,
+          "config file '" + path + "' has the key 'resume', which only the command line takes",
+          "remove it and run 'bigbatch train --resume RUN'");
+    }
     if (!spec) {
       const auto guess = closest_match(name, names);
       throw Error(ErrorKind::Config, "config file '" + path + "' has unknown key '" + name + "'",
@@ -506,7 +524,7 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
                         : "keys are the flag names of 'bigbatch train --help'");
     }
     try {
-      apply_option(config, *spec, node_to_text(node, name));
+      apply_option(config, *spec, node_to_text(node, *spec));
     } catch (const Error& e) {
       throw Error(ErrorKind::Config, "config file '" + path + "': " + e.problem(), e.hint());
     }

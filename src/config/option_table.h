@@ -32,6 +32,7 @@ struct OptionSpec {
   unsigned commands = kTrainCommand;
   std::function<void(TrainConfig&, const std::string&)> set;
   std::function<std::optional<ConfigValue>(const TrainConfig&)> get;  // nullopt: leave unset
+  bool is_list = false;  // takes a comma-separated list (a TOML array in a config file)
 
   bool is_switch() const { return value_hint.empty(); }
 };

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace bigbatch {
 
@@ -43,6 +44,24 @@ void write_all(int fd, const std::string& content, const std::string& path) {
 std::string parent_directory(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
+}
+
+void check_output_file(const std::string& path, const std::string& what) {
+  const std::string dir = parent_directory(path);
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::Io, what + " '" + path + "': the directory '" + dir + "' does not exist",
+                "create it first, or give a path in an existing directory");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::Io,
+                what + " '" + path + "': the directory '" + dir + "' is not writable",
+                "choose a directory you can write to");
+  }
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::Io, what + " '" + path + "' is a directory",
+                "give a file name, e.g. " + path + "/weights.safetensors");
+  }
 }
 
 void atomic_write_file(const std::string& path, const std::string& content) {
@@ -128,7 +147,7 @@ std::string file_digest(const std::string& path) {
   return std::string("crc32:") + text + "/" + std::to_string(bytes.size());
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
   // Only regular files: a directory would read as empty, a FIFO block forever and a device
   // such as /dev/zero never end (issue 21).
   struct stat status {};
@@ -139,6 +158,13 @@ std::string read_text_file(const std::string& path) {
                                                   : "a device";
     throw Error(ErrorKind::Io, "'" + path + "' is " + what + ", not a regular file",
                 "give the path of a file");
+  }
+  if (max_bytes > 0 && status.st_size > max_bytes) {
+    throw Error(ErrorKind::Io,
+                "'" + path + "' is " + human_bytes(double(status.st_size)) +
+                    ", more than a file of its kind can hold (" + human_bytes(double(max_bytes)) +
+                    ")",
+                "check that this is the right file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in)

@@ -4,6 +4,7 @@
 // rename, fsync the directory). Failures are bigbatch::Error (Io) naming the path and cause.
 //
 //   atomic_write_file(run_dir + "/config.toml", text);
+#include <cstdint>
 #include <string>
 
 namespace bigbatch {
@@ -11,7 +12,11 @@ namespace bigbatch {
 void atomic_write_file(const std::string& path, const std::string& content);
 void ensure_directory(const std::string& path);
 bool path_exists(const std::string& path);
-std::string read_text_file(const std::string& path);
+// The whole file; it must be a regular file, of at most `max_bytes` when that is positive.
+std::string read_text_file(const std::string& path, int64_t max_bytes = 0);
+// Caps of read_text_file for files bigbatch writes itself and reads back whole.
+inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;  // config.toml, state.json
+inline constexpr int64_t kMaxMetricsFileBytes = int64_t{4} << 30;  // metrics.jsonl
 // "crc32:1a2b3c4d/12345": zlib's CRC-32 of the file's bytes and their count. It tells one input
 // file from another (a resume under a different model file); it is no cryptographic hash.
 std::string file_digest(const std::string& path);
@@ -32,5 +37,9 @@ class DirectoryLock {
 
 // The directory part of a path ("runs/a/weights.st" -> "runs/a"; "w.st" -> ".").
 std::string parent_directory(const std::string& path);
+// Refuses, before any work is done for it, an output file that could not be written: its
+// directory missing, not a directory or not writable, or the path itself a directory. `what`
+// names it in the error ("--save-weights").
+void check_output_file(const std::string& path, const std::string& what);
 
 }  // namespace bigbatch

@@ -220,6 +220,23 @@ TensorDataset load_npy_split(const std::string& x_path, const std::string& y_pat
   return out;
 }
 
+// Every split's samples have the training samples' shape: a model is built for that one.
+void check_split_shapes(const DatasetSplits& splits, const std::string& directory,
+                        const std::string& hint) {
+  const std::pair<const char*, const TensorDataset*> named[] = {{"validation", &splits.validation},
+                                                                {"test", &splits.test}};
+  for (const auto& [name, split] : named) {
+    if (split->size() == 0 ||
+        split->inputs.sizes().slice(1) == splits.train.inputs.sizes().slice(1))
+      continue;
+    throw Error(ErrorKind::Data,
+                std::string("the ") + name + " samples in '" + directory + "' have shape " +
+                    shape_text(split->inputs) + ", the training samples " +
+                    shape_text(splits.train.inputs),
+                hint);
+  }
+}
+
 }  // namespace
 
 DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset,
@@ -253,15 +270,12 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
   take_subset_and_validation(splits, train_subset, val_size);
   if (validation.size() > 0)
     splits.validation = validation;
+  check_split_shapes(splits, directory,
+                     "save x_train, x_val and x_test with the same shape per sample");
   int64_t classes = 0;
   for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
     if (split->size() == 0)
       continue;
-    if (split->inputs.sizes().slice(1) != splits.train.inputs.sizes().slice(1)) {
-      throw Error(ErrorKind::Data,
-                  "the splits in '" + directory + "' have samples of different shapes",
-                  "save x_train, x_val and x_test with the same shape per sample");
-    }
     classes = std::max(classes, split->targets.max().item<int64_t>() + 1);
   }
   classes = std::max<int64_t>(classes, 2);
@@ -278,6 +292,8 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
   DatasetSplits splits;
   splits.train = load_split(directory, "train");
   splits.test = load_split(directory, "t10k");
+  check_split_shapes(splits, directory,
+                     "the t10k and train images must have the same height and width");
   take_subset_and_validation(splits, train_subset, val_size);
   return splits;
 }

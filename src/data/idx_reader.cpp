@@ -31,7 +31,9 @@ IdxArray parse_idx(const uint8_t* bytes, size_t size, const std::string& name) {
   if (bytes[0] != 0 || bytes[1] != 0)
     corrupt(name, "has a bad magic number (not an IDX file)");
   if (bytes[2] != kUnsignedByteType) {
-    corrupt(name, "holds element type 0x" + std::to_string(bytes[2]) +
+    char type[8];
+    std::snprintf(type, sizeof type, "0x%02X", unsigned(bytes[2]));
+    corrupt(name, "holds element type " + std::string(type) +
                       "; only unsigned bytes (0x08) are supported");
   }
   const size_t ndim = bytes[3];

@@ -79,10 +79,16 @@ class TrackingAllocator final : public c10::Allocator {
     void* base = nullptr;
     try {
       base = c10::alloc_cpu(n + kHeaderBytes);
-    } catch (...) {
+    } catch (const c10::Error&) {
+      // The system's refusal, told like the budget's: an out-of-memory error that names the
+      // size (training backs off from it), not the allocator's internal enforce message.
       if (counted)
         g_current.fetch_sub(bytes, std::memory_order_relaxed);
-      throw;
+      g_refused.fetch_add(1, std::memory_order_relaxed);
+      C10_THROW_ERROR(OutOfMemoryError,
+                      "this machine could not give " + human_bytes(double(bytes)) + " with " +
+                          human_bytes(double(g_current.load(std::memory_order_relaxed))) +
+                          " in use");
     }
     const BlockHeader header{bytes, counted ? 1 : 0};
     std::memcpy(base, &header, sizeof header);

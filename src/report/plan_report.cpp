@@ -118,8 +118,8 @@ std::string format_plan_text(const ResolvedRun& run) {
   }
   for (const auto& w : e.warnings)
     out += "warning: " + w + "\n";
-  if (const auto advice = run.schedule.advice())
-    out += "warning: " + *advice + "\n";
+  for (const auto& w : run.schedule.warnings())
+    out += "warning: " + w + "\n";
   return out;
 }
 
@@ -173,8 +173,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
     j["scale_invariant_updates"] = run.adascale->scale_invariant_total;
   }
   j["warnings"] = e.warnings;
-  if (const auto advice = run.schedule.advice())
-    j["warnings"].push_back(*advice);
+  for (const auto& w : run.schedule.warnings())
+    j["warnings"].push_back(w);
   return j;
 }
 

@@ -1,18 +1,44 @@
 #include "report/run_records.h"
 
+#include <algorithm>
+#include <iterator>
+
+#include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
 
 namespace bigbatch {
 
+void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
+                          size_t line) {
+  // bigbatch writes numbers, booleans and nulls, and names (strings) under these keys only.
+  static const char* const kTextKeys[] = {"event", "metric", "error"};
+  for (const auto& [key, value] : record.items()) {
+    const bool text_key =
+        std::find(std::begin(kTextKeys), std::end(kTextKeys), key) != std::end(kTextKeys);
+    if (value.is_number() || value.is_boolean() || value.is_null() ||
+        (text_key && value.is_string()))
+      continue;
+    throw Error(ErrorKind::Format,
+                "metrics file '" + metrics_path + "' line " + std::to_string(line) + ": \"" + key +
+                    "\" is " + (value.is_string() ? "a string" : value.type_name()) +
+                    (text_key ? ", not a name" : ", not a number"),
+                "the file was changed by hand or by another program: restore it, or delete "
+                "that line");
+  }
+}
+
 RunRecords read_run_records(const std::string& metrics_path) {
   RunRecords records;
-  for (const auto& line : split(read_text_file(metrics_path), '\n')) {
+  size_t number = 0;
+  for (const auto& line : split(read_text_file(metrics_path, kMaxMetricsFileBytes), '\n')) {
+    ++number;
     if (trim(line).empty())
       continue;
     auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() || !record.is_object())
       continue;  // a line cut short by a crash
+    check_metrics_record(record, metrics_path, number);
     if (record.contains("event")) {
       records.events.push_back(std::move(record));
     } else if (record.contains("loss")) {

@@ -16,7 +16,13 @@ struct RunRecords {
   std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, target_reached
 };
 
+// Throws bigbatch::Error (Format) naming the file, the line and the field when a line that
+// parses holds a value of a type bigbatch never writes (a string step, an object as a loss).
 RunRecords read_run_records(const std::string& metrics_path);
+
+// The check read_run_records makes of each line (`line` counts from 1).
+void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
+                          size_t line);
 
 // (x, y * scale) for every record holding both keys as numbers (nulls are skipped).
 std::vector<ChartPoint> record_points(const std::vector<nlohmann::json>& records, const char* x_key,

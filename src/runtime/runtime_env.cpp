@@ -100,6 +100,17 @@ int64_t default_thread_count() {
   return available_cpus();
 }
 
+int64_t resolve_thread_count(int64_t requested) {
+  const int64_t wanted = requested > 0 ? requested : default_thread_count();
+  const int64_t cpus = available_cpus();
+  if (wanted <= cpus)
+    return wanted;
+  std::fprintf(stderr, "warning: %lld threads (%s) capped at the %lld CPUs this process may use\n",
+               static_cast<long long>(wanted), requested > 0 ? "--threads" : "OMP_NUM_THREADS",
+               static_cast<long long>(cpus));
+  return cpus;
+}
+
 namespace {
 // A "Name:   1234 kB" line of /proc/self/status, in bytes; -1 when absent.
 int64_t proc_status_bytes(const char* name) {

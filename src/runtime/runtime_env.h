@@ -26,6 +26,10 @@ int64_t available_cpus();
 // The default intra-op thread count: OMP_NUM_THREADS when set (a launcher sharing the machine
 // between workers sets it), else available_cpus().
 int64_t default_thread_count();
+// The intra-op threads to use: `requested`, or default_thread_count() for 0 — never more than
+// available_cpus(): more threads than CPUs only wait for each other (OMP_NUM_THREADS=1000 made a
+// 0.1 s job take 53 s). A request that is capped is said on stderr.
+int64_t resolve_thread_count(int64_t requested);
 
 // The process's resident set: now, and its peak since the start or reset_peak_rss() (Linux's
 // VmHWM, read through getrusage where a reset confirmed that it follows the reset), in bytes. What

@@ -9,6 +9,15 @@
 
 namespace bigbatch {
 
+namespace {
+std::string milestone_list(const std::vector<int64_t>& milestones) {
+  std::vector<std::string> parts;
+  for (int64_t m : milestones)
+    parts.push_back(std::to_string(m));
+  return join(parts, ", ");
+}
+}  // namespace
+
 const NameTable<LrScaling>& lr_scaling_names() {
   static const NameTable<LrScaling> table{"learning-rate scaling rule",
                                           "--lr-scaling",
@@ -102,7 +111,14 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
                 "--step-gamma must be positive, got " + format_double(config_.gamma),
                 "use e.g. --step-gamma 0.1");
   }
-  std::sort(config_.milestones.begin(), config_.milestones.end());
+  for (size_t i = 1; i < config_.milestones.size(); ++i) {
+    if (config_.milestones[i] <= config_.milestones[i - 1]) {
+      throw Error(ErrorKind::Config,
+                  "--step-milestones must increase; in updates they are " +
+                      milestone_list(config_.milestones),
+                  "list them in order, e.g. --step-milestones 3e,6e");
+    }
+  }
   peak_lr_ =
       scale_lr(config_.base_lr, config_.reference_batch, config_.global_batch, config_.scaling);
 }
@@ -148,20 +164,33 @@ std::string LrSchedule::describe_scaling() const {
          (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
 }
 
-std::optional<std::string> LrSchedule::advice() const {
+std::vector<std::string> LrSchedule::warnings() const {
+  std::vector<std::string> out;
   // Only a rate that was scaled up: one tuned at this very batch is the user's own choice.
   const bool scaled_up =
       config_.reference_batch > 0 && config_.reference_batch < config_.global_batch;
   if (config_.scaling == LrScaling::Linear && config_.global_batch > 1024 &&
       config_.warmup_updates == 0 && scaled_up) {
-    return "global batch " + std::to_string(config_.global_batch) +
-           " with the linear scaling rule and no warmup: the scaled rate " +
-           format_double(peak_lr_) +
-           " applies from the first update, while the weights are random and the gradients large "
-           "and fast-changing; past ~1024 this diverges or costs accuracy (Goyal et al. 2017). "
-           "Add a gradual warmup, e.g. --warmup 5e, or use --lr-scaling sqrt";
+    out.push_back(
+        "global batch " + std::to_string(config_.global_batch) +
+        " with the linear scaling rule and no warmup: the scaled rate " + format_double(peak_lr_) +
+        " applies from the first update, while the weights are random and the gradients large "
+        "and fast-changing; past ~1024 this diverges or costs accuracy (Goyal et al. 2017). "
+        "Add a gradual warmup, e.g. --warmup 5e, or use --lr-scaling sqrt");
   }
-  return std::nullopt;
+  if (config_.warmup_updates >= config_.total_updates && config_.warmup_updates > 0) {
+    out.push_back("the warmup (" + std::to_string(config_.warmup_updates) +
+                  " updates) is as long as the run (" + std::to_string(config_.total_updates) +
+                  " updates): the rate never reaches its peak " + format_double(peak_lr_) +
+                  ". Shorten --warmup or train longer");
+  }
+  if (config_.kind == ScheduleKind::Step && !config_.milestones.empty() &&
+      config_.milestones.back() >= config_.total_updates) {
+    out.push_back("the step milestone at update " + std::to_string(config_.milestones.back()) +
+                  " is past the run's " + std::to_string(config_.total_updates) +
+                  " updates and never applies");
+  }
+  return out;
 }
 
 }  // namespace bigbatch

@@ -87,9 +87,10 @@ class LrSchedule {
 
   // "lr 0.05 @ 64 -> 0.8 @ 1024 (linear)"
   std::string describe_scaling() const;
-  // Set when the configuration is legal but known to train badly (linear rule past 1024
-  // without warmup); the text explains why.
-  std::optional<std::string> advice() const;
+  // Configurations that are legal but known to train badly or not as written (the linear rule
+  // past 1024 without warmup, a warmup as long as the run, a milestone past its end); each
+  // text explains why.
+  std::vector<std::string> warnings() const;
 
  private:
   LrScheduleConfig config_;

@@ -70,6 +70,11 @@ std::vector<std::string> parse_word_list(const std::string& text, const std::str
                   "separate values by single commas");
     }
     check(word);
+    if (std::find(out.begin(), out.end(), word) != out.end()) {
+      // Two cells of one name would share one run directory.
+      throw Error(ErrorKind::Config, flag + " list '" + text + "' names '" + word + "' twice",
+                  "give each value once");
+    }
     out.push_back(word);
   }
   return out;

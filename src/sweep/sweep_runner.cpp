@@ -98,10 +98,16 @@ std::string describe(const CellResult& r) {
   return text;
 }
 
-void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells) {
+// `failures`: the exit codes of this sweep's cells that failed on bad input or a bug (not a
+// signal, not divergence, which the cell's own files tell).
+void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
+                     const std::map<size_t, int>& failures) {
   std::vector<CellResult> results;
-  for (const auto& cell : cells)
-    results.push_back(read_cell_result(cell, o.out + "/" + cell.name()));
+  for (size_t i = 0; i < cells.size(); ++i) {
+    results.push_back(read_cell_result(cells[i], o.out + "/" + cells[i].name()));
+    if (const auto f = failures.find(i); f != failures.end() && results.back().status != "diverged")
+      results.back().status = "failed (exit " + std::to_string(f->second) + ")";
+  }
   atomic_write_file(o.out + "/summary.csv", summary_csv(results));
   const std::string markdown = summary_markdown(results, o.target_accuracy);
   atomic_write_file(o.out + "/summary.md", markdown);
@@ -124,9 +130,11 @@ int run_sweep(const SweepOptions& o) {
   std::vector<size_t> pending;
   for (size_t i = 0; i < cells.size(); ++i) {
     const std::string dir = o.out + "/" + cells[i].name();
-    if (path_exists(dir + "/weights.safetensors")) {
-      std::fprintf(stderr, "sweep: [%zu/%zu] %s: finished earlier, kept\n", i + 1, cells.size(),
-                   cells[i].name().c_str());
+    const std::string earlier = read_cell_result(cells[i], dir).status;
+    if (earlier == "done" || earlier == "diverged") {
+      // A diverged cell would diverge again from its checkpoint: its result is the divergence.
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s earlier, kept\n", i + 1, cells.size(),
+                   cells[i].name().c_str(), earlier == "done" ? "finished" : "diverged");
       continue;
     }
     if (path_exists(dir) && !path_exists(dir + "/checkpoints"))
@@ -137,6 +145,7 @@ int run_sweep(const SweepOptions& o) {
   InterruptGuard interrupts;
   std::map<pid_t, size_t> running;
   int first_failure = 0;
+  std::map<size_t, int> failures;
   size_t next = 0;
   while (next < pending.size() || !running.empty()) {
     while (!interrupts.requested() && next < pending.size() && int64_t(running.size()) < o.jobs) {
@@ -172,14 +181,17 @@ int run_sweep(const SweepOptions& o) {
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s\n", i + 1, cells.size(),
                    cells[i].name().c_str(), describe(r).c_str());
     } else {
-      std::fprintf(stderr, "sweep: [%zu/%zu] %s: failed with exit code %d, see %s/logs/%s.log\n",
-                   i + 1, cells.size(), cells[i].name().c_str(), code, o.out.c_str(),
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s with exit code %d, see %s/logs/%s.log\n", i + 1,
+                   cells.size(), cells[i].name().c_str(),
+                   r.status == "diverged" ? "diverged" : "failed", code, o.out.c_str(),
                    cells[i].name().c_str());
       if (first_failure == 0)
         first_failure = code;
+      if (code < 128)
+        failures[i] = code;
     }
   }
-  write_summaries(o, cells);
+  write_summaries(o, cells, failures);
   if (interrupts.requested()) {
     std::fprintf(stderr, "sweep: stopped by signal %d; run the same command again to continue it\n",
                  interrupts.signal_number());

@@ -59,6 +59,8 @@ CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir) 
   if (noise_count > 0)
     result.mean_noise_scale = noise_sum / noise_count;
   for (const auto& e : r.events) {
+    if (e.at("event") == "diverged" && result.status != "done")
+      result.status = "diverged";
     if (e.at("event") == "target_reached") {
       result.reached = true;
       result.updates_to_target = e.value("step", int64_t{0});

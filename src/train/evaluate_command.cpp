@@ -114,7 +114,7 @@ const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& 
 EvaluateReport run_evaluate(const EvaluateOptions& options) {
   std::string weights;
   const TrainConfig config = source_config(options, weights);
-  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   const TensorDataset& split = chosen_split(data, options.split, config.dataset);
   torch::manual_seed(config.seed);
@@ -161,7 +161,8 @@ std::string run_predict(const PredictOptions& options) {
   if (options.input.empty() || options.output.empty())
     throw Error(ErrorKind::Usage, "predict needs --input X.npy and --output Y.npy",
                 "e.g. --input x_new.npy --output probabilities.npy");
-  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  check_output_file(options.output, "--output");
+  configure_cpu(config, resolve_thread_count(config.threads));
   const NpyArray array = read_npy_file(options.input);
   TensorDataset inputs;
   inputs.inputs = npy_inputs(array, options.input);

@@ -19,7 +19,7 @@ FitReport run_fit(const TrainConfig& config) {
                     " --memory-budget 512MiB");
   }
   start_memory_accounting(config);
-  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   torch::manual_seed(config.seed);
   // Far past any size worth a single pass on one device, and a bound on the search's time.

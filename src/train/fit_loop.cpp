@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -133,6 +134,10 @@ void FitLoop::run() {
       stop = run_update(order);
     if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
+      // A signal during the evaluation stops here, not an update later. Ranks stop only
+      // together, at an update (the signal may have reached one of them).
+      if (run_.job.world_size == 1 && interrupts_.requested())
+        stop = true;
       start_next_epoch();
       if (stop || checkpoints_.due())
         checkpoints_.write();
@@ -309,6 +314,11 @@ void FitLoop::check_divergence() {
   if (bad_in_a_row_ < run_.config.max_bad_updates)
     return;
   checkpoints_.write();
+  // Said in the metrics too, so a sweep's summary can tell a diverged cell from a stopped one.
+  run_.metrics->write({{"event", "diverged"},
+                       {"step", run_.at.step},
+                       {"samples_seen", run_.at.samples_seen},
+                       {"bad_updates_in_a_row", bad_in_a_row_}});
   throw Error(ErrorKind::Diverged,
               std::to_string(bad_in_a_row_) +
                   " updates in a row had a non-finite loss or gradient (the last at update " +
@@ -417,6 +427,9 @@ void FitLoop::record_epoch(bool ends_inside) {
   at.recorded_epoch_step = at.step;
   if (!run_.job.is_main())
     return;
+  // Tests: a signal that arrives while the epoch is evaluated, at a known moment.
+  if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
+    std::raise(std::atoi(raise_signal));
   // An epoch whose updates were all skipped (non-finite) has no training figures.
   const Counts& counts = at.epoch_counts;
   const auto per_item = [&](double total) {
@@ -526,6 +539,13 @@ void FitLoop::finish() {
   }
   // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
   // run can be extended later with more --epochs.
+  // A signal during the last evaluation: the run stops as asked (130/143), from a checkpoint
+  // that a resume finishes from, instead of exiting 0 as if nothing was asked.
+  if (interrupts_.requested()) {
+    if (checkpoints_.last_step() != at.step)
+      checkpoints_.write();
+    stop_after_update();
+  }
   if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
     checkpoints_.write();
   if (const auto b_noise = noise_.noise_scale()) {

@@ -14,6 +14,7 @@
 #include "models/models.h"
 #include "models/scripted_model.h"
 #include "report/plan_report.h"
+#include "report/run_records.h"
 #include "runtime/runtime_env.h"
 #include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
@@ -56,7 +57,7 @@ std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir) {
 bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress& progress) {
   if (!path_exists(path))
     return false;
-  const std::string text = read_text_file(path);
+  const std::string text = read_text_file(path, kMaxMetricsFileBytes);
   const auto length = static_cast<size_t>(std::max<int64_t>(0, progress.metrics_bytes));
   if (progress.metrics_bytes >= 0 && length <= text.size() &&
       (length == 0 || text[length - 1] == '\n')) {
@@ -65,12 +66,15 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
     return true;
   }
   std::string kept;
+  size_t number = 0;
   for (const auto& line : split(text, '\n')) {
+    ++number;
     if (line.empty())
       continue;
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded())
+    if (record.is_discarded() || !record.is_object())
       continue;  // a line cut short by a crash
+    check_metrics_record(record, path, number);
     if (record.contains("step") && record["step"].get<int64_t>() > progress.step)
       continue;
     kept += line + "\n";
@@ -165,8 +169,8 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
   }
   for (const auto& warning : run.epoch.warnings)
     console.say("warning: " + warning);
-  if (const auto advice = run.schedule.advice())
-    console.say("warning: " + *advice);
+  for (const auto& warning : run.schedule.warnings())
+    console.say("warning: " + warning);
 }
 
 // What accumulation does to this model's BatchNorm, said before the first update.
@@ -265,6 +269,29 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
                     std::to_string(r.data.train.size()),
                 "resume with the dataset and --train-subset the run was started with");
   }
+  if (!run.ramp) {
+    // Under one global batch the counters follow from each other: every window of an epoch
+    // but its last is full, and an epoch has at most one more update than its full windows.
+    const int64_t global = run.plan.global_batch_size;
+    const int64_t most_per_epoch = (r.data.train.size() + global - 1) / global;
+    const auto refuse = [&](const std::string& what) {
+      throw Error(ErrorKind::Format, "checkpoint '" + config.resume + "' has " + what,
+                  "state.json was edited or damaged: resume from an earlier checkpoint");
+    };
+    if (at.update_in_epoch > most_per_epoch || at.position_in_epoch != at.update_in_epoch * global)
+      refuse("progress.position_in_epoch " + std::to_string(at.position_in_epoch) +
+             " where update " + std::to_string(at.update_in_epoch) + " of an epoch of " +
+             std::to_string(most_per_epoch) + " updates of " + std::to_string(global) +
+             " samples starts");
+    if (!run.adascale && at.step > (at.epoch + 1) * most_per_epoch)
+      refuse("progress.step " + std::to_string(at.step) + " in epoch " +
+             std::to_string(at.epoch + 1) + ", more updates than epochs of " +
+             std::to_string(most_per_epoch) + " updates hold");
+    if (at.samples_seen > (at.epoch + 1) * r.data.train.size())
+      refuse("progress.samples_seen " + std::to_string(at.samples_seen) + " in epoch " +
+             std::to_string(at.epoch + 1) + ", more samples than epochs of " +
+             std::to_string(r.data.train.size()) + " hold");
+  }
   if (r.job.is_main()) {
     r.write_description();
     // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
@@ -355,10 +382,12 @@ void TrainingRun::write_description() const {
 TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console,
                             const CustomProblem* problem) {
   requested.validate();
+  // Outputs that cannot be written fail now, not after the training they would hold.
+  if (!requested.save_weights.empty())
+    check_output_file(requested.save_weights, "--save-weights");
   TrainConfig resolved_config = requested;
   start_memory_accounting(resolved_config);
-  const int64_t threads =
-      resolved_config.threads > 0 ? resolved_config.threads : default_thread_count();
+  const int64_t threads = resolve_thread_count(resolved_config.threads);
   const bool flushing_denormals = configure_cpu(resolved_config, threads);
 
   check_config(problem == nullptr ||

@@ -135,7 +135,7 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
 
 VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests) {
   config.validate();
-  configure_cpu(config, config.threads > 0 ? config.threads : default_thread_count());
+  configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   const ResolvedRun run = resolve_run(config, data.train.size(), /*world_size=*/1);
   if (run.plan.accumulation_steps < 2) {

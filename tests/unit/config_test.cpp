@@ -67,6 +67,8 @@ TEST_F(ConfigFileTest, BadValuesNameTheKey) {
   write("schedule = \"exponential\"\n");
   EXPECT_NE(error_of().find("schedule 'exponential' is not known"), std::string::npos);
   write("lr = [[1]]\n");
+  EXPECT_NE(error_of().find("takes one value, not a list"), std::string::npos);
+  write("hidden = [[1]]\n");
   EXPECT_NE(error_of().find("unsupported type"), std::string::npos);
 }
 

@@ -91,7 +91,7 @@ TEST(LrSchedule, LinearDecayGoldenValues) {
 
 TEST(LrSchedule, StepDecayAtMilestones) {
   LrScheduleConfig c = base(1.0, ScheduleKind::Step, 0, 100);
-  c.milestones = {60, 30};
+  c.milestones = {30, 60};
   c.gamma = 0.1;
   const LrSchedule s(c);
   EXPECT_DOUBLE_EQ(s.lr_at(29), 1.0);
@@ -104,19 +104,45 @@ TEST(LrSchedule, AdvisesWarmupPastTenTwentyFourWithTheLinearRule) {
   c.scaling = LrScaling::Linear;
   c.reference_batch = 256;
   c.global_batch = 2048;
-  ASSERT_TRUE(LrSchedule(c).advice().has_value());
-  EXPECT_NE(LrSchedule(c).advice()->find("warmup"), std::string::npos);
+  ASSERT_EQ(LrSchedule(c).warnings().size(), 1u);
+  EXPECT_NE(LrSchedule(c).warnings()[0].find("warmup"), std::string::npos);
   c.warmup_updates = 50;
-  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  EXPECT_TRUE(LrSchedule(c).warnings().empty());
   c.warmup_updates = 0;
   c.global_batch = 1024;
-  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  EXPECT_TRUE(LrSchedule(c).warnings().empty());
   // Nothing scaled (the rate was tuned at this batch, or no reference): no warning (issue 20).
   c.global_batch = 4096;
   c.reference_batch = 4096;
-  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  EXPECT_TRUE(LrSchedule(c).warnings().empty());
   c.reference_batch = 0;
-  EXPECT_FALSE(LrSchedule(c).advice().has_value());
+  EXPECT_TRUE(LrSchedule(c).warnings().empty());
+}
+
+TEST(LrSchedule, WarnsOfAWarmupAsLongAsTheRunAndAMilestonePastIt) {
+  LrScheduleConfig c = base(0.1, ScheduleKind::Cosine, 100, 100);
+  ASSERT_EQ(LrSchedule(c).warnings().size(), 1u);
+  EXPECT_NE(LrSchedule(c).warnings()[0].find("never reaches its peak"), std::string::npos);
+  c.warmup_updates = 99;
+  EXPECT_TRUE(LrSchedule(c).warnings().empty());
+  c = base(0.1, ScheduleKind::Step, 0, 100);
+  c.milestones = {50, 100};
+  ASSERT_EQ(LrSchedule(c).warnings().size(), 1u);
+  EXPECT_NE(LrSchedule(c).warnings()[0].find("update 100 is past the run's 100 updates"),
+            std::string::npos);
+}
+
+TEST(LrSchedule, RefusesMilestonesThatDoNotIncrease) {
+  LrScheduleConfig c = base(0.1, ScheduleKind::Step, 0, 100);
+  for (const auto& milestones : {std::vector<int64_t>{40, 16}, std::vector<int64_t>{30, 30}}) {
+    c.milestones = milestones;
+    try {
+      LrSchedule schedule(c);
+      ADD_FAILURE() << "accepted milestones that do not increase";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--step-milestones must increase"), std::string::npos);
+    }
+  }
 }
 
 TEST(LrSchedule, RejectsImpossibleSettings) {

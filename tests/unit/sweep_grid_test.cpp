@@ -45,6 +45,9 @@ TEST(SweepGrid, CellsAreBatchMajorWithSortableNames) {
   EXPECT_EQ(cells.back().global_batch, 1024);
   EXPECT_EQ(cells[1].series(), "none, warmup 2.5e");
   EXPECT_THROW(parse_word_list("none,,linear", "--lr-scaling", [](const std::string&) {}), Error);
+  // Two cells of one name would share one run directory.
+  EXPECT_THROW(parse_word_list("linear,none,linear", "--lr-scaling", [](const std::string&) {}),
+               Error);
 }
 
 TEST(SweepGrid, AdaScaleCellsKeepTwoMicroStepsPerUpdate) {
