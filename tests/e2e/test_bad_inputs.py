@@ -1,4 +1,4 @@
-#!/ usr / bin / python3
+#!/usr/bin/python3
 """The bad-input corpus: every kind of input a user can get wrong — flags, TOML files, IDX
 files, safetensors files, checkpoints, run directories, launcher environments — must give
 exactly one error line naming its kind, a non-zero exit, no stack trace, and damage nothing:
@@ -60,7 +60,7 @@ class BadInputCorpus(unittest.TestCase):
         cls.root = tempfile.mkdtemp(prefix="bigbatch_bad_inputs_")
         cls.data = os.path.join(cls.root, "data")
         write_dataset(cls.data)
-#A finished run with checkpoints, the victim of the resume cases.
+        # A finished run with checkpoints, the victim of the resume cases.
         cls.victim = os.path.join(cls.root, "victim")
         subprocess.run([BINARY, "train", *cls.small(), "--checkpoint-every", "2u", "--out", cls.victim],
                        check=True, capture_output=True)
@@ -102,7 +102,7 @@ class BadInputCorpus(unittest.TestCase):
             del base[j:j + 2], extra[i - 1:i + 1]
         return ["train", *base, *extra, "--out", self.out]
 
-#-- -- flags -- --
+    # ---- flags ----
     def test_flag_unknown(self):
         self.expect(self.train("--micro-bach", "8"), "usage", "did you mean --micro-batch?")
 
@@ -186,7 +186,7 @@ class BadInputCorpus(unittest.TestCase):
     def test_flag_validation_takes_everything(self):
         self.expect(self.train("--val-size", "256"), "config", "leaves no training samples")
 
-#-- -- batch plans -- --
+    # ---- batch plans ----
     def test_plan_inconsistent_triple(self):
         self.expect(self.train("--accum-steps", "2"), "plan", "64 != micro 16 x accumulation 2")
 
@@ -211,7 +211,7 @@ class BadInputCorpus(unittest.TestCase):
     def test_plan_strict_batch_short_last_window(self):
         self.expect(self.train("--strict-batch", "--train-subset", "100"), "plan", "--strict-batch")
 
-#-- -- memory -- --
+    # ---- memory ----
     def test_memory_budget_without_unit(self):
         self.expect(self.train("--memory-budget", "512"), "config", "a size with a unit such as 512MiB")
 
@@ -246,7 +246,7 @@ class BadInputCorpus(unittest.TestCase):
     def test_fit_margin_out_of_range(self):
         self.expect(["fit", "--memory-budget", "1GiB", "--fit-margin", "1.5"], "config", "--fit-margin must be in [0, 1)")
 
-#-- -- TOML configuration -- --
+    # ---- TOML configuration ----
     def write_config(self, text):
         path = os.path.join(self.dir, "c.toml")
         with open(path, "w") as f:
@@ -271,7 +271,7 @@ class BadInputCorpus(unittest.TestCase):
                     "has the key 'resume', which only the command line takes")
 
     def test_config_list_for_one_value(self):
-# `lr =[0.1]` was read as 0.1, hiding that it is not a sweep.
+        # `lr = [0.1]` was read as 0.1, hiding that it is not a sweep.
         for text, key in [("lr = [0.1]\n", "lr"), ("micro-batch = [16]\n", "micro-batch")]:
             self.expect(self.train("--config", self.write_config(text)), "config",
                         f"config key '{key}' takes one value, not a list")
@@ -300,7 +300,7 @@ class BadInputCorpus(unittest.TestCase):
         self.assertIn("bigbatch: error[io]: cannot write standard output", result.stderr)
 
     def test_model_too_large_for_the_machine(self):
-#It was an internal error; now the size it would need, as an out - of - memory error.
+        # It was an internal error; now the size it would need, as an out-of-memory error.
         for width in ("20000000", "99999999999"):
             self.expect(self.train("--hidden", width), "memory", "this machine could not give", code=5)
 
@@ -314,7 +314,7 @@ class BadInputCorpus(unittest.TestCase):
     def test_config_missing_file(self):
         self.expect(self.train("--config", os.path.join(self.dir, "none.toml")), "config", "does not exist")
 
-#-- -- IDX datasets -- --
+    # ---- IDX datasets ----
     def broken_dataset(self, name, blob, plain=False):
         directory = os.path.join(self.dir, "data")
         write_dataset(directory)
@@ -363,13 +363,14 @@ class BadInputCorpus(unittest.TestCase):
 
     def test_idx_test_images_of_another_size(self):
         directory = self.broken_dataset("t10k-images-idx3-ubyte", idx_bytes([64, 64, 64], bytes(64 * 64 * 64)))
-        self.expect(self.train(data=directory), "data", "test samples in '" + directory + "' have shape [1, 64, 64], the training samples [1, 28, 28]")
+        self.expect(self.train(data=directory), "data",
+                    "test samples in '" + directory + "' have shape [1, 64, 64], the training samples [1, 28, 28]")
 
     def test_idx_not_gzip_at_all(self):
         directory = self.broken_dataset("train-labels-idx1-ubyte", b"\x1f\x8b\x08\x00garbage-not-deflate", plain=True)
         self.expect(self.train(data=directory), "data", "train-labels-idx1-ubyte.gz")
 
-#-- -- safetensors weights -- --
+    # ---- safetensors weights ----
     def weights_file(self, blob):
         path = os.path.join(self.dir, "w.safetensors")
         with open(path, "wb") as f:
@@ -416,8 +417,8 @@ class BadInputCorpus(unittest.TestCase):
                     "holds NaN or infinite values in tensor '3.bias'")
 
     def test_files_that_are_not_regular_files(self):
-#A directory as-- config, a FIFO as-- init - weights(it would block for ever), a device
-#as metrics.jsonl(it would never end) : refused before they are read.
+        # A directory as --config, a FIFO as --init-weights (it would block for ever), a device
+        # as metrics.jsonl (it would never end): refused before they are read.
         self.expect(self.train("--config", self.dir), "io", "is a directory, not a regular file")
         fifo = os.path.join(self.dir, "weights.fifo")
         os.mkfifo(fifo)
@@ -430,7 +431,7 @@ class BadInputCorpus(unittest.TestCase):
     def test_weights_missing_file(self):
         self.expect(self.train("--init-weights", os.path.join(self.dir, "none.safetensors")), "format", "does not exist")
 
-#-- -- checkpoints(the victim run must not change) -- --
+    # ---- checkpoints (the victim run must not change) ----
     def victim_copy(self):
         copy = os.path.join(self.dir, "victim")
         shutil.copytree(self.victim, copy)
@@ -467,13 +468,16 @@ class BadInputCorpus(unittest.TestCase):
     def test_resume_future_format(self):
         run = self.victim_copy()
         path = os.path.join(self.newest_checkpoint(run), "state.json")
-        with open(path)
-as f : state = json.load(f) state["format_version"] = 99 with open(path, "w") as f
-    : json.dump(state, f) self.expect_resume_error(run, "format version 99")
+        with open(path) as f:
+            state = json.load(f)
+        state["format_version"] = 99
+        with open(path, "w") as f:
+            json.dump(state, f)
+        self.expect_resume_error(run, "format version 99")
 
-          def
-          edit_state(self, run, edit)
-    : path = os.path.join(self.newest_checkpoint(run), "state.json") with open(path) as f:
+    def edit_state(self, run, edit):
+        path = os.path.join(self.newest_checkpoint(run), "state.json")
+        with open(path) as f:
             state = json.load(f)
         edit(state)
         with open(path, "w") as f:
@@ -484,7 +488,7 @@ as f : state = json.load(f) state["format_version"] = 99 with open(path, "w") as
         with open(os.path.join(self.newest_checkpoint(run), "optimizer.pt"), "wb") as f:
             f.write(b"not an archive")
         self.expect_resume_error(run, "optimizer.pt that is not the one it was written with")
-#A checkpoint from before file digests : the archive's own reader says it.
+        # A checkpoint from before file digests: the archive's own reader says it.
         self.edit_state(run, lambda state: state.pop("files"))
         self.expect_resume_error(run, "unreadable optimizer.pt")
 
@@ -499,27 +503,22 @@ as f : state = json.load(f) state["format_version"] = 99 with open(path, "w") as
 
     def test_resume_flipped_bit_and_a_file_of_another_checkpoint(self):
         run = self.victim_copy()
-        newest = self.newest_checkpoint(run)
-        path = os.path.join(newest, "weights.safetensors")
+        path = os.path.join(self.newest_checkpoint(run), "weights.safetensors")
         with open(path, "r+b") as f:
             f.seek(os.path.getsize(path) - 3)
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0x10]))
         self.expect_resume_error(run, "weights.safetensors that is not the one it was written with")
-        run = self.victim_copy_again()
+        shutil.rmtree(run)
+        run = self.victim_copy()
         root = os.path.join(run, "checkpoints")
         older, newer = sorted(d for d in os.listdir(root) if d.startswith("step_"))[-2:]
         shutil.copy(os.path.join(root, older, "optimizer.pt"), os.path.join(root, newer, "optimizer.pt"))
         self.expect_resume_error(run, "optimizer.pt that is not the one it was written with")
 
-    def victim_copy_again(self):
-        copy = os.path.join(self.dir, "victim-2")
-        shutil.copytree(self.victim, copy)
-        return copy
-
     def test_resume_edited_progress_fields(self):
-#Each was taken as it was : a NaN rate, a directory step_ - 00003, other samples trained.
+        # Each was taken as it was: a NaN rate, a directory step_-00003, other samples trained.
         cases = [("step", -5, "progress.step that is -5, below its least value 0"),
                  ("step", 1e6, "progress.step that is 1000000.0, not a whole number"),
                  ("step", 1000000, "progress.step 1000000 in epoch"),
@@ -539,7 +538,7 @@ as f : state = json.load(f) state["format_version"] = 99 with open(path, "w") as
                 self.expect_resume_error(run, fragment)
                 shutil.rmtree(run)
 
-#-- -- run directories -- --
+    # ---- run directories ----
     def test_existing_run_is_never_overwritten(self):
         run = self.victim_copy()
         self.out = os.path.join(self.dir, "never-created")
@@ -550,7 +549,7 @@ as f : state = json.load(f) state["format_version"] = 99 with open(path, "w") as
         open(blocker, "w").close()
         self.expect(["train", *self.small(), "--out", os.path.join(blocker, "run")], "io", "cannot create")
 
-#-- -- launcher environments -- --
+    # ---- launcher environments ----
     def test_env_rank_outside_world(self):
         self.expect(self.train(), "distributed", "RANK=2 is not below WORLD_SIZE=2", code=3,
                     env={"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})

@@ -1,29 +1,29 @@
-#!/ usr / bin / python3
-""
-    "End-to-end tests of checkpoints and resume: kill -9 at random points and SIGINT, then
-    resume,
-    must end bit - identical to an uninterrupted run;
-resuming with another micro - batch or world size keeps the global batch;
-mismatched or damaged checkpoints are clear errors
-                  .Usage : test_checkpoints.py BIGBATCH_BINARY[unittest arguments]
-                  .""
-                   "
-                           import json import os import random import shutil import signal import
-                               socket import struct import subprocess import sys import tempfile
-                                   import time import unittest
+#!/usr/bin/python3
+"""End-to-end tests of checkpoints and resume: kill -9 at random points and SIGINT, then
+resume, must end bit-identical to an uninterrupted run; resuming with another micro-batch or
+world size keeps the global batch; mismatched or damaged checkpoints are clear errors.
+Usage: test_checkpoints.py BIGBATCH_BINARY [unittest arguments]."""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
 
-                                       BINARY = None
-#cnn on 4000 samples at 128 : 31 full updates and one of 32 per epoch, ~5 s of training.
-    RUN =
-        [
-          "--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch",
-          "32", "--epochs", "3", "--threads", "1", "--progress", "off", "--checkpoint-every", "4u",
-          "--keep-checkpoints", "3"
-        ]
+BINARY = None
+# cnn on 4000 samples at 128: 31 full updates and one of 32 per epoch, ~5 s of training.
+RUN = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32", "--epochs", "3",
+       "--threads", "1", "--progress", "off", "--checkpoint-every", "4u", "--keep-checkpoints", "3"]
 
-    def
-    read(path, mode = "r")
-    : with open(path, mode) as f:
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
         return f.read()
 
 
@@ -111,8 +111,8 @@ class CheckpointTest(unittest.TestCase):
         first = self.start(*RUN, "--out", run_dir)
         try:
             self.assertTrue(self.wait_for_checkpoint(run_dir, first))
-#A resume while it trains, and a fresh run into the same directory : both refused,
-#naming the process, and neither touches the run.
+            # A resume while it trains, and a fresh run into the same directory: both refused,
+            # naming the process, and neither touches the run.
             for args in (["--resume", run_dir], [*RUN, "--out", run_dir]):
                 result = subprocess.run([BINARY, "train", *args], capture_output=True, text=True, timeout=120)
                 self.assertEqual(result.returncode, 2, result.stderr)
@@ -171,7 +171,7 @@ class CheckpointTest(unittest.TestCase):
         self.assert_same_as_reference(run_dir)
 
     def test_a_signal_during_the_final_evaluation_stops_the_run_and_a_resume_finishes_it(self):
-#Issue 21 : it was ignored(exit 0).The hook raises SIGTERM as the epoch's evaluation starts.
+        # Issue 21: it was ignored (exit 0). The hook raises SIGTERM as the epoch's evaluation starts.
         run_dir = self.path("signal-at-evaluation")
         small = ["--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "100",
                  "--epochs", "1", "--threads", "1", "--progress", "off"]
@@ -221,9 +221,9 @@ class CheckpointTest(unittest.TestCase):
         self.assertAlmostEqual(a["test_loss"], b["test_loss"], delta=1e-3)
 
     def test_resume_drops_every_line_written_after_its_checkpoint(self):
-#A process killed after its checkpoint may have written lines of any kind, events keyed
-#to the checkpoint's own step among them (an out-of-memory back-off is keyed to the
-#last update done) : the resumed run writes whatever happens again, so none may stay.
+        # A process killed after its checkpoint may have written lines of any kind, events keyed
+        # to the checkpoint's own step among them (an out-of-memory back-off is keyed to the
+        # last update done): the resumed run writes whatever happens again, so none may stay.
         step = int(checkpoints(self.reference)[0].split("_")[1])
         run_dir = self.copy_of_reference_at("after-checkpoint", step)
         with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
@@ -284,8 +284,8 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual([r["skipped"] for r in updates[-3:]], [True] * 3)
         self.assertEqual(updates[-1]["skipped_updates"], 3)
         self.assertEqual(checkpoints(run_dir), [f"step_{updates[-1]['step']:06d}"])
-#The checkpoint is complete and resumable(these weights were already ruined by the
-#two finite updates at rate 1e9, so the resumed run diverges again, as it should).
+        # The checkpoint is complete and resumable (these weights were already ruined by the
+        # two finite updates at rate 1e9, so the resumed run diverges again, as it should).
         resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.05"], capture_output=True, text=True)
         self.assertIn("resumed from", resumed.stderr)
         self.assertEqual(resumed.returncode, 4, resumed.stderr)
@@ -298,7 +298,7 @@ class CheckpointTest(unittest.TestCase):
         checkpointed = self.path("mid-checkpointed")
         subprocess.run([BINARY, "train", *small, "--checkpoint-every", "5micro", "--keep-checkpoints", "1000",
                         "--out", checkpointed], check=True, capture_output=True)
-#Checkpointing itself changes nothing.
+        # Checkpointing itself changes nothing.
         self.assertEqual(read(os.path.join(plain, "weights.safetensors"), "rb"),
                          read(os.path.join(checkpointed, "weights.safetensors"), "rb"))
         inside = [c for c in checkpoints(checkpointed) if c.count("_") == 2]
@@ -326,7 +326,7 @@ class CheckpointTest(unittest.TestCase):
     def test_disk_full_is_a_clear_error_and_earlier_checkpoints_stay_intact(self):
         mount_point = self.path("small-disk")
         os.makedirs(mount_point)
-#A 700 kB file system : room for one checkpoint of this mlp(~415 kB), not two.
+        # A 700 kB file system: room for one checkpoint of this mlp (~415 kB), not two.
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", mount_point],
                                  capture_output=True)
         if mounted.returncode != 0:
@@ -345,7 +345,7 @@ class CheckpointTest(unittest.TestCase):
             self.assert_checkpoints_complete(run_dir)
             leftovers = [d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".tmp")]
             self.assertEqual(leftovers, [])
-#The surviving checkpoint resumes(on a disk with room).
+            # The surviving checkpoint resumes (on a disk with room).
             rescued = self.path("rescued")
             shutil.copytree(run_dir, rescued)
         finally:
@@ -371,21 +371,21 @@ class CheckpointTest(unittest.TestCase):
         return whole, run_dir
 
     def test_layerwise_optimizer_state_resumes_bit_identical(self):
-#LARS 's momentum and LAMB' s moments and step counts live in the checkpoint too.
+        # LARS's momentum and LAMB's moments and step counts live in the checkpoint too.
         for optimizer, lr in [("lars", "1.0"), ("lamb", "0.002")]:
             self.kill_at_a_checkpoint_then_resume(optimizer,
                                                   [*RUN, "--optimizer", optimizer, "--lr", lr, "--epochs", "2"])
 
     def test_adascale_resumes_bit_identical(self):
-#The scale - invariant count and the noise averages that set the gain are progress too.
+        # The scale-invariant count and the noise averages that set the gain are progress too.
         whole, run_dir = self.kill_at_a_checkpoint_then_resume(
             "adascale", [*RUN, "--lr-scaling", "adascale", "--lr-ref-batch", "32", "--lr", "0.05", "--epochs", "1"])
         self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))
         self.assertTrue(any("lr_gain" in r for r in metrics(run_dir)))
 
     def test_batch_ramp_resumes_bit_identical_inside_a_window_and_a_phase(self):
-#The position in the epoch(no longer update x batch once the batch grows) is progress too;
-#checkpoints every 5 micro - steps fall inside windows of every phase.
+        # The position in the epoch (no longer update x batch once the batch grows) is progress too;
+        # checkpoints every 5 micro-steps fall inside windows of every phase.
         args = [a for a in RUN if a not in ("--global-batch", "128", "--checkpoint-every", "4u")]
         args += ["--global-batch-schedule", "0:64 3000s:256 1.5e:512", "--epochs", "2", "--checkpoint-every", "5micro"]
         whole = self.path("ramp-whole")
@@ -409,8 +409,8 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(sorted({r["global_batch"] for r in metrics(whole) if "loss" in r}), [64, 256, 512])
 
     def test_window_batch_norm_resumes_bit_identical_from_inside_a_window(self):
-#Checkpoints inside windows must hold the running statistics, not the window's, and the
-#resumed window measures its statistics again from the same samples and weights.
+        # Checkpoints inside windows must hold the running statistics, not the window's, and the
+        # resumed window measures its statistics again from the same samples and weights.
         args = [a for a in RUN if a not in ("--checkpoint-every", "4u")]
         args += ["--model", "cnn-bn", "--bn-mode", "window", "--epochs", "1", "--checkpoint-every", "3micro"]
         whole, run_dir = self.kill_at_a_checkpoint_then_resume("bnwindow", args, pause=1.0)

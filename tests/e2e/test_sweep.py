@@ -1,4 +1,4 @@
-#!/ usr / bin / python3
+#!/usr/bin/python3
 """End-to-end tests of `bigbatch sweep`: a small grid runs to completion, its summary agrees
 with its cells' run directories, a rerun keeps finished cells, and bad lists are one-line
 errors. Usage: test_sweep.py BIGBATCH_BINARY [unittest arguments]."""
@@ -62,7 +62,7 @@ class SweepTest(unittest.TestCase):
                 self.assertEqual(int(row["samples_to_target"]), reached[0]["samples_seen"])
                 self.assertGreaterEqual(reached[0]["accuracy"], 0.6)
                 self.assertEqual(len(epochs), reached[0]["epoch"])  # stopped at the target
-#The rate was tuned at the smallest batch and scaled linearly from it.
+            # The rate was tuned at the smallest batch and scaled linearly from it.
             self.assertAlmostEqual(float(row["peak_lr"]), 0.05 * int(row["global_batch"]) / 64, places=6)
         self.assertTrue(any(r["reached"] == "true" for r in rows))
         with open(os.path.join(self.out, "summary.md")) as f:
@@ -106,15 +106,14 @@ class SweepTest(unittest.TestCase):
         self.assertEqual([e["epoch"] for e in epochs], [1, 2, 3, 4])  # no epoch lost or repeated
 
     def test_adascale_cells_keep_two_micro_steps(self):
-#AdaScale measures its gain from two batch sizes per update : a cell whose global batch
-#equals-- micro - batch still runs, on two micro - steps of half the size.
+        # AdaScale measures its gain from two batch sizes per update: a cell whose global batch
+        # equals --micro-batch still runs, on two micro-steps of half the size.
         out = os.path.join(self.root, "adascale")
         result = bigbatch("sweep", *SMALL, "--global-batch", "32,64", "--lr-scaling", "adascale", "--target-accuracy",
                           "0.5", "--max-epochs", "1", "--out", out)
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = {int(r["global_batch"]): r for r in csv.DictReader(open(os.path.join(out, "summary.csv")))}
-        self.assertEqual({
-b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
+        self.assertEqual({b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
         first = [r for r in metrics(os.path.join(out, rows[32]["cell"])) if "loss" in r][0]
         self.assertEqual((first["micro_batch"], first["micro_steps"]), (16, 2))
         self.assertIn("lr_gain", first)
@@ -128,7 +127,7 @@ b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
         self.assertIn("diverged with exit code 4", result.stderr)
         rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
         self.assertEqual([r["status"] for r in rows], ["diverged"])
-#A rerun does not train it again : it would diverge again from its checkpoint.
+        # A rerun does not train it again: it would diverge again from its checkpoint.
         again = bigbatch(*args)
         self.assertIn("diverged earlier, kept", again.stderr)
         self.assertEqual([r["status"] for r in csv.DictReader(open(os.path.join(out, "summary.csv")))],
@@ -138,7 +137,7 @@ b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
         for args, fragment in [(["--global-batch", "32,64,...,100"], "does not reach 100"),
                                (["--global-batch", "64", "--lr-scaling", "linear,cubic"], "'cubic' is not known"),
                                (["--global-batch", "64", "--warmup", "2"], "has no unit"),
-#Two cells of one name would share one directory.
+                               # Two cells of one name would share one directory.
                                (["--global-batch", "64", "--lr-scaling", "linear,linear"], "names 'linear' twice"),
                                (["--global-batch", "64", "--warmup", "0u,0u"], "names '0u' twice"),
                                (["--global-batch", "64", "--jobs", "-1"], "--jobs must be at least 1")]:
