@@ -262,7 +262,9 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
   }
   // Prune the oldest, never the one just written.
   auto all = list_checkpoints(run_dir);
-  while (keep > 0 && static_cast<int64_t>(all.size()) > keep) {
+  std::error_code same;
+  while (keep > 0 && static_cast<int64_t>(all.size()) > keep &&
+         !fs::equivalent(all.front().second, final_dir, same)) {
     // Renamed away first, so a kill during the removal never leaves a half-deleted step_N
     // where a resume would look (issue 21): the rename is atomic, the trash is not listed.
     const std::string trash = root + "/.trash-" + fs::path(all.front().second).filename().string() +

@@ -93,6 +93,36 @@ int64_t remove_checkpoint_leftovers(const std::string& run_dir) {
   return static_cast<int64_t>(leftovers.size());
 }
 
+std::vector<std::string> newer_checkpoints(const std::string& checkpoint_dir) {
+  std::vector<std::string> newer;
+  bool after = false;
+  std::error_code error;
+  for (const auto& [key, path] : list_checkpoints(run_directory_of_checkpoint(checkpoint_dir))) {
+    if (after)
+      newer.push_back(path);
+    else if (fs::equivalent(path, checkpoint_dir, error))
+      after = true;
+  }
+  return newer;
+}
+
+std::string set_checkpoints_aside(const std::string& run_dir,
+                                  const std::vector<std::string>& checkpoints,
+                                  const std::string& name) {
+  const std::string aside = run_dir + "/abandoned/" + name;
+  ensure_directory(aside);
+  for (const auto& path : checkpoints) {
+    std::error_code error;
+    fs::rename(path, fs::path(aside) / fs::path(path).filename(), error);
+    if (error) {
+      throw Error(ErrorKind::Io,
+                  "cannot move '" + path + "' aside to '" + aside + "': " + error.message(),
+                  "check the permissions of the run directory");
+    }
+  }
+  return aside;
+}
+
 std::string run_directory_of_checkpoint(const std::string& checkpoint_dir) {
   fs::path p = fs::path(checkpoint_dir).lexically_normal();
   if (!p.has_filename())

@@ -28,6 +28,16 @@ std::string find_latest_checkpoint(const std::string& path);
 // no other process is writing them.
 int64_t remove_checkpoint_leftovers(const std::string& run_dir);
 
+// The complete checkpoints of its run that are newer than `checkpoint_dir`, oldest first. A
+// resume from an older checkpoint starts a new history: these belong to the abandoned one.
+std::vector<std::string> newer_checkpoints(const std::string& checkpoint_dir);
+
+// Moves `checkpoints` (of `run_dir`) into RUN/abandoned/NAME/, where no resume or pruning looks,
+// and returns that directory. Call only with the run directory locked.
+std::string set_checkpoints_aside(const std::string& run_dir,
+                                  const std::vector<std::string>& checkpoints,
+                                  const std::string& name);
+
 // RUN/checkpoints/step_N -> RUN.
 std::string run_directory_of_checkpoint(const std::string& checkpoint_dir);
 

@@ -421,6 +421,16 @@ std::vector<OptionSpec> build_table() {
     s.get = [](const TrainConfig&) -> std::optional<ConfigValue> { return std::nullopt; };
     t.push_back(s);
   }
+  {
+    // An action of this resume, like --resume itself: not written to config.toml.
+    OptionSpec s = switch_option("discard-newer",
+                                 "with --resume of an older checkpoint: move the run's newer "
+                                 "checkpoints to RUN/abandoned/ and continue from it as a new "
+                                 "history (without it, such a resume is refused)",
+                                 &TrainConfig::discard_newer, true);
+    s.get = [](const TrainConfig&) -> std::optional<ConfigValue> { return std::nullopt; };
+    t.push_back(s);
+  }
   t.push_back(double_option("dist-timeout",
                             "seconds a rank waits for the others (rendezvous, all-reduce)",
                             &TrainConfig::dist_timeout));

@@ -111,6 +111,9 @@ struct TrainConfig {
   std::string checkpoint_every;  // a Cadence ("200u", "1e", "30min"); empty: only at the end
   int64_t keep_checkpoints = 3;
   std::string resume;  // a run directory or checkpoint directory to continue
+  // --resume from an older checkpoint: move the run's newer checkpoints aside (they belong to
+  // the history this resume abandons) instead of refusing.
+  bool discard_newer = false;
 
   // Data parallelism (ranks come from the launcher's environment, see dist/environment.h).
   double dist_timeout = 300;  // seconds: rendezvous and every collective

@@ -134,17 +134,22 @@ DirectoryLock::~DirectoryLock() {
     ::close(fd_);
 }
 
-std::string file_digest(const std::string& path) {
-  const std::string bytes = read_text_file(path);
+std::string data_digest(const void* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* bytes = static_cast<const Bytef*>(data);
   // crc32() takes at most uInt bytes a call.
-  for (size_t at = 0; at < bytes.size(); at += (1u << 30)) {
-    const size_t n = std::min<size_t>(bytes.size() - at, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
+  for (size_t at = 0; at < size; at += (1u << 30)) {
+    const size_t n = std::min<size_t>(size - at, 1u << 30);
+    crc = crc32(crc, bytes + at, static_cast<uInt>(n));
   }
   char text[16];
   std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
-  return std::string("crc32:") + text + "/" + std::to_string(bytes.size());
+  return std::string("crc32:") + text + "/" + std::to_string(size);
+}
+
+std::string file_digest(const std::string& path) {
+  const std::string bytes = read_text_file(path);
+  return data_digest(bytes.data(), bytes.size());
 }
 
 std::string read_text_file(const std::string& path, int64_t max_bytes) {

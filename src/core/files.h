@@ -4,6 +4,7 @@
 // rename, fsync the directory). Failures are bigbatch::Error (Io) naming the path and cause.
 //
 //   atomic_write_file(run_dir + "/config.toml", text);
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -20,6 +21,8 @@ inline constexpr int64_t kMaxMetricsFileBytes = int64_t{4} << 30;  // metrics.js
 // "crc32:1a2b3c4d/12345": zlib's CRC-32 of the file's bytes and their count. It tells one input
 // file from another (a resume under a different model file); it is no cryptographic hash.
 std::string file_digest(const std::string& path);
+// The same for bytes in memory.
+std::string data_digest(const void* data, size_t size);
 // An exclusive lock on a run directory (a POSIX record lock on DIR/.lock), held while this
 // process writes it. Another process that tries is refused with Error(Io) naming the holder's
 // pid. The kernel drops the lock when its process ends, kill -9 included, so a stale lock

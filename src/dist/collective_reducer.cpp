@@ -13,6 +13,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace bigbatch {
 
@@ -65,9 +66,14 @@ class CollectiveReducer final : public GradientReducer {
       store_options.port = static_cast<uint16_t>(env.master_port);
       store_options.isServer = env.rank == 0;
       store_options.numWorkers = static_cast<size_t>(env.world_size);
-      store_options.waitWorkers = true;
+      // libtorch 1.13's own wait for the workers returns silently at its timeout, and Gloo
+      // then waits as long again: each rank says it joined, and rank 0 waits for those keys.
+      store_options.waitWorkers = false;
       store_options.timeout = to_milliseconds(options.timeout_seconds);
       store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      store_->set(joined_key(env.rank), std::vector<uint8_t>{1});
+      if (env.rank == 0)
+        wait_for_every_rank();
       auto gloo_options =
           c10d::ProcessGroupGloo::Options::create(to_milliseconds(options.timeout_seconds));
       gloo_options->devices.push_back(make_gloo_device(env.master_addr));
@@ -83,6 +89,33 @@ class CollectiveReducer final : public GradientReducer {
               std::to_string(int(options.timeout_seconds)) + " s: " + first_line(e.what()),
           "check MASTER_ADDR/MASTER_PORT, that rank 0 is running and that every rank started");
     }
+  }
+
+  static std::string joined_key(int64_t rank) { return "bigbatch/joined/" + std::to_string(rank); }
+
+  // Rank 0: every rank has reached the store within the timeout, or the error names those that
+  // did not (a rank that exited before joining, or was never started).
+  void wait_for_every_rank() {
+    std::vector<std::string> keys;
+    for (int64_t rank = 0; rank < env_.world_size; ++rank)
+      keys.push_back(joined_key(rank));
+    try {
+      store_->wait(keys, to_milliseconds(options_.timeout_seconds));
+      return;
+    } catch (const std::exception&) {
+    }
+    std::vector<std::string> missing;
+    for (int64_t rank = 0; rank < env_.world_size; ++rank) {
+      if (!store_->check({joined_key(rank)}))
+        missing.push_back(std::to_string(rank));
+    }
+    throw Error(ErrorKind::Distributed,
+                "rank(s) " + join(missing, ", ") + " of " + std::to_string(env_.world_size) +
+                    " did not join the job at " + env_.master_addr + ":" +
+                    std::to_string(env_.master_port) + " within --dist-timeout " +
+                    format_double(options_.timeout_seconds) + " s",
+                "check that every rank was started and is still running (see the launcher's "
+                "report of ranks that exited), and the same MASTER_ADDR/MASTER_PORT everywhere");
   }
 
   void attach(const std::vector<at::Tensor>& parameters) override {
@@ -197,6 +230,18 @@ class CollectiveReducer final : public GradientReducer {
       throw Error(ErrorKind::Distributed,
                   "rank " + std::to_string(env_.rank) +
                       ": broadcast of the initial weights failed: " + first_line(e.what()),
+                  "another rank exited or stopped responding; see its output");
+    }
+  }
+
+  void sum_over_ranks(at::Tensor& tensor) override {
+    try {
+      std::vector<at::Tensor> one{tensor};
+      group_for(tensor)->allreduce(one)->wait();
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Distributed,
+                  "rank " + std::to_string(env_.rank) +
+                      ": the ranks' set-up check failed: " + first_line(e.what()),
                   "another rank exited or stopped responding; see its output");
     }
   }

@@ -50,6 +50,8 @@ class GradientReducer {
   virtual WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) = 0;
   // Makes every rank hold rank 0's values (initial weights and buffers).
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
+  // Replaces `tensor` by its sum over the ranks (set-up checks; not counted in calls()).
+  virtual void sum_over_ranks(at::Tensor& /*tensor*/) {}
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }

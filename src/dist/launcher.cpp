@@ -192,7 +192,12 @@ int run_launcher(const LaunchOptions& options) {
   }
 
   using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   const Worker* first_failure = nullptr;
+  // A worker that exited 0 while the others still ran: if they fail after it, it is the likely
+  // cause (it left the job), and the report names it (issue 21).
+  const Worker* left_early = nullptr;
+  double left_at_seconds = 0;
   std::optional<Clock::time_point> kill_deadline;
   std::optional<Clock::time_point> drain_deadline;
   int forwarded_signals = 0;
@@ -263,6 +268,13 @@ int run_launcher(const LaunchOptions& options) {
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.running = false;
         w.status = status;
+        const bool others_running =
+            std::any_of(workers.begin(), workers.end(), [](const Worker& o) { return o.running; });
+        if (!failed(status) && others_running && !left_early && !first_failure &&
+            g_signals_received == 0) {
+          left_early = &w;
+          left_at_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        }
         // Workers stopping because the launcher forwarded a signal are not failures.
         if (failed(status) && !first_failure && g_signals_received == 0) {
           first_failure = &w;
@@ -282,10 +294,20 @@ int run_launcher(const LaunchOptions& options) {
 
   if (first_failure) {
     // Drain any last error line that arrived after the exit was seen.
-    std::fprintf(
-        stderr, "bigbatch: error[distributed]: rank %lld failed (%s)%s%s\n",
-        static_cast<long long>(first_failure->rank), describe_status(first_failure->status).c_str(),
-        first_failure->last_error_line.empty() ? "" : ": ", first_failure->last_error_line.c_str());
+    std::string left;
+    if (left_early) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    " (rank %lld had exited with code 0 at %.1f s, while the others still ran: "
+                    "it left the job early)",
+                    static_cast<long long>(left_early->rank), left_at_seconds);
+      left = text;
+    }
+    std::fprintf(stderr, "bigbatch: error[distributed]: rank %lld failed (%s)%s%s%s\n",
+                 static_cast<long long>(first_failure->rank),
+                 describe_status(first_failure->status).c_str(),
+                 first_failure->last_error_line.empty() ? "" : ": ",
+                 first_failure->last_error_line.c_str(), left.c_str());
     return exit_code_for(first_failure->status);
   }
   if (g_signals_received > 0)

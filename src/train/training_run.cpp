@@ -1,7 +1,9 @@
 #include "train/training_run.h"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
@@ -10,6 +12,7 @@
 #include "core/text.h"
 #include "data/sampler.h"
 #include "dist/collective_reducer.h"
+#include "dist/rank_agreement.h"
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
@@ -25,10 +28,16 @@ namespace bigbatch {
 
 namespace {
 
-std::string default_run_directory() {
+// "20261201-154354", local time: sortable, and safe in a path.
+std::string default_run_timestamp() {
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return stamp;
+}
+
+std::string default_run_directory() {
+  const std::string stamp = default_run_timestamp();
   std::string dir = std::string("runs/") + stamp;
   for (int suffix = 2; path_exists(dir); ++suffix)
     dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
@@ -233,6 +242,108 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
 }
 
 // Every rank reads the checkpoint (a shared file system across machines is assumed).
+// A resume from an older checkpoint starts a new history. The run's newer checkpoints belong
+// to the one it abandons: left in place, pruning would delete the new history's checkpoints
+// and keep theirs, and the next resume would continue the abandoned one (issue 21).
+void abandon_newer_history(TrainingRun& r, Console& console) {
+  const std::vector<std::string> newer = newer_checkpoints(r.config.resume);
+  if (newer.empty())
+    return;
+  const std::string newest = std::filesystem::path(newer.back()).filename().string();
+  const std::string chosen = std::filesystem::path(r.config.resume).filename().string();
+  if (!r.config.discard_newer) {
+    throw Error(ErrorKind::Format,
+                "checkpoint '" + r.config.resume + "' is older than " +
+                    std::to_string(newer.size()) + " other checkpoint(s) of its run (the newest " +
+                    newest + "): resuming from it would mix two histories",
+                "add --discard-newer to move them to " + r.run_dir +
+                    "/abandoned/ and continue from " + chosen +
+                    ", or resume the run directory to continue from " + newest);
+  }
+  if (!r.job.is_main())
+    return;
+  const std::string aside =
+      set_checkpoints_aside(r.run_dir, newer, "after-" + chosen + "-" + default_run_timestamp());
+  console.say("moved " + std::to_string(newer.size()) + " newer checkpoint(s), up to " + newest +
+              ", to " + aside + ": the run continues from " + chosen + " as a new history");
+}
+
+// What must be the same on every rank of a job: the configuration as resolved from flags and
+// files (less what is a rank's own business: its progress display and thread count), the data
+// (sizes, sample shape, a digest of the training samples) and the model's parameters.
+RankDescription describe_rank(const TrainConfig& requested, const DatasetSplits& data,
+                              torch::nn::Module& model) {
+  RankDescription out;
+  for (const auto& line : split(render_toml_config(requested), '\n')) {
+    const auto equals = line.find(" = ");
+    if (equals == std::string::npos)
+      continue;
+    const std::string key = line.substr(0, equals);
+    if (key != "progress" && key != "threads" && key != "out")
+      out.emplace_back(key, line.substr(equals + 3));
+  }
+  if (is_torchscript_model(requested.model))
+    out.emplace_back("model file", file_digest(torchscript_path(requested.model)));
+  const auto digest = [](const torch::Tensor& t) {
+    const torch::Tensor c = t.contiguous();
+    return data_digest(c.data_ptr(), c.nbytes());
+  };
+  out.emplace_back("training samples", std::to_string(data.train.size()) + " of shape " +
+                                           c10::str(data.train.inputs.sizes().slice(1)));
+  out.emplace_back("training inputs", digest(data.train.inputs));
+  out.emplace_back("training targets", digest(data.train.targets));
+  out.emplace_back("validation samples", std::to_string(data.validation.size()));
+  out.emplace_back("test samples", std::to_string(data.test.size()));
+  for (const auto& named : model.named_parameters())
+    out.emplace_back("parameter " + named.key(), c10::str(named.value().sizes()));
+  return out;
+}
+
+void check_ranks_agree(GradientReducer& reducer, const RankDescription& description) {
+  if (reducer.world_size() == 1)
+    return;
+  // Rank 0's text: its length first, so every rank can receive it.
+  std::string text = encode_description(description);
+  std::vector<torch::Tensor> length = {torch::tensor({static_cast<int64_t>(text.size())})};
+  reducer.broadcast_from_first_rank(length);
+  const int64_t size = length[0].item<int64_t>();
+  std::vector<torch::Tensor> bytes = {torch::zeros({size}, torch::kUInt8)};
+  if (reducer.rank() == 0)
+    std::memcpy(bytes[0].data_ptr(), text.data(), text.size());
+  reducer.broadcast_from_first_rank(bytes);
+  const std::string reference(static_cast<const char*>(bytes[0].data_ptr()),
+                              static_cast<size_t>(size));
+  const auto differences = description_differences(description, decode_description(reference));
+  // Every rank learns which ranks differ, so that all of them stop, not only those.
+  torch::Tensor differing = torch::zeros({reducer.world_size()}, torch::kInt64);
+  differing[reducer.rank()] = differences.empty() ? 0 : 1;
+  reducer.sum_over_ranks(differing);
+  std::vector<std::string> ranks;
+  for (int64_t rank = 0; rank < reducer.world_size(); ++rank) {
+    if (differing[rank].item<int64_t>() != 0)
+      ranks.push_back(std::to_string(rank));
+  }
+  if (ranks.empty())
+    return;
+  const std::string hint = "start every rank with the same flags, config file, data and model file";
+  if (!differences.empty()) {
+    // The first few differences: one setting explains the parameter shapes that follow it.
+    constexpr size_t kShown = 3;
+    std::vector<std::string> shown(differences.begin(),
+                                   differences.begin() + std::min(differences.size(), kShown));
+    if (differences.size() > kShown)
+      shown.push_back("and " + std::to_string(differences.size() - kShown) + " more");
+    throw Error(
+        ErrorKind::Distributed,
+        "rank " + std::to_string(reducer.rank()) + " differs from rank 0: " + join(shown, "; "),
+        hint);
+  }
+  throw Error(ErrorKind::Distributed,
+              "rank " + std::to_string(reducer.rank()) + ": rank(s) " + join(ranks, ", ") +
+                  " were started differently from rank 0 (their messages say how)",
+              hint);
+}
+
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
   const TrainConfig& config = r.config;
   ResolvedRun& run = r.resolved;
@@ -421,6 +532,9 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   r.model = make_model ? make_model() : build_model(config, r.data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *r.model);
+  // Before the first collective whose tensors depend on them: ranks started differently stop
+  // here, together, each naming what differs.
+  check_ranks_agree(*r.reducer, describe_rank(requested, r.data, *r.model));
   // Only now, with the data, the plan and the weights accepted, does a new run directory
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
@@ -468,6 +582,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                     (removed == 1 ? "y" : "ies") + " left by an interrupted run");
       }
     }
+    abandon_newer_history(r, console);
     resume_from_checkpoint(r, console);
   }
   if (r.job.is_main())

@@ -186,6 +186,46 @@ class CheckpointTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(run_dir, "weights.safetensors")))
         self.assertEqual(len([r for r in metrics(run_dir) if "test_accuracy" in r]), 1)  # evaluated once
 
+    def test_resume_from_an_older_checkpoint_starts_a_new_history(self):
+        # Issue 21: pruning deleted the new history's checkpoints and kept the abandoned one's,
+        # which the next resume continued. Now it is refused, or the newer ones are set aside.
+        small = ["--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "50", "--epochs", "2",
+                 "--schedule", "constant", "--threads", "1", "--progress", "off", "--checkpoint-every", "2u",
+                 "--keep-checkpoints", "4"]
+        run_dir = self.path("branches")
+        subprocess.run([BINARY, "train", *small, "--max-updates", "20", "--out", run_dir], check=True,
+                       capture_output=True)
+        self.assertEqual(checkpoints(run_dir), ["step_000014", "step_000016", "step_000018", "step_000020"])
+        older = os.path.join(run_dir, "checkpoints", "step_000014")
+        refused = subprocess.run([BINARY, "train", "--resume", older, "--max-updates", "17"], capture_output=True,
+                                 text=True)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn("is older than 3 other checkpoint(s) of its run (the newest step_000020)", refused.stderr)
+        self.assertIn("--discard-newer", refused.stderr)
+        self.assertEqual(len(checkpoints(run_dir)), 4)  # nothing moved or removed
+        branched = subprocess.run([BINARY, "train", "--resume", older, "--max-updates", "17", "--discard-newer"],
+                                  capture_output=True, text=True)
+        self.assertEqual(branched.returncode, 0, branched.stderr)
+        self.assertIn("moved 3 newer checkpoint(s), up to step_000020", branched.stderr)
+        # The new history's checkpoints, the final one included, and none of the old one's.
+        self.assertEqual(checkpoints(run_dir), ["step_000014", "step_000016", "step_000017"])
+        aside = os.path.join(run_dir, "abandoned", os.listdir(os.path.join(run_dir, "abandoned"))[0])
+        self.assertEqual(sorted(os.listdir(aside)), ["step_000016", "step_000018", "step_000020"])
+        steps = [r["step"] for r in metrics(run_dir) if "loss" in r]
+        self.assertEqual(steps, list(range(1, 18)))  # one history in the metrics
+        # The same weights as a run that went to 17 directly (a constant rate: the first 14
+        # updates do not depend on the run's length).
+        straight = self.path("straight-17")
+        subprocess.run([BINARY, "train", *small, "--max-updates", "17", "--out", straight], check=True,
+                       capture_output=True)
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(straight, "weights.safetensors"), "rb"))
+        # And the next resume continues the new history.
+        again = subprocess.run([BINARY, "train", "--resume", run_dir, "--max-updates", "18"], capture_output=True,
+                               text=True)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("at update 17", again.stderr)
+
     def copy_of_reference_at(self, name, step):
         run_dir = self.path(name)
         shutil.copytree(self.reference, run_dir)

@@ -108,6 +108,17 @@ class TrainTest(CliTestCase):
         self.assertIn("threads: 1 (one CPU available to this process", result.stderr)
         self.assertNotIn("measured per micro-step:)", result.stderr)
 
+    def test_thread_counts_beyond_the_cpus_are_capped_and_said(self):
+        # Issue 21: OMP_NUM_THREADS=100000 printed nothing for 420 s; 1000 made a 0.1 s job 53 s.
+        cpus = len(os.sched_getaffinity(0))
+        small = [a for a in SMALL if a not in ("--threads", "1")] + ["--max-updates", "1"]
+        auto = run("train", *small, "--threads", "0", "--out", self.path("omp"), check=True,
+                   env=dict(os.environ, OMP_NUM_THREADS="100000"))
+        self.assertIn(f"warning: 100000 threads (OMP_NUM_THREADS) capped at the {cpus} CPUs", auto.stderr)
+        given = run("train", *small, "--threads", "1000", "--out", self.path("flag"), check=True)
+        self.assertIn(f"warning: 1000 threads (--threads) capped at the {cpus} CPUs", given.stderr)
+        self.assertIn(f"threads: {cpus} (--threads)", given.stderr)
+
     def test_no_scaling_warning_when_nothing_was_scaled(self):
         # Issue 20: "past ~1024 diverges" was printed for lr 0.05 @ 4096 -> 0.05 @ 4096.
         result = run("plan", "--global-batch", "4096", "--micro-batch", "64", "--lr-scaling", "linear",

@@ -247,6 +247,50 @@ class LauncherTest(DistributedTestCase):
             self.assertFalse(os.path.exists(f"/proc/{pid}"), f"worker {pid} still exists")
 
 
+class RanksThatDisagreeTest(DistributedTestCase):
+    """Issue 21: ranks started differently crashed inside gloo (exit 134) or failed with an
+    internal error; a rank that left early was not named, and the others waited twice the timeout."""
+
+    def launch_shell(self, script, timeout=120):
+        return self.run_bigbatch("launch", "--nproc", "2", "--master-port", str(free_port()), "--", "/bin/sh", "-c",
+                                 script, timeout=timeout)
+
+    def small(self, out, extra):
+        return (f"{BINARY} train --model mlp --train-subset 1000 --epochs 1 --threads 1 --progress off "
+                f"--dist-timeout 20 --out {out} {extra}")
+
+    def assert_both_stop(self, result, out, fragment):
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("[rank 1] bigbatch: error[distributed]: rank 1 differs from rank 0: " + fragment, result.stderr)
+        self.assertIn("[rank 0] bigbatch: error[distributed]: rank 0: rank(s) 1 were started differently",
+                      result.stderr)
+        for marker in ["terminate called", "internal error", "EnforceNotMet"]:
+            self.assertNotIn(marker, result.stderr)
+        self.assertFalse(os.path.exists(out), "a refused job left its run directory")
+
+    def test_another_hidden_width_on_one_rank(self):
+        out = self.path("hidden")
+        result = self.launch_shell("exec " + self.small(out, "--global-batch 64 --hidden $((32 * (RANK + 1)))"))
+        self.assert_both_stop(result, out, "hidden = [ 64 ] here, [ 32 ] on rank 0")
+        self.assertIn("and 1 more", result.stderr)  # the parameter shapes that follow from it
+
+    def test_another_global_batch_on_one_rank(self):
+        out = self.path("global")
+        result = self.launch_shell("exec " + self.small(out, "--hidden 32 --global-batch $((64 * (RANK + 1)))"))
+        self.assert_both_stop(result, out, "global-batch = 128 here, 64 on rank 0")
+
+    def test_a_rank_that_exits_before_joining_is_named_within_the_timeout(self):
+        out = self.path("left")
+        start = time.monotonic()
+        result = self.launch_shell('[ "$RANK" = 1 ] && exit 0; exec ' +
+                                   self.small(out, "--hidden 32 --global-batch 64 --dist-timeout 4"))
+        self.assertLess(time.monotonic() - start, 25)  # was twice the timeout and more
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("rank(s) 1 of 2 did not join the job", result.stderr)
+        self.assertIn("rank 1 had exited with code 0", result.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
 class EnvironmentErrorTest(DistributedTestCase):
     def run_with(self, variables, *extra, timeout=60):
         env = dict(os.environ, **variables)
@@ -281,7 +325,8 @@ class EnvironmentErrorTest(DistributedTestCase):
         result = self.run_with({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                                 "MASTER_PORT": str(free_port())}, "--dist-timeout", "3")
         self.assertLess(time.monotonic() - start, 30)
-        self.assert_distributed_error(result, "rank 0 could not join the job")
+        self.assert_distributed_error(result, "rank(s) 1 of 2 did not join the job")
+        self.assertIn("within --dist-timeout 3 s", result.stderr)
 
 
 if __name__ == "__main__":
