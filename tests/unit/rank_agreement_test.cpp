@@ -16,8 +16,8 @@ TEST(RankAgreement, NamesEveryDifferenceAgainstRankZero) {
 }
 
 TEST(RankAgreement, TheTextFormRoundTrips) {
-  const RankDescription d = {{"model", "torchscript:a b.pt"}, {"parameter 1.weight", "[32, 784]"},
-                             {"empty", ""}};
+  const RankDescription d = {
+      {"model", "torchscript:a b.pt"}, {"parameter 1.weight", "[32, 784]"}, {"empty", ""}};
   EXPECT_EQ(decode_description(encode_description(d)), d);
 }
 
