@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libminizip-dev
   libgtest-dev
   dataset-fashion-mnist fortunes
   python3-torch python3-numpy

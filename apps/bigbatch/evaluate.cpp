@@ -58,7 +58,9 @@ class PredictCommand final : public Subcommand {
                     "[N, C, H, W] or [N, features]; uint8 images are prepared as in training")
         ->required();
     app()
-        .add_option("--output", options_.output, "the .npy file to write, [N, classes] float32")
+        .add_option("--output", options_.output,
+                    "the .npy file to write: [N, classes] float32, or a regression's values "
+                    "shaped like its y")
         ->required();
     app().add_flag("--logits", options_.logits, "write logits instead of probabilities");
   }

@@ -40,6 +40,13 @@ class TrainCommand final : public Subcommand {
           human_duration(result.train_seconds).c_str(),
           human_count(double(result.items_seen) / std::max(1e-9, result.train_seconds)).c_str(),
           human_duration(result.total_seconds).c_str());
+    } else if (result.updates > 0 && result.is_regression) {
+      std::printf(
+          "test RMSE %.4g (loss %.4g: squared error per sample) after %lld updates, %lld "
+          "samples; training %s at %s samples/s, %s in all\n",
+          result.test_rmse, result.test_loss, static_cast<long long>(result.updates),
+          static_cast<long long>(result.samples_seen), human_duration(result.train_seconds).c_str(),
+          human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
     } else if (result.updates > 0 && !result.has_accuracy) {
       std::printf(
           "test loss %.4f per item after %lld updates, %lld samples (%lld items); "

@@ -36,10 +36,12 @@ bool is_sequence_model(const std::string& model) {
 }
 
 const NameTable<TaskKind>& task_names() {
-  static const NameTable<TaskKind> table{
-      "--task",
-      "--task",
-      {{TaskKind::Auto, "auto"}, {TaskKind::Classify, "classify"}, {TaskKind::Lm, "lm"}}};
+  static const NameTable<TaskKind> table{"--task",
+                                         "--task",
+                                         {{TaskKind::Auto, "auto"},
+                                          {TaskKind::Classify, "classify"},
+                                          {TaskKind::Lm, "lm"},
+                                          {TaskKind::Regress, "regress"}}};
   return table;
 }
 

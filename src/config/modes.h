@@ -32,7 +32,7 @@ bool is_sequence_model(const std::string& model);
 // What a sample and an item are (docs/design.md, "Tasks"): classify (an image and its label:
 // items = samples, accuracy) or lm (a token sequence: items = its target tokens after the
 // shift, padding excluded; loss per token, bits per byte). auto: from the dataset.
-enum class TaskKind { Auto, Classify, Lm };
+enum class TaskKind { Auto, Classify, Lm, Regress };
 const NameTable<TaskKind>& task_names();
 inline const char* to_string(TaskKind kind) {
   return task_names().name(kind);

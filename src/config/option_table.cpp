@@ -156,13 +156,15 @@ std::vector<OptionSpec> build_table() {
                             "in updates at any accumulation)",
                             &TrainConfig::bn_momentum_correction, false));
   t.push_back(string_option("dataset",
-                            "fashion-mnist, idx:DIR for any directory of MNIST-format files; "
+                            "fashion-mnist, idx:DIR for any directory of MNIST-format files, "
+                            "npy:DIR (x_train.npy, y_train.npy, ...) or npy:FILE.npz; "
                             "text:PATH (a text file or directory) or jsonl:FILE (one JSON object "
                             "per line) for a language model",
                             "NAME", &TrainConfig::dataset, train_and_fit));
   t.push_back(enum_option("task",
-                          "what the mean is over: classify (samples) or lm (next-token "
-                          "prediction: target tokens); auto takes the dataset's",
+                          "what the mean is over: classify (samples: cross-entropy), regress "
+                          "(samples: summed squared error, npy:DIR float targets) or lm "
+                          "(next-token prediction: target tokens); auto takes the dataset's",
                           &TrainConfig::task, &task_names, train_and_fit));
   t.push_back(string_option("doc-separator",
                             "text:PATH: the line that separates documents (fortune's %), blank "

@@ -47,6 +47,14 @@ void TrainConfig::validate() const {
   check_config(task != TaskKind::Lm || is_text_dataset(),
                "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
                "use --dataset text:PATH, or --task classify");
+  check_config(task != TaskKind::Regress || is_npy_dataset() || is_custom(dataset),
+               "--task regress needs value targets, which only npy:DIR datasets hold (dataset '" +
+                   dataset + "')",
+               "save inputs and float targets as x_train.npy and y_train.npy, and use "
+               "--dataset npy:DIR");
+  check_config(task != TaskKind::Regress || target_accuracy == 0,
+               "--target-accuracy stops on accuracy, which a regression has none of",
+               "drop --target-accuracy, or bound the run with --epochs or --max-updates");
   check_config(task != TaskKind::Classify || !is_text_dataset(),
                "--task classify needs labelled images, but dataset '" + dataset + "' is text",
                "use --task lm (or leave --task out) with --model gpt");

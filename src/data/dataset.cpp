@@ -8,6 +8,7 @@
 #include "core/files.h"
 #include "data/idx_reader.h"
 #include "data/npy_format.h"
+#include "data/npz_format.h"
 #include "data/sampler.h"
 #include "data/text_corpus.h"
 
@@ -187,28 +188,44 @@ torch::Tensor npy_inputs(const NpyArray& array, const std::string& path) {
 namespace {
 
 // One split's inputs and labels, checked against each other.
-TensorDataset load_npy_split(const std::string& x_path, const std::string& y_path) {
-  const NpyArray x = read_npy_file(x_path);
-  const NpyArray y = read_npy_file(y_path);
-  if (y.shape.size() != 1 || is_floating(y.type)) {
+TensorDataset load_npy_split(const NpyArray& x, const std::string& x_path, const NpyArray& y,
+                             const std::string& y_path, NpyTargets targets) {
+  const bool values =
+      targets == NpyTargets::Values || (targets == NpyTargets::Auto && is_floating(y.type));
+  if (values ? (y.shape.empty() || y.shape.size() > 2) : y.shape.size() != 1) {
     throw Error(ErrorKind::Data,
                 "'" + y_path + "' holds " + to_string(y.type) + " of " +
-                    std::to_string(y.shape.size()) +
-                    " dimensions; labels are one integer class per sample, [N]",
-                is_floating(y.type) ? "regression targets are not read yet; for classes save "
-                                      "y.astype('int64')"
-                                    : "save the class indices, e.g. y.argmax(1) of one-hot rows");
+                    std::to_string(y.shape.size()) + " dimensions; " +
+                    (values ? "regression targets are one value [N] or one row [N, K] per sample"
+                            : "labels are one integer class per sample, [N]"),
+                values ? "save y with shape [N] or [N, K]"
+                       : "save the class indices, e.g. y.argmax(1) of one-hot rows");
+  }
+  if (!values && is_floating(y.type)) {
+    throw Error(ErrorKind::Data,
+                "'" + y_path + "' holds " + to_string(y.type) +
+                    " values, and --task classify needs integer class labels",
+                "save y.astype('int64') for classes, or use --task regress for values");
   }
   if (x.count() != y.count()) {
     throw Error(ErrorKind::Data,
                 "'" + x_path + "' holds " + std::to_string(x.count()) + " samples but '" + y_path +
-                    "' holds " + std::to_string(y.count()) + " labels",
-                "save inputs and labels of the same samples, in the same order");
+                    "' holds " + std::to_string(y.count()) + " " + (values ? "targets" : "labels"),
+                "save inputs and targets of the same samples, in the same order");
   }
   if (x.count() == 0 || x.elements() == 0)
     throw Error(ErrorKind::Data, "'" + x_path + "' holds no samples", "use a non-empty array");
   TensorDataset out;
   out.inputs = npy_inputs(x, x_path);
+  if (values) {
+    // The model computes in float32; so do its targets.
+    out.targets = npy_tensor(y).to(torch::kFloat32);
+    if (!torch::isfinite(out.targets).all().item<bool>()) {
+      throw Error(ErrorKind::Data, "'" + y_path + "' holds NaN or infinite targets",
+                  "remove or impute those samples");
+    }
+    return out;
+  }
   out.targets = npy_tensor(y).to(torch::kInt64);
   const int64_t smallest = out.targets.min().item<int64_t>();
   if (smallest < 0) {
@@ -239,26 +256,43 @@ void check_split_shapes(const DatasetSplits& splits, const std::string& director
 
 }  // namespace
 
-DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset,
-                               int64_t val_size) {
-  auto path = [&](const std::string& stem) { return directory + "/" + stem + ".npy"; };
-  auto optional_split = [&](const std::string& split) {
-    const bool x = path_exists(path("x_" + split)), y = path_exists(path("y_" + split));
+DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
+                               NpyTargets targets) {
+  // A directory of NAME.npy files, or one .npz archive of the same names.
+  const bool archive =
+      directory.size() > 4 && directory.compare(directory.size() - 4, 4, ".npz") == 0;
+  const NpzArchive members = archive ? read_npz_file(directory) : NpzArchive{};
+  const auto where = [&](const std::string& stem) {
+    return archive ? directory + ":" + stem + ".npy" : directory + "/" + stem + ".npy";
+  };
+  const auto has = [&](const std::string& stem) {
+    return archive ? members.find(stem) != nullptr : path_exists(where(stem));
+  };
+  const auto array = [&](const std::string& stem) {
+    return archive ? *members.find(stem) : read_npy_file(where(stem));
+  };
+  const auto split_of = [&](const std::string& split) {
+    return load_npy_split(array("x_" + split), where("x_" + split), array("y_" + split),
+                          where("y_" + split), targets);
+  };
+  const auto optional_split = [&](const std::string& split) {
+    const bool x = has("x_" + split), y = has("y_" + split);
     if (x != y) {
       throw Error(ErrorKind::Data,
                   "'" + directory + "' has " + (x ? "x_" : "y_") + split + ".npy but not " +
                       (x ? "y_" : "x_") + split + ".npy",
                   "save both, or neither");
     }
-    return x ? load_npy_split(path("x_" + split), path("y_" + split)) : TensorDataset{};
+    return x ? split_of(split) : TensorDataset{};
   };
-  if (!path_exists(path("x_train")) || !path_exists(path("y_train"))) {
+  if (!has("x_train") || !has("y_train")) {
     throw Error(ErrorKind::Data, "'" + directory + "' has no x_train.npy and y_train.npy",
-                "save them with numpy.save(DIR + '/x_train.npy', x) and numpy.save(DIR + "
-                "'/y_train.npy', y)");
+                archive ? "save them with numpy.savez(PATH, x_train=x, y_train=y)"
+                        : "save them with numpy.save(DIR + '/x_train.npy', x) and numpy.save(DIR "
+                          "+ '/y_train.npy', y)");
   }
   DatasetSplits splits;
-  splits.train = load_npy_split(path("x_train"), path("y_train"));
+  splits.train = split_of("train");
   splits.test = optional_split("test");
   TensorDataset validation = optional_split("val");
   if (validation.size() > 0 && val_size > 0) {
@@ -272,6 +306,20 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
     splits.validation = validation;
   check_split_shapes(splits, directory,
                      "save x_train, x_val and x_test with the same shape per sample");
+  if (splits.train.is_regression()) {
+    for (const TensorDataset* split : {&splits.validation, &splits.test}) {
+      if (split->size() > 0 &&
+          split->targets.sizes().slice(1) != splits.train.targets.sizes().slice(1))
+        throw Error(ErrorKind::Data,
+                    "the splits in '" + directory + "' have targets of different widths",
+                    "save y_train, y_val and y_test with the same shape per sample");
+    }
+    splits.description = std::to_string(splits.train.size()) + " samples of shape " +
+                         shape_text(splits.train.inputs) + " with " +
+                         std::to_string(splits.train.outputs()) + " regression target(s) from " +
+                         directory;
+    return splits;
+  }
   int64_t classes = 0;
   for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
     if (split->size() == 0)

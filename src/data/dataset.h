@@ -29,7 +29,8 @@ inline constexpr int64_t kIdxClasses = 10;
 struct TensorDataset {
   torch::Tensor inputs;   // [N, 1, H, W] float32 images, normalised; or [N, T] int64 tokens
   torch::Tensor targets;  // [N] int64 class labels; or [N, T] int64 next tokens (the shift),
-                          // kIgnoreTarget past a row's length
+                          // kIgnoreTarget past a row's length; or float32 regression targets
+                          // [N] or [N, K]
   // Token rows only (empty for images, whose items are their samples): target tokens per row
   // (the row's items) and the text bytes among them (for bits per byte).
   std::vector<int64_t> lengths{};
@@ -40,6 +41,12 @@ struct TensorDataset {
 
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
   bool is_tokens() const { return !lengths.empty(); }
+  // Regression: float targets, [N] (one value per sample) or [N, K].
+  bool is_regression() const { return targets.defined() && targets.is_floating_point(); }
+  // The width of a model's output for this data: its classes, or its regression targets.
+  int64_t outputs() const {
+    return is_regression() ? (targets.dim() == 1 ? 1 : targets.size(1)) : classes;
+  }
   // Items of rows [begin, end): what the mean is taken over.
   int64_t items(int64_t begin, int64_t end) const;
   TensorDataset slice(int64_t begin, int64_t end) const;
@@ -62,14 +69,18 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
 // and x_test/y_test, x_val/y_val where present. Inputs: float32 or float64 arrays as they are
 // (float64 becomes float32), uint8 as pixels scaled to [0, 1]; [N, H, W] becomes images
 // [N, 1, H, W], [N, F] stays rows of features. Labels: integers 0 to classes - 1, the class
-// count being the largest label of any split + 1. train_subset and val_size as for IDX; a
+// count being the largest label of any split + 1; or, for regression, values [N] or [N, K]
+// (float32). train_subset and val_size as for IDX; a
 // validation file and --val-size together are an error.
 struct NpyArray;
 // An .npy array of inputs as load_npy_dataset prepares them (`path` names it in errors).
 torch::Tensor npy_inputs(const NpyArray& array, const std::string& path);
 
-DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset,
-                               int64_t val_size);
+// What y_*.npy holds: class labels, values to regress on, or whichever its dtype says
+// (floating point: values).
+enum class NpyTargets { Auto, Classes, Values };
+DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
+                               NpyTargets targets = NpyTargets::Auto);
 
 // A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it).
 struct Batch {

@@ -56,6 +56,8 @@ std::string summary(const RunRecords& r) {
       std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
       row("test accuracy (last epoch)", accuracy);
     }
+    if (last.contains("test_rmse"))  // a regression
+      row("test RMSE (last epoch)", format_significant(last.value("test_rmse", 0.0)));
     row("epochs finished", std::to_string(r.epochs.size()));
     row("training time", human_duration(last.value("train_seconds", 0.0)));
   } else {

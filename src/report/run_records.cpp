@@ -43,7 +43,7 @@ RunRecords read_run_records(const std::string& metrics_path) {
       records.events.push_back(std::move(record));
     } else if (record.contains("loss")) {
       records.updates.push_back(std::move(record));
-    } else if (record.contains("test_accuracy")) {
+    } else if (record.contains("epoch") && record.contains("train_loss")) {
       records.epochs.push_back(std::move(record));
     }
   }

@@ -12,7 +12,7 @@ namespace bigbatch {
 
 struct RunRecords {
   std::vector<nlohmann::json> updates;  // one per optimizer update (has "loss")
-  std::vector<nlohmann::json> epochs;   // one per finished epoch (has "test_accuracy")
+  std::vector<nlohmann::json> epochs;   // one per evaluated epoch (has "epoch", "train_loss")
   std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, target_reached
 };
 

@@ -31,8 +31,9 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                                     MicroStep kind) {
   // Classification: one item per sample; token targets: those that are not padding.
-  const int64_t items =
-      targets.dim() == 1 ? targets.size(0) : targets.ne(kIgnoreTarget).sum().item<int64_t>();
+  const int64_t items = targets.dim() == 1 || targets.is_floating_point()
+                            ? targets.size(0)
+                            : targets.ne(kIgnoreTarget).sum().item<int64_t>();
   micro_step(Batch{inputs, targets, items}, kind);
 }
 
@@ -56,10 +57,15 @@ void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
       logits = model_->forward(batch.inputs);
     }
     if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
-      logits = logits.to(torch::kFloat32);  // the loss and its sum in fp32
-    const PredictionRows rows = prediction_rows(logits, batch.targets);
-    loss = summed_cross_entropy(rows);
-    tally_.add(rows.logits, loss, rows.targets);
+      logits = logits.to(torch::kFloat32);    // the loss and its sum in fp32
+    if (batch.targets.is_floating_point()) {  // regression: nothing to score but the loss
+      loss = summed_squared_error(logits, batch.targets);
+      tally_.add_loss(loss);
+    } else {
+      const PredictionRows rows = prediction_rows(logits, batch.targets);
+      loss = summed_cross_entropy(rows);
+      tally_.add(rows.logits, loss, rows.targets);
+    }
   }
   samples_ += batch.size();
   items_ += items;

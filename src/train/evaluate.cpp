@@ -44,14 +44,23 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
         AutocastScope autocast(precision);
         logits = model->forward(batch.inputs).to(torch::kFloat32);
       }
-      const PredictionRows rows = prediction_rows(logits, batch.targets);
-      tally.add(rows.logits, summed_cross_entropy(rows), rows.targets);
+      if (data.is_regression()) {
+        tally.add_loss(summed_squared_error(logits, batch.targets));
+      } else {
+        const PredictionRows rows = prediction_rows(logits, batch.targets);
+        tally.add(rows.logits, summed_cross_entropy(rows), rows.targets);
+      }
     }
     result.items = loss_model ? own_items : data.items(0, data.size());
     result.loss_sum = tally.loss_sum();
     result.loss = result.items > 0 ? result.loss_sum / double(result.items) : 0.0;
-    result.has_accuracy = loss_model == nullptr;
+    result.has_accuracy = loss_model == nullptr && !data.is_regression();
     result.accuracy = result.has_accuracy ? double(tally.correct()) / double(result.items) : 0.0;
+    result.is_regression = loss_model == nullptr && data.is_regression();
+    if (result.is_regression && result.items > 0) {
+      // Over every output of every sample: the error in the targets' own units.
+      result.rmse = std::sqrt(result.loss_sum / double(result.items * data.outputs()));
+    }
     if (data.is_tokens()) {
       // Bits per byte of text: the summed loss in bits over the text bytes predicted (the
       // end-of-text targets carry loss but are not text).

@@ -1,5 +1,6 @@
 #pragma once
-// Loss and accuracy of a model on a dataset (per token, and bits per byte, for token rows), in
+// Loss and accuracy (RMSE for a regression) of a model on a dataset (per token, and bits per
+// byte, for token rows), in
 // inference mode (no autograd graph, BatchNorm on its running statistics), restoring the model's
 // training mode afterwards.
 #include <torch/torch.h>
@@ -18,7 +19,10 @@ struct EvalResult {
   int64_t items = 0;
   double loss_sum = 0;
   double bits_per_byte = 0;  // token data: the loss in bits per byte of text (0: not text)
-  bool has_accuracy = true;  // false for a module that computes its own loss (no logits)
+  bool has_accuracy = true;  // false for a module that computes its own loss (no logits), and
+                             // for a regression
+  bool is_regression = false;
+  double rmse = 0;  // regression: the root mean squared error over every output of every sample
 };
 
 // Evaluation needs no saved activations, so it may run in larger batches than training; but not

@@ -129,6 +129,8 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
                          {"loss", result.loss}};
   if (result.has_accuracy)
     json["accuracy"] = result.accuracy;
+  if (result.is_regression)
+    json["rmse"] = result.rmse;
   std::string text = "evaluate: " + config.model + " (" + weights + ") on " + config.dataset +
                      ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
   if (tokens) {
@@ -141,7 +143,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   } else {
     text += "\nloss " + fixed(result.loss, 4) + " per item" +
             (result.has_accuracy ? ", accuracy " + fixed(100 * result.accuracy, 2) + "%" : "") +
-            "\n";
+            (result.is_regression ? ", RMSE " + format_significant(result.rmse) : "") + "\n";
   }
   return {text, json.dump(2) + "\n"};
 }
@@ -177,6 +179,7 @@ std::string run_predict(const PredictOptions& options) {
                     c10::str(data.train.inputs.sizes().slice(1)),
                 "give inputs of the training samples' shape");
   }
+  const bool regression = data.train.is_regression();
   torch::manual_seed(config.seed);
   auto model = build_model(config, data.train);
   load_weights(weights, *model);
@@ -187,15 +190,23 @@ std::string run_predict(const PredictOptions& options) {
     for (int64_t begin = 0; begin < inputs.inputs.size(0); begin += kEvalBatchSize) {
       const int64_t end = std::min(inputs.inputs.size(0), begin + kEvalBatchSize);
       torch::Tensor logits = model->forward(inputs.inputs.slice(0, begin, end)).to(torch::kFloat32);
-      outputs.push_back(options.logits ? logits : torch::softmax(logits, 1));
+      // A regression's outputs are its predictions; a classifier's, logits to normalise.
+      outputs.push_back(options.logits || regression ? logits : torch::softmax(logits, 1));
     }
   }
-  const torch::Tensor all = torch::cat(outputs).contiguous();
+  torch::Tensor all = torch::cat(outputs).contiguous();
+  if (regression && data.train.targets.dim() == 1)
+    all = all.reshape({-1});  // y was [N]: so are its predictions
   NpyArray out;
   out.type = NpyType::F32;
   out.shape = all.sizes().vec();
   out.data.assign(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
   atomic_write_file(options.output, encode_npy(out));
+  if (regression) {
+    return "predict: predicted values of " + std::to_string(out.shape[0]) + " samples" +
+           (out.shape.size() > 1 ? " x " + std::to_string(out.shape[1]) + " targets" : "") +
+           " written to " + options.output + "\n";
+  }
   return "predict: " + std::string(options.logits ? "logits" : "class probabilities") + " of " +
          std::to_string(out.shape[0]) + " samples x " + std::to_string(out.shape[1]) +
          " classes written to " + options.output + "\n";

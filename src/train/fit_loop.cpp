@@ -30,6 +30,8 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool 
   nlohmann::json record = {{prefix + "_loss", r.loss}};
   if (r.has_accuracy)  // a module with its own loss has no predictions to score
     record[prefix + "_accuracy"] = r.accuracy;
+  if (r.is_regression)
+    record[prefix + "_rmse"] = r.rmse;
   if (tokens) {
     record[prefix + "_perplexity"] = std::exp(r.loss);
     record[prefix + "_bpb"] = r.bits_per_byte;
@@ -449,8 +451,11 @@ void FitLoop::record_epoch(bool ends_inside) {
       {"micro_batch", run_.resolved.plan.micro_batch_size},
       {"oom_backoffs", at.oom_backoffs},
       {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
-  if (computes_own_loss(*run_.model))
-    record.erase("train_accuracy");  // its own loss: no predictions were scored
+  if (computes_own_loss(*run_.model) || run_.data.train.is_regression())
+    record.erase("train_accuracy");  // its own loss, or values: no predictions were scored
+  if (run_.data.train.is_regression() && !computes_own_loss(*run_.model) && counts.items > 0)
+    record["train_rmse"] =
+        std::sqrt(counts.loss_sum / double(counts.items * run_.data.train.outputs()));
   if (ends_inside)
     record["partial_epoch"] = epoch_progress(run_);
   if (run_.data.train.is_tokens())

@@ -72,6 +72,14 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
       std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["test_accuracy"].get<double>());
       text += line;
     }
+    if (record.contains("test_rmse")) {
+      std::snprintf(line, sizeof line, " rmse %.4g", record["test_rmse"].get<double>());
+      text += line;
+    }
+  }
+  if (record.contains("val_rmse")) {
+    std::snprintf(line, sizeof line, " | val rmse %.4g", record["val_rmse"].get<double>());
+    text += line;
   }
   if (record.contains("val_bpb")) {
     std::snprintf(line, sizeof line, " | val loss %.4f bpb %.4f", record["val_loss"].get<double>(),

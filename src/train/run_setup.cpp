@@ -29,8 +29,8 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   spec.channels = dims == 4 ? data.inputs.size(1) : 1;
   spec.height = dims == 4 ? data.inputs.size(2) : 1;
   spec.width = data.inputs.size(dims - 1);
-  if (data.classes > 0)
-    spec.classes = data.classes;
+  if (data.outputs() > 0)
+    spec.classes = data.outputs();  // the output layer's width: classes or regression targets
   return spec;
 }
 
@@ -66,6 +66,17 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
                       std::to_string(kByteVocabulary) + " (256 bytes and end-of-text)",
                   "end the module with nn.Linear(d_model, 257) over every position "
                   "(docs/your-model.md)");
+    }
+  } else if (data.is_regression()) {
+    const int64_t outputs = data.outputs();
+    const bool ok =
+        logits.numel() == probe.inputs.size(0) * outputs && logits.size(0) == probe.inputs.size(0);
+    if (!ok) {
+      throw Error(ErrorKind::Model,
+                  "model '" + model.path() + "' " + seen + "; regressing on these targets needs " +
+                      "outputs [batch, " + std::to_string(outputs) + "]",
+                  "end the module with nn.Linear(features, " + std::to_string(outputs) +
+                      ") (docs/your-model.md)");
     }
   } else {
     const int64_t classes = data.targets.max().item<int64_t>() + 1;
@@ -105,6 +116,10 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }
+  check_config(!data.is_regression() || config.target_accuracy == 0,
+               "--target-accuracy stops on accuracy, and these float targets make a regression, "
+               "which has none",
+               "drop --target-accuracy, or save integer class labels for a classifier");
   const BuiltinModel builtin = builtin_model_names().parse(config.model);
   if (!data.is_tokens() && data.inputs.dim() != 4 && builtin != BuiltinModel::Mlp) {
     throw Error(ErrorKind::Config,
@@ -148,8 +163,13 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
     return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
                              config.seq_len, config.train_subset, config.val_size, config.seed);
   }
-  if (config.is_npy_dataset())
-    return load_npy_dataset(config.dataset_directory(), config.train_subset, config.val_size);
+  if (config.is_npy_dataset()) {
+    const NpyTargets targets = config.task == TaskKind::Regress    ? NpyTargets::Values
+                               : config.task == TaskKind::Classify ? NpyTargets::Classes
+                                                                   : NpyTargets::Auto;
+    return load_npy_dataset(config.dataset_directory(), config.train_subset, config.val_size,
+                            targets);
+  }
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
 }
 

@@ -40,7 +40,7 @@ ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Ba
     if (loss_model)
       loss_model->forward_loss(batch.inputs, batch.targets).loss_sum.backward();
     else
-      summed_cross_entropy(prediction_rows(probe->forward(batch.inputs), batch.targets)).backward();
+      summed_task_loss(probe->forward(batch.inputs), batch.targets).backward();
   };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;

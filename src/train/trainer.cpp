@@ -82,7 +82,9 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.val_bits_per_byte = loop.last_validation().bits_per_byte;
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
-  result.has_accuracy = !computes_own_loss(*run.model);
+  result.has_accuracy = !computes_own_loss(*run.model) && !run.data.train.is_regression();
+  result.is_regression = !computes_own_loss(*run.model) && run.data.train.is_regression();
+  result.test_rmse = loop.last_test().rmse;
   result.train_seconds = at.train_seconds;
   result.samples_per_s = at.train_seconds > 0 ? double(at.samples_seen) / at.train_seconds : 0;
   result.total_seconds = seconds_since(run_start);

@@ -95,6 +95,58 @@ TEST_P(GradientEquivalence, UnevenMicroBatchesAreWeightedByTheirSize) {
   EXPECT_LT(diff, 1e-5);
 }
 
+// --task regress: the summed squared error over the window's samples, divided once by their
+// count, is the big batch's mean (PyTorch's MSELoss(reduction='sum') / N), for one target per
+// sample ([N]) and for several ([N, K]); float64, so to the rounding of the mathematics.
+TEST(RegressionEquivalence, AccumulatedSquaredErrorIsTheBigBatchsMean) {
+  for (const int64_t outputs : {int64_t{1}, int64_t{3}}) {
+    torch::manual_seed(5);
+    const int64_t n = 232;
+    const torch::Tensor x = torch::randn({n, 1, 28, 28}, torch::kFloat64);
+    torch::Tensor y = torch::randn({n, outputs}, torch::kFloat64).to(torch::kFloat32);
+    if (outputs == 1)
+      y = y.reshape({n});
+    const auto gradients = [&](const std::vector<int64_t>& micro_sizes) {
+      torch::manual_seed(1234);
+      ModelSpec spec;
+      spec.name = "mlp";
+      spec.hidden = {32};
+      spec.classes = outputs;
+      auto model = make_model(spec);
+      model->to(torch::kFloat64);
+      auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+      LocalReducer reducer;
+      AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+      int64_t begin = 0;
+      for (int64_t size : micro_sizes) {
+        engine.micro_step(x.slice(0, begin, begin + size), y.slice(0, begin, begin + size));
+        begin += size;
+      }
+      const UpdateStats stats = engine.finish_gradients();
+      EXPECT_EQ(stats.counts.items, n);  // items are samples, whatever the outputs
+      return std::make_pair(gradients_of(model), stats.counts.loss_sum);
+    };
+    const auto [accumulated, loss_sum] = gradients({100, 100, 32});
+    // The formula, by hand: mean over samples of the per-sample summed squared error.
+    torch::manual_seed(1234);
+    ModelSpec spec;
+    spec.name = "mlp";
+    spec.hidden = {32};
+    spec.classes = outputs;
+    auto model = make_model(spec);
+    model->to(torch::kFloat64);
+    const torch::Tensor error = model->forward(x).reshape(y.sizes()) - y.to(torch::kFloat64);
+    (error.square().sum() / double(n)).backward();
+    const double diff = max_relative_difference(accumulated, gradients_of(model));
+    std::printf(
+        "[ regress, %lld output(s) ] 100+100+32 vs the float64 mean over 232: max "
+        "relative gradient difference %.3g\n",
+        static_cast<long long>(outputs), diff);
+    EXPECT_LT(diff, 1e-12);
+    EXPECT_NEAR(loss_sum, error.square().sum().item<double>(), 1e-9 * loss_sum);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BatchIndependentModels, GradientEquivalence,
                          ::testing::Values("mlp", "cnn", "cnn-gn"));
 
