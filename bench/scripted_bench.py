@@ -8,7 +8,7 @@ threads. Each cell runs the peers alternately --repeats times; the table shows m
 and each peer's ratio to bigbatch's scripted run (the median of the repeats' own ratios).
 
 Usage: bench/scripted_bench.py BUILD_DIR [--repeats 3] [--threads 1 2] [--models mlp cnn]
-                               [--micros 16 64] [--accums 1 8]
+                               [--micros 16 64] [--accums 1 8] [--samples N]
 """
 import argparse
 import json
@@ -44,6 +44,9 @@ def main():
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--micros", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--accums", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--samples", type=int, default=0,
+                        help="samples per run (default: the peers' TARGET_SAMPLES; fewer suffice "
+                             "for the memory columns)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     workdir = tempfile.mkdtemp(prefix="bigbatch_scripted_bench_")
@@ -53,13 +56,14 @@ def main():
         torch.jit.script(make(model)).save(scripts[model])
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; libtorch/PyTorch {torch.__version__}")
     print("\n| model | micro | accum | threads | built-in samples/s | scripted (optimise off) | "
-          "scripted (optimise on) | Python, same script | scripted / built-in | scripted / Python |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "scripted (optimise on) | Python, same script | scripted / built-in | scripted / Python | "
+          "RSS growth built-in / optimise off / on (MiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for threads in args.threads:
         for model in args.models:
             for micro in args.micros:
                 for accum in args.accums:
-                    updates = max(10, TARGET_SAMPLES[model] // (micro * accum))
+                    updates = max(10, (args.samples or TARGET_SAMPLES[model]) // (micro * accum))
                     runs = {"builtin": [], "scripted": [], "optimised": [], "python": []}
                     for repeat in range(args.repeats):
                         tag = f"{model}-{micro}-{accum}-{threads}-{repeat}"
@@ -79,9 +83,14 @@ def main():
                     med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
                     ratio = lambda a, b: statistics.median(  # noqa: E731
                         x["samples_per_s"] / y["samples_per_s"] for x, y in zip(runs[a], runs[b]))
+                    # What training added to the resident set (the peak over the set-up's): the
+                    # executor's optimisation keeps its specialised graphs.
+                    rss = {k: statistics.median(r["rss_growth"] for r in runs[k]) / 2**20
+                           for k in ("builtin", "scripted", "optimised")}
                     print(f"| {model} | {micro} | {accum} | {threads} | {med['builtin']:.0f} | {med['scripted']:.0f} | "
                           f"{med['optimised']:.0f} | {med['python']:.0f} | {ratio('scripted', 'builtin'):.2f}x | "
-                          f"{ratio('scripted', 'python'):.2f}x |", flush=True)
+                          f"{ratio('scripted', 'python'):.2f}x | {rss['builtin']:.0f} / {rss['scripted']:.0f} / "
+                          f"{rss['optimised']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
