@@ -106,14 +106,18 @@ TEST(RegressionEquivalence, AccumulatedSquaredErrorIsTheBigBatchsMean) {
     torch::Tensor y = torch::randn({n, outputs}, torch::kFloat64).to(torch::kFloat32);
     if (outputs == 1)
       y = y.reshape({n});
-    const auto gradients = [&](const std::vector<int64_t>& micro_sizes) {
+    const auto regressor = [&] {
       torch::manual_seed(1234);
       ModelSpec spec;
       spec.name = "mlp";
       spec.hidden = {32};
-      spec.classes = outputs;
+      spec.classes = outputs;  // the output layer's width
       auto model = make_model(spec);
       model->to(torch::kFloat64);
+      return model;
+    };
+    const auto gradients = [&](const std::vector<int64_t>& micro_sizes) {
+      auto model = regressor();
       auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
       LocalReducer reducer;
       AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
@@ -128,13 +132,7 @@ TEST(RegressionEquivalence, AccumulatedSquaredErrorIsTheBigBatchsMean) {
     };
     const auto [accumulated, loss_sum] = gradients({100, 100, 32});
     // The formula, by hand: mean over samples of the per-sample summed squared error.
-    torch::manual_seed(1234);
-    ModelSpec spec;
-    spec.name = "mlp";
-    spec.hidden = {32};
-    spec.classes = outputs;
-    auto model = make_model(spec);
-    model->to(torch::kFloat64);
+    auto model = regressor();
     const torch::Tensor error = model->forward(x).reshape(y.sizes()) - y.to(torch::kFloat64);
     (error.square().sum() / double(n)).backward();
     const double diff = max_relative_difference(accumulated, gradients_of(model));
