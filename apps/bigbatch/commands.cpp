@@ -30,6 +30,8 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
   }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--")
+      break;  // the worker command of `launch` follows: not bigbatch's flags
     if (arg.rfind("--", 0) != 0)
       continue;
     arg = arg.substr(0, arg.find('='));
@@ -124,6 +126,35 @@ int run(int argc, char** argv) {
     return nullptr;
   };
 
+  // `bigbatch help [SUBCOMMAND]` is --help; a misspelt subcommand gets the likely one.
+  if (parsed_argc >= 2 && std::string(argv[1]) == "help") {
+    std::vector<std::string> words = {argv[0]};
+    if (parsed_argc >= 3)
+      words.push_back(argv[2]);
+    words.push_back("--help");
+    std::vector<char*> help_argv;
+    for (auto& w : words)
+      help_argv.push_back(w.data());
+    try {
+      app.parse(static_cast<int>(help_argv.size()), help_argv.data());
+    } catch (const CLI::Error& e) {
+      return app.exit(e);
+    }
+    return kExitOk;
+  }
+  if (parsed_argc >= 2 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const auto* sub : app.get_subcommands({}))
+      names.push_back(sub->get_name());
+    const std::string word = argv[1];
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const auto guess = closest_match(word, names);
+      std::fprintf(stderr,
+                   "bigbatch: error[usage]: '%s' is not a subcommand; %ssee 'bigbatch --help'\n",
+                   word.c_str(), guess ? ("did you mean '" + *guess + "'? ").c_str() : "");
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(parsed_argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -134,8 +165,10 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const Subcommand* command = parsed();
+    // A flag that is not known gets the likely one; a known flag with a bad value does not.
+    const bool unknown = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
     std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
-                 unknown_flag_hint(argc, argv, app).c_str(),
+                 unknown ? unknown_flag_hint(argc, argv, app).c_str() : "",
                  command ? (command->name() + " ").c_str() : "");
     return kExitBadInput;
   }

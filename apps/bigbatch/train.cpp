@@ -49,19 +49,20 @@ class TrainCommand final : public Subcommand {
           human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
     } else if (result.updates > 0 && !result.has_accuracy) {
       std::printf(
-          "test loss %.4f per item after %lld updates, %lld samples (%lld items); "
+          "test loss %s per item after %lld updates, %lld samples (%lld items); "
           "training %s at %s samples/s, %s in all\n",
-          result.test_loss, static_cast<long long>(result.updates),
+          format_loss(result.test_loss).c_str(), static_cast<long long>(result.updates),
           static_cast<long long>(result.samples_seen), static_cast<long long>(result.items_seen),
           human_duration(result.train_seconds).c_str(), human_count(result.samples_per_s).c_str(),
           human_duration(result.total_seconds).c_str());
     } else if (result.updates > 0) {
       std::printf(
-          "test accuracy %.2f%% (loss %.4f) after %lld updates, %lld samples; training %s at "
+          "test accuracy %.2f%% (loss %s) after %lld updates, %lld samples; training %s at "
           "%s samples/s, %s in all\n",
-          100 * result.test_accuracy, result.test_loss, static_cast<long long>(result.updates),
-          static_cast<long long>(result.samples_seen), human_duration(result.train_seconds).c_str(),
-          human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
+          100 * result.test_accuracy, format_loss(result.test_loss).c_str(),
+          static_cast<long long>(result.updates), static_cast<long long>(result.samples_seen),
+          human_duration(result.train_seconds).c_str(), human_count(result.samples_per_s).c_str(),
+          human_duration(result.total_seconds).c_str());
     }
     return kExitOk;
   }

@@ -296,7 +296,9 @@ std::vector<OptionSpec> build_table() {
                             "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k)",
                             &TrainConfig::adam_sqrt_adjust, true, both));
   t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum, train_and_fit));
-  t.push_back(switch_option("nesterov", "Nesterov momentum (SGD)", &TrainConfig::nesterov, true));
+  t.push_back(switch_option("nesterov",
+                            "Nesterov momentum (SGD; bigbatch's default, not PyTorch's)",
+                            &TrainConfig::nesterov, true));
   t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)",
                             &TrainConfig::nesterov, false));
   t.push_back(double_option("weight-decay",
@@ -390,7 +392,9 @@ std::vector<OptionSpec> build_table() {
   }
   t.push_back(switch_option("no-shuffle", "keep the dataset's file order in every epoch",
                             &TrainConfig::shuffle, false));
-  t.push_back(int_option("threads", "intra-op threads (0: auto, the CPUs this process may use)",
+  t.push_back(int_option("threads",
+                         "intra-op threads (0: auto, 1 or all the CPUs this process may use, "
+                         "whichever a timed micro-step finds faster; never more than those CPUs)",
                          &TrainConfig::threads, train_and_fit));
   t.push_back(
       string_option("out", "run directory (default runs/<timestamp>)", "DIR", &TrainConfig::out));

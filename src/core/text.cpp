@@ -210,4 +210,10 @@ std::optional<std::string> closest_match(const std::string& word,
   return std::nullopt;
 }
 
+std::string format_loss(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, std::fabs(value) < 1e4 ? "%.4f" : "%.4g", value);
+  return buffer;
+}
+
 }  // namespace bigbatch

@@ -27,6 +27,9 @@ std::optional<int64_t> parse_byte_size(const std::string& text);
 // For display: 6 (or `digits`) significant digits, 0.6000000000000001 -> "0.6"
 // (format_double round-trips).
 std::string format_significant(double value, int digits = 6);
+// A loss for people: four decimals ("0.4065"), and four significant digits once it is large
+// ("4.615e+27", not 28 digits of a diverged run).
+std::string format_loss(double value);
 // The exact inverse of parse_byte_size in the largest whole unit: 536870912 -> "512MiB".
 std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".

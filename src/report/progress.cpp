@@ -18,11 +18,12 @@ std::string Progress::status_text(const ProgressState& s) const {
   const double remaining_updates = double(s.total_updates - s.step);
   const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * remaining_updates : -1;
   char buffer[256];
-  std::snprintf(
-      buffer, sizeof buffer, "epoch %lld/%lld update %lld/%lld loss %.4f %s samples/s ETA %s",
-      static_cast<long long>(s.epoch), static_cast<long long>(s.epochs),
-      static_cast<long long>(s.step_in_epoch), static_cast<long long>(s.updates_per_epoch), s.loss,
-      human_count(s.samples_per_s).c_str(), human_duration(eta).c_str());
+  std::snprintf(buffer, sizeof buffer,
+                "epoch %lld/%lld update %lld/%lld loss %s %s samples/s ETA %s",
+                static_cast<long long>(s.epoch), static_cast<long long>(s.epochs),
+                static_cast<long long>(s.step_in_epoch),
+                static_cast<long long>(s.updates_per_epoch), format_loss(s.loss).c_str(),
+                human_count(s.samples_per_s).c_str(), human_duration(eta).c_str());
   std::string text = buffer;
   if (s.memory_bytes > 0)
     text += " mem " + human_bytes(double(s.memory_bytes));

@@ -58,16 +58,14 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
   if (record["train_loss"].is_null()) {
     text += ": train loss - (every update skipped)";
   } else {
-    std::snprintf(line, sizeof line, ": train loss %.4f", record["train_loss"].get<double>());
-    text += line;
+    text += ": train loss " + format_loss(record["train_loss"].get<double>());
     if (record.contains("train_accuracy")) {
       std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["train_accuracy"].get<double>());
       text += line;
     }
   }
   if (record.contains("test_loss")) {
-    std::snprintf(line, sizeof line, " | test loss %.4f", record["test_loss"].get<double>());
-    text += line;
+    text += " | test loss " + format_loss(record["test_loss"].get<double>());
     if (record.contains("test_accuracy")) {
       std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["test_accuracy"].get<double>());
       text += line;

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include "core/text.h"
 #include "train/fused_sgd.h"
 #include "train/layerwise_optimizers.h"
 
@@ -16,6 +17,28 @@ OptimizerSettings OptimizerSettings::from(const TrainConfig& config) {
   s.adam_eps = config.adam_eps;
   s.lars_trust = config.lars_trust;
   return s;
+}
+
+std::string OptimizerSettings::describe() const {
+  std::string text = to_string(kind);
+  const std::string decay = ", weight decay " + format_significant(weight_decay);
+  if (kind == OptimizerKind::Sgd || kind == OptimizerKind::Lars) {
+    text += ", momentum " + format_significant(momentum);
+    if (kind == OptimizerKind::Sgd && momentum > 0) {
+      // Not PyTorch's default (plain momentum), so said where it cannot be missed (issue 20).
+      text += nesterov ? ", Nesterov (bigbatch's default; PyTorch's SGD default is plain momentum: "
+                         "--no-nesterov)"
+                       : ", plain (heavy-ball) momentum";
+    }
+    text += decay;
+    if (kind == OptimizerKind::Lars)
+      text += ", trust coefficient " + format_significant(lars_trust);
+  } else {
+    text += ", betas " + format_significant(adam_beta1) + "/" + format_significant(adam_beta2) +
+            ", eps " + format_significant(adam_eps) + decay +
+            (kind == OptimizerKind::AdamW ? " (decoupled)" : "");
+  }
+  return text;
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(

@@ -28,6 +28,8 @@ struct OptimizerSettings {
   double lars_trust = 0.001;
 
   static OptimizerSettings from(const TrainConfig& config);
+  // The start line: "sgd, momentum 0.9, Nesterov (bigbatch's default; ...), weight decay 5e-4".
+  std::string describe() const;
 };
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(

@@ -4,10 +4,12 @@
 
 #include <chrono>
 
+#include "core/files.h"
 #include "core/text.h"
 #include "io/safetensors.h"
 #include "models/scripted_model.h"
 #include "report/html_report.h"
+#include "report/run_records.h"
 #include "train/fit_loop.h"
 #include "train/training_run.h"
 
@@ -45,6 +47,36 @@ void save_final_weights(TrainingRun& run, int64_t step) {
     scripted->save_module(run.run_dir + "/model.pt");
 }
 
+// What a finished run reached, from its own records: resuming it again changes nothing.
+std::string finished_run_summary(const TrainingRun& run) {
+  std::string reached;
+  const std::string metrics = run.run_dir + "/metrics.jsonl";
+  if (path_exists(metrics)) {
+    const RunRecords records = read_run_records(metrics);
+    if (!records.epochs.empty()) {
+      const nlohmann::json& last = records.epochs.back();
+      for (const char* key : {"test_accuracy", "val_accuracy"}) {
+        if (last.contains(key) && last[key].is_number()) {
+          reached = std::string(", ") + (key[0] == 't' ? "test" : "validation") + " accuracy " +
+                    format_significant(100 * last[key].get<double>(), 4) + "%";
+          break;
+        }
+      }
+      for (const char* key : {"test_loss", "val_loss"}) {
+        if (last.contains(key) && last[key].is_number()) {
+          reached += std::string(", ") + (key[0] == 't' ? "test" : "validation") + " loss " +
+                     format_loss(last[key].get<double>());
+          break;
+        }
+      }
+    }
+  }
+  return "run '" + run.run_dir + "' has already finished: " + std::to_string(run.at.step) +
+         " updates, " + std::to_string(run.at.samples_seen) + " samples" + reached +
+         ". Nothing was trained or changed; to train it longer, resume with a larger --epochs "
+         "or --max-updates";
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& requested, const CustomProblem* problem) {
@@ -57,6 +89,12 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   TrainResult result;
   result.run_dir = run.run_dir;
   result.is_main_rank = job.is_main();
+  if (run.finished) {
+    console.say(finished_run_summary(run));
+    result.already_finished = true;
+    result.total_seconds = seconds_since(run_start);
+    return result;
+  }
   if (run.resolved.total_updates == 0) {
     save_final_weights(run, 0);
     console.say("--max-updates 0: wrote the initial weights to " + run.run_dir +

@@ -24,7 +24,8 @@ struct TrainResult {
   double test_accuracy = 0;
   bool has_accuracy = true;  // false for a module with its own loss, and for a regression
   bool is_regression = false;
-  double test_rmse = 0;  // regression
+  bool already_finished = false;  // a resumed run that had nothing left: nothing was changed
+  double test_rmse = 0;           // regression
   // The held-out split's last evaluation (language models: text corpora have no test split).
   double val_loss = 0;
   double val_bits_per_byte = 0;

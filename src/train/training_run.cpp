@@ -238,6 +238,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
                 format_significant(adam->beta1) + ", beta2 " + format_significant(adam->beta2) +
                 ", eps " + format_significant(adam->eps));
   }
+  console.say("optimizer: " + settings.describe());
   return make_optimizer(settings, r.model->parameters());
 }
 
@@ -402,6 +403,15 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
       refuse("progress.samples_seen " + std::to_string(at.samples_seen) + " in epoch " +
              std::to_string(at.epoch + 1) + ", more samples than epochs of " +
              std::to_string(r.data.train.size()) + " hold");
+  }
+  const bool nothing_left =
+      at.micro_step == 0 &&
+      (at.step >= run.total_updates || at.epoch >= run.epochs ||
+       (run.adascale &&
+        at.scale_invariant_step >= double(run.adascale->scale_invariant_total) - 1e-9));
+  if (nothing_left && path_exists(r.run_dir + "/weights.safetensors")) {
+    r.finished = true;  // a finished run is reported, not rewritten (issue 20)
+    return;
   }
   if (r.job.is_main()) {
     r.write_description();
@@ -584,6 +594,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     }
     abandon_newer_history(r, console);
     resume_from_checkpoint(r, console);
+    if (r.finished)
+      return r;
   }
   if (r.job.is_main())
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");

@@ -82,6 +82,9 @@ struct TrainingRun {
   ResolvedRun resolved;
   std::string run_dir;
   bool resuming = false;
+  // A resumed run that had already finished (its final weights written, nothing left to
+  // train under the resolved length): set up no further and changed nothing.
+  bool finished = false;
   Precision precision = Precision::Fp32;
 
   std::unique_ptr<GradientReducer> reducer;

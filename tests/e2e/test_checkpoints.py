@@ -284,6 +284,20 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(ends[0]["partial_epoch"], 6 / 32)
         self.assertEqual(comparable(metrics(run_dir)), comparable(before))
 
+    def test_resuming_a_finished_run_says_so_and_changes_nothing(self):
+        # Issue 20: it printed "test accuracy 0.00% (loss 0.0000)" and appended a train_start.
+        run_dir = self.path("finished")
+        shutil.copytree(self.reference, run_dir)
+        before = {name: read(os.path.join(root, name), "rb") for root, _, files in os.walk(run_dir)
+                  for name in files}
+        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"run '{run_dir}' has already finished: 96 updates, 12000 samples, test accuracy", result.stderr)
+        self.assertIn("Nothing was trained or changed", result.stderr)
+        self.assertNotIn("0.00%", result.stdout + result.stderr)
+        after = {name: read(os.path.join(root, name), "rb") for root, _, files in os.walk(run_dir) for name in files}
+        self.assertEqual(after, before)
+
     def assert_resume_error(self, run_dir, *extra, fragment):
         result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2, result.stderr)

@@ -215,6 +215,14 @@ TEST(ResolvedRun, AdaScaleNamesWhatItNeeds) {
   EXPECT_NE(message().find("--no-noise-scale"), std::string::npos) << message();
 }
 
+TEST(Text, LossesAreReadableAtAnySize) {
+  EXPECT_EQ(format_loss(0.40651), "0.4065");
+  EXPECT_EQ(format_loss(2.3), "2.3000");
+  // A diverged run's loss printed 4615217544532970880618201088.0000 (issue 20).
+  EXPECT_EQ(format_loss(4.615217544532970880618201088e27), "4.615e+27");
+  EXPECT_EQ(format_loss(12345.6), "1.235e+04");
+}
+
 TEST(Text, StrictNumbers) {
   EXPECT_EQ(parse_int("42"), 42);
   EXPECT_EQ(parse_int("+7"), 7);
