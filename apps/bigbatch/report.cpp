@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "report/html_report.h"
 #include "subcommand.h"
+#include "sweep/sweep_runner.h"
 
 namespace bigbatch::cli {
 
@@ -13,7 +14,8 @@ class ReportCommand final : public Subcommand {
  public:
   explicit ReportCommand(CLI::App& parent)
       : Subcommand(parent, "report",
-                   "write RUN_DIR/report.html: charts of the run (self-contained, no network)") {
+                   "write RUN_DIR/report.html: charts of the run (self-contained, no network); "
+                   "for a sweep's directory, its summaries and report again") {
     app()
         .add_option("run_dir", run_dir_, "a run directory written by bigbatch train")
         ->required()
@@ -21,6 +23,9 @@ class ReportCommand final : public Subcommand {
   }
 
   int run() override {
+    // A sweep's directory: its summaries and report, rebuilt from its cells.
+    if (rewrite_sweep_report(run_dir_))
+      return kExitOk;
     std::printf("%s\n", write_run_report(run_dir_).c_str());
     return kExitOk;
   }

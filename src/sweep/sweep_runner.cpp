@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -117,7 +119,41 @@ void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
   std::printf("sweep: wrote %s/summary.csv, summary.md and report.html\n", o.out.c_str());
 }
 
+// The grid and target, so that `bigbatch report` can rebuild the summaries later.
+std::string grid_json(const SweepOptions& o) {
+  nlohmann::json cells = nlohmann::json::array();
+  for (const auto& cell : o.grid.cells()) {
+    cells.push_back({{"global_batch", cell.global_batch},
+                     {"lr_scaling", cell.lr_scaling},
+                     {"warmup", cell.warmup}});
+  }
+  return nlohmann::json{{"target_accuracy", o.target_accuracy}, {"cells", cells}}.dump(2) + "\n";
+}
+
 }  // namespace
+
+bool rewrite_sweep_report(const std::string& dir) {
+  const std::string path = dir + "/sweep.json";
+  if (!path_exists(path))
+    return false;
+  const auto grid = nlohmann::json::parse(read_text_file(path, kMaxConfigFileBytes), nullptr,
+                                          /*allow_exceptions=*/false);
+  std::vector<SweepCell> cells;
+  SweepOptions o;
+  o.out = dir;
+  try {
+    o.target_accuracy = grid.at("target_accuracy").get<double>();
+    for (const auto& c : grid.at("cells")) {
+      cells.push_back({c.at("global_batch").get<int64_t>(), c.at("lr_scaling").get<std::string>(),
+                       c.at("warmup").get<std::string>()});
+    }
+  } catch (const std::exception&) {
+    throw Error(ErrorKind::Format, "'" + path + "' does not describe a sweep's grid",
+                "run the sweep command again with the same --out: it rewrites it");
+  }
+  write_summaries(o, cells, {});
+  return true;
+}
 
 int run_sweep(const SweepOptions& o) {
   ensure_directory(o.out);
@@ -125,6 +161,7 @@ int run_sweep(const SweepOptions& o) {
   // The cells of a sweep share one base configuration; a rerun keeps its own.
   if (!path_exists(o.out + "/base.toml"))
     atomic_write_file(o.out + "/base.toml", o.base_config);
+  atomic_write_file(o.out + "/sweep.json", grid_json(o));
 
   const std::vector<SweepCell> cells = o.grid.cells();
   std::vector<size_t> pending;
@@ -151,11 +188,12 @@ int run_sweep(const SweepOptions& o) {
     while (!interrupts.requested() && next < pending.size() && int64_t(running.size()) < o.jobs) {
       const size_t i = pending[next++];
       const std::string dir = o.out + "/" + cells[i].name();
+      const bool resumed = path_exists(dir + "/checkpoints");
       const pid_t pid =
           start_cell(cell_arguments(o, cells[i], dir), o.out + "/logs/" + cells[i].name() + ".log");
       running[pid] = i;
-      std::fprintf(stderr, "sweep: [%zu/%zu] %s: started (global batch %lld, %s)\n", i + 1,
-                   cells.size(), cells[i].name().c_str(),
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s (global batch %lld, %s)\n", i + 1, cells.size(),
+                   cells[i].name().c_str(), resumed ? "resumed" : "started",
                    static_cast<long long>(cells[i].global_batch), cells[i].series().c_str());
     }
     int status = 0;
@@ -180,6 +218,12 @@ int run_sweep(const SweepOptions& o) {
     if (code == 0) {
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s\n", i + 1, cells.size(),
                    cells[i].name().c_str(), describe(r).c_str());
+    } else if (code > 128 && interrupts.requested()) {
+      // Stopped with the sweep (Ctrl-C reaches the cells too): it checkpointed, not failed.
+      std::fprintf(stderr, "sweep: [%zu/%zu] %s: stopped by signal %d after checkpointing\n", i + 1,
+                   cells.size(), cells[i].name().c_str(), code - 128);
+      if (first_failure == 0)
+        first_failure = code;
     } else {
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s with exit code %d, see %s/logs/%s.log\n", i + 1,
                    cells.size(), cells[i].name().c_str(),

@@ -29,4 +29,9 @@ struct SweepOptions {
 // and report.html into `out` either way.
 int run_sweep(const SweepOptions& options);
 
+// `bigbatch report SWEEP_DIR`: summary.csv, summary.md and report.html written again from the
+// cells' run directories and the grid the sweep recorded (sweep.json). False when `dir` holds
+// no sweep.json (it is no sweep directory, or one from before the grid was recorded).
+bool rewrite_sweep_report(const std::string& dir);
+
 }  // namespace bigbatch

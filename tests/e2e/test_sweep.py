@@ -73,6 +73,16 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(html.count("<svg "), 4)
         self.assertIn("updates to 60% against the global batch", html)
 
+    def test_report_on_the_sweep_directory_rebuilds_its_summaries(self):
+        # Issue 20: it failed with "has no metrics.jsonl".
+        self.assertEqual(self.first.returncode, 0, self.first.stderr)
+        before = open(os.path.join(self.out, "summary.csv")).read()
+        os.remove(os.path.join(self.out, "report.html"))
+        result = bigbatch("report", self.out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(open(os.path.join(self.out, "summary.csv")).read(), before)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "report.html")))
+
     def test_rerun_keeps_finished_cells(self):
         self.assertEqual(self.first.returncode, 0, self.first.stderr)
         weights = os.path.join(self.out, self.rows()[0]["cell"], "weights.safetensors")
@@ -97,9 +107,11 @@ class SweepTest(unittest.TestCase):
         _, stderr = sweep.communicate(timeout=120)
         self.assertEqual(sweep.returncode, 130, stderr)
         self.assertIn("run the same command again to continue it", stderr)
+        self.assertIn("gb000064-linear-w0u: stopped by signal 2 after checkpointing", stderr)  # not "failed"
         self.assertFalse(os.path.exists(os.path.join(cell, "weights.safetensors")))
         again = bigbatch(*args)
         self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("gb000064-linear-w0u: resumed", again.stderr)
         with open(os.path.join(out, "logs", "gb000064-linear-w0u.log")) as f:
             self.assertIn("resumed from", f.read())
         epochs = [r for r in metrics(cell) if "val_accuracy" in r]
