@@ -3,6 +3,7 @@
 commands train and verify it, and its last Python loads the results (with a stand-in for the
 `safetensors` package, which Debian does not ship, reading the same file format).
 Usage: test_docs_examples.py BIGBATCH_BINARY [unittest arguments]."""
+import json
 import os
 import re
 import shlex
@@ -63,6 +64,48 @@ class YourModelDocTest(unittest.TestCase):
         result = subprocess.run(["/usr/bin/python3", use_results], cwd=self.dir, env=env, capture_output=True,
                                 text=True)
         self.assertEqual(result.returncode, 0, result.stderr)
+
+
+class WeightsDocTest(unittest.TestCase):
+    """docs/weights.md's reader (no safetensors package) and its input preparation, on a run."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_weights_doc_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_the_reader_loads_a_run_and_the_stated_normalisation_gives_its_accuracy(self):
+        run = os.path.join(self.dir, "run")
+        result = subprocess.run([BINARY, "train", "--model", "mlp", "--hidden", "64", "--train-subset", "4000",
+                                 "--epochs", "1", "--threads", "1", "--progress", "off", "--out", run],
+                                capture_output=True, text=True, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (reader,) = blocks(os.path.join(ROOT, "docs", "weights.md"), "python")
+        check = reader + f"""
+import gzip, json
+tensors, meta = load_safetensors({os.path.join(run, "weights.safetensors")!r})
+assert meta["inputs"] == "(pixel / 255 - 0.286) / 0.353, shape [N, 1, H, W]", meta
+model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+model.load_state_dict(tensors, strict=True)
+def idx(path):
+    data = gzip.open(path).read()
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(data[3])]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+x = idx("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
+y = idx("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz")
+x = (torch.from_numpy(x.astype(np.float32)).unsqueeze(1) / 255 - 0.2860) / 0.3530
+with torch.no_grad():
+    print(json.dumps(float((model(x).argmax(1).numpy() == y).mean())))
+"""
+        script = os.path.join(self.dir, "check.py")
+        with open(script, "w") as f:
+            f.write(check)
+        checked = subprocess.run(["/usr/bin/python3", script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(checked.returncode, 0, checked.stderr)
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            test_accuracy = [json.loads(line) for line in f if "test_accuracy" in line][-1]["test_accuracy"]
+        self.assertAlmostEqual(float(checked.stdout), test_accuracy, delta=1e-4)
 
 
 if __name__ == "__main__":
