@@ -1,5 +1,8 @@
 #include "commands.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -42,6 +45,40 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
   }
   return {};
 }
+
+// Help that fits the terminal: each description word-wrapped beside the flags' column
+// (CLI11 2.1 prints it as one line, 43 of train's 62 flags wider than 80 columns).
+class WrappingFormatter final : public CLI::Formatter {
+ public:
+  std::string make_option_desc(const CLI::Option* option) const override {
+    const std::string text = CLI::Formatter::make_option_desc(option);
+    const size_t room = std::max<size_t>(30, help_width() - get_column_width());
+    std::string out;
+    size_t line = 0;
+    for (const auto& word : split(text, ' ')) {
+      if (word.empty())
+        continue;
+      if (line > 0 && line + 1 + word.size() > room) {
+        out += "\n";
+        line = 0;
+      } else if (line > 0) {
+        out += " ";
+        ++line;
+      }
+      out += word;
+      line += word.size();
+    }
+    return out;
+  }
+
+ private:
+  static size_t help_width() {
+    winsize size{};
+    if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col >= 60)
+      return size.ws_col;
+    return 80;
+  }
+};
 
 // The single place where errors become one line on stderr and an exit code (commands.h).
 int run_reporting_errors(Subcommand& command) {
@@ -93,6 +130,7 @@ int run(int argc, char** argv) {
   CLI::App app{
       "bigbatch: train with any effective batch, exactly (micro-batches x accumulation x ranks)"};
   app.require_subcommand(1);
+  app.formatter(std::make_shared<WrappingFormatter>());  // before the subcommands inherit it
   app.set_version_flag("--version", "bigbatch 0.1.0");
 
   // The worker command after `--` is the launcher's, verbatim: it never reaches CLI11, which

@@ -1,38 +1,99 @@
 #include "report/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 
 #include "core/error.h"
 #include "core/text.h"
 
 namespace bigbatch {
 
+namespace {
+
+constexpr size_t kBarCells = 24;
+
+// The terminal's width now (a resized window is seen at the next draw); COLUMNS or 80 when
+// the stream is no terminal.
+size_t terminal_width(std::FILE* stream) {
+  winsize size{};
+  if (::ioctl(::fileno(stream), TIOCGWINSZ, &size) == 0 && size.ws_col > 0)
+    return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    const long value = std::strtol(columns, nullptr, 10);
+    if (value > 0)
+      return static_cast<size_t>(value);
+  }
+  return 80;
+}
+
+}  // namespace
+
+std::string progress_line(const ProgressState& s, size_t width, bool bar) {
+  const double remaining_updates = double(s.total_updates - s.step);
+  const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * remaining_updates : -1;
+  // In the order they are shown; each with the rank it keeps when the width runs short (0 is
+  // kept longest).
+  struct Field {
+    std::string text;
+    int rank;
+  };
+  std::vector<Field> fields = {
+      {"epoch " + std::to_string(s.epoch) + "/" + std::to_string(s.epochs), 0},
+      {"update " + std::to_string(s.step_in_epoch) + "/" + std::to_string(s.updates_per_epoch), 2},
+      {"loss " + format_loss(s.loss), 0},
+      {human_count(s.samples_per_s) + " samples/s", 4},
+      {"elapsed " + human_duration(s.elapsed_s), 3},
+      {"ETA " + human_duration(eta), 1},
+  };
+  if (s.memory_bytes > 0)
+    fields.push_back({"mem " + human_bytes(double(s.memory_bytes)), 6});
+  if (s.noise_scale > 0) {
+    fields.push_back(
+        {"B " + human_count(double(s.global_batch)) + " B_noise " + human_count(s.noise_scale), 5});
+  }
+  if (s.lr_gain > 0)
+    fields.push_back({"gain " + format_significant(s.lr_gain, 3), 5});
+  const auto join_fields = [&](int max_rank) {
+    std::string text;
+    for (const auto& f : fields) {
+      if (f.rank <= max_rank)
+        text += (text.empty() ? "" : " ") + f.text;
+    }
+    return text;
+  };
+  if (width == 0)
+    return join_fields(6);  // no width to fit: every field
+  // A bar takes its cells, brackets and a space; the last column stays free, or a terminal
+  // wraps the line before the cursor returns.
+  const size_t room = width > 1 ? width - 1 : 0;
+  int max_rank = 6;
+  std::string text = join_fields(max_rank);
+  size_t cells = bar ? kBarCells : 0;
+  while (max_rank > 0 && text.size() + (bar ? cells + 3 : 0) > room) {
+    if (bar && cells > 10) {
+      cells = 10;  // a shorter bar before any field goes
+      continue;
+    }
+    text = join_fields(--max_rank);
+  }
+  if (bar && text.size() + cells + 3 > room)
+    cells = 0;  // the essentials first, no bar at all
+  if (!bar || cells == 0)
+    return text.size() > room ? text.substr(0, room) : text;
+  const double fraction =
+      s.updates_per_epoch > 0 ? double(s.step_in_epoch) / double(s.updates_per_epoch) : 0;
+  const size_t filled =
+      std::min(cells, static_cast<size_t>(std::max(0.0, fraction) * double(cells)));
+  return "[" + std::string(filled, '#') + std::string(cells - filled, '.') + "] " + text;
+}
+
 Progress::Progress(ProgressMode mode, std::FILE* stream) : mode_(mode), stream_(stream) {
   if (mode_ == ProgressMode::Auto)
     mode_ = ::isatty(::fileno(stream)) ? ProgressMode::Bar : ProgressMode::Lines;
-}
-
-std::string Progress::status_text(const ProgressState& s) const {
-  const double remaining_updates = double(s.total_updates - s.step);
-  const double eta = s.step > 0 ? s.elapsed_s / double(s.step) * remaining_updates : -1;
-  char buffer[256];
-  std::snprintf(buffer, sizeof buffer,
-                "epoch %lld/%lld update %lld/%lld loss %s %s samples/s ETA %s",
-                static_cast<long long>(s.epoch), static_cast<long long>(s.epochs),
-                static_cast<long long>(s.step_in_epoch),
-                static_cast<long long>(s.updates_per_epoch), format_loss(s.loss).c_str(),
-                human_count(s.samples_per_s).c_str(), human_duration(eta).c_str());
-  std::string text = buffer;
-  if (s.memory_bytes > 0)
-    text += " mem " + human_bytes(double(s.memory_bytes));
-  if (s.noise_scale > 0) {
-    text += " B " + human_count(double(s.global_batch)) + " B_noise " + human_count(s.noise_scale);
-  }
-  if (s.lr_gain > 0)
-    text += " gain " + format_significant(s.lr_gain, 3);
-  return text;
 }
 
 void Progress::update(const ProgressState& state) {
@@ -47,17 +108,14 @@ void Progress::update(const ProgressState& state) {
     return;
   last_draw_ = now;
   if (mode_ == ProgressMode::Bar) {
-    constexpr int kWidth = 24;
-    const double fraction = state.updates_per_epoch > 0
-                                ? double(state.step_in_epoch) / double(state.updates_per_epoch)
-                                : 0;
-    const int filled = std::clamp(static_cast<int>(fraction * kWidth), 0, kWidth);
-    std::fprintf(
-        stream_, "\r[%s%s] %s\033[K", std::string(static_cast<size_t>(filled), '#').c_str(),
-        std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), status_text(state).c_str());
+    // Fitted to the terminal at every draw: a line wider than it wraps, and each redraw then
+    // leaves a copy behind.
+    std::fprintf(stream_, "\r%s\033[K",
+                 progress_line(state, terminal_width(stream_), /*bar=*/true).c_str());
     bar_visible_ = true;
   } else {
-    std::fprintf(stream_, "%s\n", status_text(state).c_str());
+    // Logs keep every field, elapsed time included, whatever their width.
+    std::fprintf(stream_, "%s\n", progress_line(state, 0, /*bar=*/false).c_str());
   }
   std::fflush(stream_);
 }

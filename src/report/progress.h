@@ -1,6 +1,7 @@
 #pragma once
-// Progress of a long run: a bar redrawn in place on a terminal, plain lines at a steady
-// cadence otherwise (logs, CI), or nothing. It only formats and throttles; the trainer owns
+// Progress of a long run: a bar redrawn in place on a terminal and fitted to its width at each
+// draw, plain lines with every field (elapsed time included) at a steady cadence otherwise
+// (logs, CI, Slurm), or nothing. It only formats and throttles; the trainer owns
 // the numbers.
 //
 //   Progress progress(ProgressMode::Auto, stderr);
@@ -33,6 +34,11 @@ struct ProgressState {
   double lr_gain = 0;      // AdaScale's gain (0: not shown)
 };
 
+// The status line: its fields in a fixed order, those that matter least dropped (and the bar
+// shortened, then dropped) until it fits `width` columns; `width` 0 keeps every field. `bar`
+// puts the epoch's bar first.
+std::string progress_line(const ProgressState& state, size_t width, bool bar);
+
 class Progress {
  public:
   Progress(ProgressMode mode, std::FILE* stream);
@@ -41,8 +47,6 @@ class Progress {
   void message(const std::string& line);
 
  private:
-  std::string status_text(const ProgressState& state) const;
-
   ProgressMode mode_;
   std::FILE* stream_;
   bool bar_visible_ = false;

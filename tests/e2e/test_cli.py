@@ -108,6 +108,37 @@ class TrainTest(CliTestCase):
         self.assertIn("threads: 1 (one CPU available to this process", result.stderr)
         self.assertNotIn("measured per micro-step:)", result.stderr)
 
+    def test_help_comes_in_sections_fits_80_columns_and_shows_every_default(self):
+        # Issue 20: one flat list of 62 flags, 43 lines wider than 80 columns, defaults missing.
+        text = run("train", "--help", check=True).stdout
+        for section in ["Model:", "Data:", "Batch:", "Optimisation and learning rate:", "Run length:",
+                        "Memory and CPU:", "Checkpoints and resume:", "Distributed:", "Output:"]:
+            self.assertIn("\n" + section, text)
+        self.assertNotIn("\nOther:", text)  # every option has its section
+        wide = [line for line in text.splitlines() if len(line) > 80]
+        self.assertEqual(wide, [])
+        flat = " ".join(text.split())
+        for default in ["(default: 256)", "(default: 32, or derived)", "(default: derived from the other two)",
+                        "(default: none; --epochs decides)", "(default: none; one at the end of a resumed run)"]:
+            self.assertIn(default, flat)
+        self.assertIn("bigbatch's default, not PyTorch's", flat)  # --nesterov says so
+
+    def test_help_and_misspelt_subcommands(self):
+        self.assertIn("Usage:", run("help", check=True).stdout)
+        self.assertIn("bigbatch plan", run("help", "plan", check=True).stdout.replace("build/", ""))
+        result = run("trian")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("'trian' is not a subcommand; did you mean 'train'?", result.stderr)
+
+    def test_launch_takes_torchruns_spellings(self):
+        result = run("launch", "--nproc-per-node", "2", "--rdzv-endpoint", "127.0.0.1:29557", "--", "/bin/sh",
+                     "-c", "echo $WORLD_SIZE $MASTER_ADDR:$MASTER_PORT", check=True)
+        self.assertIn("[rank 1] 2 127.0.0.1:29557", result.stdout)
+        bad = run("launch", "--nproc", "1", "--rdzv-endpoint", "nowhere", "--", "true")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--rdzv-endpoint: must be HOST:PORT", bad.stderr)
+        self.assertNotIn("did you mean", bad.stderr)  # a known flag with a bad value
+
     def test_thread_counts_beyond_the_cpus_are_capped_and_said(self):
         # Issue 21: OMP_NUM_THREADS=100000 printed nothing for 420 s; 1000 made a 0.1 s job 53 s.
         cpus = len(os.sched_getaffinity(0))

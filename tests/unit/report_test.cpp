@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html_report.h"
+#include "report/progress.h"
 #include "report/svg_chart.h"
 
 namespace bigbatch {
@@ -28,6 +29,51 @@ void expect_ticks(const std::vector<double>& got, const std::vector<double>& wan
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
+ProgressState busy_state() {
+  ProgressState s;
+  s.epoch = 3;
+  s.epochs = 10;
+  s.step_in_epoch = 117;
+  s.updates_per_epoch = 234;
+  s.step = 585;
+  s.total_updates = 2340;
+  s.loss = 4.6152e27;  // a diverging run's
+  s.samples_per_s = 12345;
+  s.elapsed_s = 75;
+  s.memory_bytes = int64_t{300} << 20;
+  s.global_batch = 256;
+  s.noise_scale = 1234;
+  return s;
+}
+
+TEST(Progress, TheBarFitsEveryWidthKeepingTheEssentials) {
+  // Issue 20: below ~110 columns every redraw wrapped and the screen filled with bars.
+  const ProgressState s = busy_state();
+  for (size_t width : {20, 40, 60, 80, 100, 120, 200}) {
+    const std::string line = progress_line(s, width, /*bar=*/true);
+    EXPECT_LT(line.size(), width) << line;  // the last column stays free
+    if (width >= 40) {
+      EXPECT_NE(line.find("epoch 3/10"), std::string::npos) << line;
+      EXPECT_NE(line.find("loss 4.615e+27"), std::string::npos) << line;
+    }
+  }
+  const std::string wide = progress_line(s, 200, true);
+  EXPECT_EQ(wide.rfind("[############............] epoch 3/10 update 117/234", 0), 0u) << wide;
+  EXPECT_NE(wide.find("elapsed 1m15s"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("B_noise"), std::string::npos) << wide;
+  const std::string narrow = progress_line(s, 60, true);
+  EXPECT_EQ(narrow.find("B_noise"), std::string::npos) << narrow;  // what matters least goes first
+  EXPECT_NE(narrow.find("ETA"), std::string::npos) << narrow;
+}
+
+TEST(Progress, LogLinesKeepEveryField) {
+  const std::string line = progress_line(busy_state(), 0, /*bar=*/false);
+  for (const char* field :
+       {"epoch 3/10", "update 117/234", "samples/s", "elapsed", "ETA", "mem", "B_noise"})
+    EXPECT_NE(line.find(field), std::string::npos) << field << ": " << line;
+  EXPECT_EQ(line.find('['), std::string::npos);
 }
 
 TEST(SvgChart, NiceTicks) {
