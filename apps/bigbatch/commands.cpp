@@ -165,7 +165,21 @@ int run(int argc, char** argv) {
   };
 
   // `bigbatch help [SUBCOMMAND]` is --help; a misspelt subcommand gets the likely one.
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands({}))
+    names.push_back(sub->get_name());
+  const auto unknown_subcommand = [&](const std::string& word) {
+    if (std::find(names.begin(), names.end(), word) != names.end())
+      return false;
+    const auto guess = closest_match(word, names);
+    std::fprintf(stderr,
+                 "bigbatch: error[usage]: '%s' is not a subcommand; %ssee 'bigbatch --help'\n",
+                 word.c_str(), guess ? ("did you mean '" + *guess + "'? ").c_str() : "");
+    return true;
+  };
   if (parsed_argc >= 2 && std::string(argv[1]) == "help") {
+    if (parsed_argc >= 3 && unknown_subcommand(argv[2]))
+      return kExitBadInput;
     std::vector<std::string> words = {argv[0]};
     if (parsed_argc >= 3)
       words.push_back(argv[2]);
@@ -180,19 +194,8 @@ int run(int argc, char** argv) {
     }
     return kExitOk;
   }
-  if (parsed_argc >= 2 && argv[1][0] != '-') {
-    std::vector<std::string> names;
-    for (const auto* sub : app.get_subcommands({}))
-      names.push_back(sub->get_name());
-    const std::string word = argv[1];
-    if (std::find(names.begin(), names.end(), word) == names.end()) {
-      const auto guess = closest_match(word, names);
-      std::fprintf(stderr,
-                   "bigbatch: error[usage]: '%s' is not a subcommand; %ssee 'bigbatch --help'\n",
-                   word.c_str(), guess ? ("did you mean '" + *guess + "'? ").c_str() : "");
-      return kExitBadInput;
-    }
-  }
+  if (parsed_argc >= 2 && argv[1][0] != '-' && unknown_subcommand(argv[1]))
+    return kExitBadInput;
   try {
     app.parse(parsed_argc, argv);
   } catch (const CLI::CallForHelp& e) {

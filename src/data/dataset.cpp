@@ -192,7 +192,8 @@ TensorDataset load_npy_split(const NpyArray& x, const std::string& x_path, const
                              const std::string& y_path, NpyTargets targets) {
   const bool values =
       targets == NpyTargets::Values || (targets == NpyTargets::Auto && is_floating(y.type));
-  if (values ? (y.shape.empty() || y.shape.size() > 2) : y.shape.size() != 1) {
+  if (values ? (y.shape.empty() || y.shape.size() > 2 || (y.shape.size() == 2 && y.shape[1] == 0))
+             : y.shape.size() != 1) {
     throw Error(ErrorKind::Data,
                 "'" + y_path + "' holds " + to_string(y.type) + " of " +
                     std::to_string(y.shape.size()) + " dimensions; " +
@@ -291,6 +292,10 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
                         : "save them with numpy.save(DIR + '/x_train.npy', x) and numpy.save(DIR "
                           "+ '/y_train.npy', y)");
   }
+  // One kind of targets for every split, the training split's: a float y_train with integer
+  // y_test would otherwise make the test split a classifier's.
+  if (targets == NpyTargets::Auto)
+    targets = is_floating(array("y_train").type) ? NpyTargets::Values : NpyTargets::Classes;
   DatasetSplits splits;
   splits.train = split_of("train");
   splits.test = optional_split("test");

@@ -153,6 +153,7 @@ NpzArchive parse_npz(const std::string& bytes, const std::string& name, uint64_t
                 "save it with numpy.savez(PATH, x_train=x, y_train=y)");
   }
   NpzArchive out;
+  uint64_t inflated = 0;
   for (int status = unzGoToFirstFile(archive.handle); status != UNZ_END_OF_LIST_OF_FILE;
        status = unzGoToNextFile(archive.handle)) {
     if (status != UNZ_OK)
@@ -163,7 +164,11 @@ NpzArchive parse_npz(const std::string& bytes, const std::string& name, uint64_t
                                 nullptr, 0) != UNZ_OK) {
       bad_archive(name, "has a damaged zip directory entry", "save the archive again");
     }
-    const std::string member = member_name;
+    // minizip ends the name with a NUL only when it fits: take its length from the entry.
+    if (info.size_filename >= sizeof member_name)
+      bad_archive(name, "has a member name of " + std::to_string(info.size_filename) + " bytes",
+                  "name the arrays x_train, y_train, ...");
+    const std::string member(member_name, info.size_filename);
     const std::string suffix = ".npy";
     if (member.size() <= suffix.size() ||
         member.compare(member.size() - suffix.size(), suffix.size(), suffix) != 0) {
@@ -173,7 +178,15 @@ NpzArchive parse_npz(const std::string& bytes, const std::string& name, uint64_t
     const std::string key = member.substr(0, member.size() - suffix.size());
     if (out.find(key) != nullptr)
       bad_archive(name, "holds '" + member + "' twice", "save the archive again");
+    // The whole archive's inflated bytes are bounded too: members may share one deflate
+    // stream (a zip bomb needs no recursion).
+    if (info.uncompressed_size > max_member_bytes - std::min(inflated, max_member_bytes)) {
+      bad_archive(
+          name, "would inflate to more than " + std::to_string(max_member_bytes) + " bytes in all",
+          "split the data over smaller archives");
+    }
     const std::string data = read_member(archive.handle, info, name, member, max_member_bytes);
+    inflated += data.size();
     out.arrays.emplace_back(key, parse_npy(reinterpret_cast<const uint8_t*>(data.data()),
                                            data.size(), name + ":" + member));
   }

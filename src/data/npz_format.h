@@ -23,8 +23,8 @@ struct NpzArchive {
   const NpyArray* find(const std::string& name) const;
 };
 
-// What one member may inflate to: more is refused before it is allocated (a zip bomb, or a
-// size field that lies).
+// What the archive's members may inflate to, together: more is refused before it is
+// allocated (a zip bomb, or a size field that lies).
 inline constexpr uint64_t kMaxNpzMemberBytes = uint64_t{64} << 30;
 
 // Parses a whole .npz file held in memory; `name` appears in error messages.

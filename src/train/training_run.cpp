@@ -246,7 +246,9 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
 // A resume from an older checkpoint starts a new history. The run's newer checkpoints belong
 // to the one it abandons: left in place, pruning would delete the new history's checkpoints
 // and keep theirs, and the next resume would continue the abandoned one (issue 21).
-void abandon_newer_history(TrainingRun& r, Console& console) {
+// `move` false: only the refusal, before anything is read; true: the move, once the chosen
+// checkpoint has been accepted (a refused one must leave the newer history where it was).
+void abandon_newer_history(TrainingRun& r, Console& console, bool move) {
   const std::vector<std::string> newer = newer_checkpoints(r.config.resume);
   if (newer.empty())
     return;
@@ -261,7 +263,8 @@ void abandon_newer_history(TrainingRun& r, Console& console) {
                     "/abandoned/ and continue from " + chosen +
                     ", or resume the run directory to continue from " + newest);
   }
-  if (!r.job.is_main())
+  r.abandons_newer = true;
+  if (!move || !r.job.is_main())
     return;
   const std::string aside =
       set_checkpoints_aside(r.run_dir, newer, "after-" + chosen + "-" + default_run_timestamp());
@@ -270,19 +273,27 @@ void abandon_newer_history(TrainingRun& r, Console& console) {
 }
 
 // What must be the same on every rank of a job: the configuration as resolved from flags and
-// files (less what is a rank's own business: its progress display and thread count), the data
-// (sizes, sample shape, a digest of the training samples) and the model's parameters.
-RankDescription describe_rank(const TrainConfig& requested, const DatasetSplits& data,
-                              torch::nn::Module& model) {
+// files (less what is a rank's own business: its progress display and thread count), then the
+// data (sizes, sample shape, a digest of the training samples) and the model's parameters.
+// Paths that only rank 0 uses (its run directory, its output file, the initial weights it
+// broadcasts) are left out: machines may name their local copies differently.
+RankDescription describe_configuration(const TrainConfig& requested) {
   RankDescription out;
   for (const auto& line : split(render_toml_config(requested), '\n')) {
     const auto equals = line.find(" = ");
     if (equals == std::string::npos)
       continue;
     const std::string key = line.substr(0, equals);
-    if (key != "progress" && key != "threads" && key != "out")
+    if (key != "progress" && key != "threads" && key != "out" && key != "save-weights" &&
+        key != "init-weights")
       out.emplace_back(key, line.substr(equals + 3));
   }
+  return out;
+}
+
+RankDescription describe_data_and_model(const TrainConfig& requested, const DatasetSplits& data,
+                                        torch::nn::Module& model) {
+  RankDescription out;
   if (is_torchscript_model(requested.model))
     out.emplace_back("model file", file_digest(torchscript_path(requested.model)));
   const auto digest = [](const torch::Tensor& t) {
@@ -390,7 +401,10 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
       throw Error(ErrorKind::Format, "checkpoint '" + config.resume + "' has " + what,
                   "state.json was edited or damaged: resume from an earlier checkpoint");
     };
-    if (at.update_in_epoch > most_per_epoch || at.position_in_epoch != at.update_in_epoch * global)
+    // (A checkpoint written as a run diverges in an epoch's short last window stands at the
+    // epoch's end: its position is the dataset's size.)
+    if (at.update_in_epoch > most_per_epoch ||
+        at.position_in_epoch != std::min(at.update_in_epoch * global, r.data.train.size()))
       refuse("progress.position_in_epoch " + std::to_string(at.position_in_epoch) +
              " where update " + std::to_string(at.update_in_epoch) + " of an epoch of " +
              std::to_string(most_per_epoch) + " updates of " + std::to_string(global) +
@@ -409,10 +423,13 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
       (at.step >= run.total_updates || at.epoch >= run.epochs ||
        (run.adascale &&
         at.scale_invariant_step >= double(run.adascale->scale_invariant_total) - 1e-9));
-  if (nothing_left && path_exists(r.run_dir + "/weights.safetensors")) {
+  // The run's final weights belong to its newest history: with newer checkpoints abandoned,
+  // they are not this resume's.
+  if (nothing_left && !r.abandons_newer && path_exists(r.run_dir + "/weights.safetensors")) {
     r.finished = true;  // a finished run is reported, not rewritten (issue 20)
     return;
   }
+  abandon_newer_history(r, console, /*move=*/true);
   if (r.job.is_main()) {
     r.write_description();
     // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
@@ -504,7 +521,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                             const CustomProblem* problem) {
   requested.validate();
   // Outputs that cannot be written fail now, not after the training they would hold.
-  if (!requested.save_weights.empty())
+  if (!requested.save_weights.empty() && job.is_main())  // only rank 0 writes it
     check_output_file(requested.save_weights, "--save-weights");
   TrainConfig resolved_config = requested;
   start_memory_accounting(resolved_config);
@@ -525,6 +542,9 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   }
   const ModelFactory make_model = problem ? problem->make_model : ModelFactory{};
   auto reducer = make_reducer(job, resolved_config);
+  // Before any other collective (--micro-batch auto broadcasts its choice): ranks started with
+  // other flags stop here, together, each naming what differs.
+  check_ranks_agree(*reducer, describe_configuration(requested));
   if (resolved_config.micro_batch_auto)
     choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_model);
   // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
@@ -544,7 +564,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     load_weights(config.init_weights, *r.model);
   // Before the first collective whose tensors depend on them: ranks started differently stop
   // here, together, each naming what differs.
-  check_ranks_agree(*r.reducer, describe_rank(requested, r.data, *r.model));
+  check_ranks_agree(*r.reducer, describe_data_and_model(requested, r.data, *r.model));
   // Only now, with the data, the plan and the weights accepted, does a new run directory
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
@@ -592,7 +612,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                     (removed == 1 ? "y" : "ies") + " left by an interrupted run");
       }
     }
-    abandon_newer_history(r, console);
+    abandon_newer_history(r, console, /*move=*/false);
     resume_from_checkpoint(r, console);
     if (r.finished)
       return r;

@@ -85,6 +85,8 @@ struct TrainingRun {
   // A resumed run that had already finished (its final weights written, nothing left to
   // train under the resolved length): set up no further and changed nothing.
   bool finished = false;
+  // A resume from a checkpoint older than the run's newest (--discard-newer).
+  bool abandons_newer = false;
   Precision precision = Precision::Fp32;
 
   std::unique_ptr<GradientReducer> reducer;

@@ -517,6 +517,30 @@ class BadInputCorpus(unittest.TestCase):
         shutil.copy(os.path.join(root, older, "optimizer.pt"), os.path.join(root, newer, "optimizer.pt"))
         self.expect_resume_error(run, "optimizer.pt that is not the one it was written with")
 
+    def test_resume_accepts_a_checkpoint_standing_at_an_epochs_end(self):
+        # A run that diverges in an epoch's last update checkpoints before the epoch's
+        # bookkeeping: position = the dataset's size. Not refused (review of issue 21's checks).
+        run = self.victim_copy()
+
+        def edit(state):
+            state["progress"].update(epoch=0, update_in_epoch=4, position_in_epoch=256)
+            state.pop("files")
+        self.edit_state(run, edit)
+        result = subprocess.run([BINARY, "train", "--resume", run], capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_a_refused_older_checkpoint_leaves_the_newer_history_in_place(self):
+        run = self.victim_copy()
+        root = os.path.join(run, "checkpoints")
+        older = os.path.join(root, sorted(d for d in os.listdir(root) if d.startswith("step_"))[0])
+        with open(os.path.join(older, "weights.safetensors"), "r+b") as f:
+            f.truncate(100)
+        before = tree_digest(run)
+        self.out = os.path.join(self.dir, "never-created")
+        self.expect(["train", "--resume", older, "--discard-newer"], "format", "weights.safetensors that is not the one")
+        self.assertEqual(tree_digest(run), before)
+        self.assertFalse(os.path.exists(os.path.join(run, "abandoned")))
+
     def test_resume_edited_progress_fields(self):
         # Each was taken as it was: a NaN rate, a directory step_-00003, other samples trained.
         cases = [("step", -5, "progress.step that is -5, below its least value 0"),

@@ -126,9 +126,10 @@ class TrainTest(CliTestCase):
     def test_help_and_misspelt_subcommands(self):
         self.assertIn("Usage:", run("help", check=True).stdout)
         self.assertIn("bigbatch plan", run("help", "plan", check=True).stdout.replace("build/", ""))
-        result = run("trian")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("'trian' is not a subcommand; did you mean 'train'?", result.stderr)
+        for words in (["trian"], ["help", "trian"]):
+            result = run(*words)
+            self.assertEqual(result.returncode, 2)
+            self.assertIn("'trian' is not a subcommand; did you mean 'train'?", result.stderr)
 
     def test_launch_takes_torchruns_spellings(self):
         result = run("launch", "--nproc-per-node", "2", "--rdzv-endpoint", "127.0.0.1:29557", "--", "/bin/sh",

@@ -272,12 +272,24 @@ class RanksThatDisagreeTest(DistributedTestCase):
         out = self.path("hidden")
         result = self.launch_shell("exec " + self.small(out, "--global-batch 64 --hidden $((32 * (RANK + 1)))"))
         self.assert_both_stop(result, out, "hidden = [ 64 ] here, [ 32 ] on rank 0")
-        self.assertIn("and 1 more", result.stderr)  # the parameter shapes that follow from it
+        # The configuration is compared first, so the parameter shapes that follow from it are
+        # not listed as differences of their own.
+        self.assertNotIn("parameter 1.weight", result.stderr)
 
     def test_another_global_batch_on_one_rank(self):
         out = self.path("global")
         result = self.launch_shell("exec " + self.small(out, "--hidden 32 --global-batch $((64 * (RANK + 1)))"))
         self.assert_both_stop(result, out, "global-batch = 128 here, 64 on rank 0")
+
+    def test_another_micro_batch_choice_on_one_rank(self):
+        # Compared before --micro-batch auto's own broadcast, which would otherwise pair with the
+        # check's (review of issue 21).
+        out = self.path("micro")
+        result = self.launch_shell("exec " + self.small(
+            out, '--hidden 32 --global-batch 64 --memory-budget 1GiB --micro-batch "$([ $RANK = 0 ] && echo 32 || echo auto)"'))
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("rank 1 differs from rank 0: micro-batch", result.stderr)
+        self.assertFalse(os.path.exists(out))
 
     def test_a_rank_that_exits_before_joining_is_named_within_the_timeout(self):
         out = self.path("left")

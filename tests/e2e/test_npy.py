@@ -201,6 +201,19 @@ class RegressionTest(NpyTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(np.load(self.path("y3.npy")).shape, (5, 3))
 
+    def test_the_training_targets_decide_for_every_split(self):
+        # Float y_train with integer y_test: the test split is values too (it was read as classes).
+        rng = np.random.default_rng(4)
+        x = rng.normal(size=(300, 4)).astype("float32")
+        directory = self.arrays("mixed", x_train=x[:200], y_train=rng.normal(size=200).astype("float32"),
+                                x_test=x[200:], y_test=rng.integers(0, 3, 100))
+        out = self.path("mixed-run")
+        result = self.train(directory, out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("test_rmse", [r for r in records(out) if "train_loss" in r][-1])
+        empty = self.arrays("no-outputs", x_train=x[:64], y_train=np.zeros((64, 0), "float32"))
+        self.assert_one_line_error(self.train(empty, self.path("bad-run")), "data", "regression targets are one value")
+
     def test_integer_targets_regress_when_asked(self):
         rng = np.random.default_rng(2)
         x = rng.normal(size=(256, 4)).astype("float32")
