@@ -91,6 +91,15 @@ class CollectiveReducer final : public GradientReducer {
     }
   }
 
+  // A collective that failed: in a job that was started alike, another rank left or hung.
+  [[noreturn]] void peer_failed(const std::string& collective, const std::exception& e) const {
+    throw Error(ErrorKind::Distributed,
+                "rank " + std::to_string(env_.rank) + ": " + collective +
+                    " failed: " + first_line(e.what()),
+                "another rank exited or stopped responding (timeout " +
+                    std::to_string(int(options_.timeout_seconds)) + " s); see its output");
+  }
+
   static std::string joined_key(int64_t rank) { return "bigbatch/joined/" + std::to_string(rank); }
 
   // Rank 0: every rank has reached the store within the timeout, or the error names those that
@@ -196,11 +205,7 @@ class CollectiveReducer final : public GradientReducer {
         work->wait();
       in_flight_.clear();
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::Distributed,
-                  "rank " + std::to_string(env_.rank) +
-                      ": gradient all-reduce failed: " + first_line(e.what()),
-                  "another rank exited or stopped responding (timeout " +
-                      std::to_string(int(options_.timeout_seconds)) + " s); see its output");
+      peer_failed("gradient all-reduce", e);
     }
     auto slots = totals();
     const auto host = slots.to(torch::kCPU, torch::kFloat64);
@@ -227,10 +232,7 @@ class CollectiveReducer final : public GradientReducer {
         group_for(t)->broadcast(one)->wait();
       }
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::Distributed,
-                  "rank " + std::to_string(env_.rank) +
-                      ": broadcast of the initial weights failed: " + first_line(e.what()),
-                  "another rank exited or stopped responding; see its output");
+      peer_failed("broadcast from rank 0 (set-up check or initial weights)", e);
     }
   }
 
@@ -239,10 +241,7 @@ class CollectiveReducer final : public GradientReducer {
       std::vector<at::Tensor> one{tensor};
       group_for(tensor)->allreduce(one)->wait();
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::Distributed,
-                  "rank " + std::to_string(env_.rank) +
-                      ": the ranks' set-up check failed: " + first_line(e.what()),
-                  "another rank exited or stopped responding; see its output");
+      peer_failed("sum over the ranks (set-up check)", e);
     }
   }
 

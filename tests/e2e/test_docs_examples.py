@@ -27,12 +27,17 @@ def blocks(path, language):
         return re.findall(r"```" + language + r"\n(.*?)```", f.read(), re.S)
 
 
-class YourModelDocTest(unittest.TestCase):
+class DocTestCase(unittest.TestCase):
+    """A fresh directory per test (self.dir), removed afterwards."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="bigbatch_docs_")
 
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class YourModelDocTest(DocTestCase):
 
     def test_the_example_runs_as_written(self):
         doc = os.path.join(ROOT, "docs", "your-model.md")
@@ -66,14 +71,8 @@ class YourModelDocTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
 
 
-class WeightsDocTest(unittest.TestCase):
+class WeightsDocTest(DocTestCase):
     """docs/weights.md's reader (no safetensors package) and its input preparation, on a run."""
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_weights_doc_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_the_reader_loads_a_run_and_the_stated_normalisation_gives_its_accuracy(self):
         run = os.path.join(self.dir, "run")
