@@ -4,6 +4,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 
 #include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
@@ -311,9 +312,12 @@ RankDescription describe_data_and_model(const TrainConfig& requested, const Data
   return out;
 }
 
-void check_ranks_agree(GradientReducer& reducer, const RankDescription& description) {
+// `describe` runs only in a job of several ranks: a single process has no one to agree with,
+// and the description digests the whole training set.
+void check_ranks_agree(GradientReducer& reducer, const std::function<RankDescription()>& describe) {
   if (reducer.world_size() == 1)
     return;
+  const RankDescription description = describe();
   // Rank 0's text: its length first, so every rank can receive it.
   std::string text = encode_description(description);
   std::vector<torch::Tensor> length = {torch::tensor({static_cast<int64_t>(text.size())})};
@@ -544,7 +548,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   auto reducer = make_reducer(job, resolved_config);
   // Before any other collective (--micro-batch auto broadcasts its choice): ranks started with
   // other flags stop here, together, each naming what differs.
-  check_ranks_agree(*reducer, describe_configuration(requested));
+  check_ranks_agree(*reducer, [&] { return describe_configuration(requested); });
   if (resolved_config.micro_batch_auto)
     choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_model);
   // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
@@ -564,7 +568,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     load_weights(config.init_weights, *r.model);
   // Before the first collective whose tensors depend on them: ranks started differently stop
   // here, together, each naming what differs.
-  check_ranks_agree(*r.reducer, describe_data_and_model(requested, r.data, *r.model));
+  check_ranks_agree(*r.reducer,
+                    [&] { return describe_data_and_model(requested, r.data, *r.model); });
   // Only now, with the data, the plan and the weights accepted, does a new run directory
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
