@@ -11,7 +11,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCMAKE_CXX_COMPILER_LAUNCHER= > /dev/null
 cmake --build build-fuzz
 mkdir -p build-fuzz/crashes
-for target in idx safetensors config units text npy npz; do
+for target in idx safetensors config units text npy npz tokens; do
   binary="build-fuzz/fuzz/fuzz_${target}"
   echo "fuzz: ${target}: replaying fuzz/corpus/${target}"
   "$binary" -runs=0 "fuzz/corpus/${target}" > "build-fuzz/${target}-replay.log" 2>&1 ||

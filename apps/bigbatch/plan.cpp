@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "config/resolved_run.h"
+#include "core/error.h"
 #include "flags.h"
 #include "report/plan_report.h"
 #include "subcommand.h"
@@ -20,13 +21,21 @@ class PlanCommand final : public Subcommand {
     app().add_option("--dataset-size", dataset_size_,
                      "samples per epoch (default: Fashion-MNIST's 60000)");
     app().add_option("--world-size", world_size_, "data-parallel ranks (default 1)");
+    app().add_option("--tokens-per-sample", tokens_per_sample_,
+                     "language models: mean target tokens per sample (--seq-len for packed "
+                     "blocks; the corpus's mean for documents, which train prints), so that "
+                     "the plan shows tokens per update and takes intervals in tokens (4Mt)");
     app().add_flag("--json", json_, "print one JSON object instead of text");
   }
 
   int run() override {
     TrainConfig config;
     apply_flags(config, kPlanCommand, flags_);
-    const ResolvedRun run = resolve_run(config, dataset_size_, world_size_);
+    if (!(tokens_per_sample_ >= 0 && tokens_per_sample_ <= 1e9)) {
+      throw Error(ErrorKind::Usage, "--tokens-per-sample must be a positive number of tokens",
+                  "e.g. --tokens-per-sample 256 (--seq-len, for packed blocks)");
+    }
+    const ResolvedRun run = resolve_run(config, dataset_size_, world_size_, tokens_per_sample_);
     if (json_) {
       std::cout << plan_json(run).dump(2) << "\n";
     } else {
@@ -39,6 +48,7 @@ class PlanCommand final : public Subcommand {
   FlagValues flags_;
   int64_t dataset_size_ = 60000;
   int64_t world_size_ = 1;
+  double tokens_per_sample_ = 0;
   bool json_ = false;
 };
 

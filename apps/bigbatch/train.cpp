@@ -32,10 +32,14 @@ class TrainCommand final : public Subcommand {
       return kExitOk;
     std::printf("run directory: %s\n", result.run_dir.c_str());
     if (result.updates > 0 && result.language_model) {
+      const std::string bits =
+          result.val_bits_per_byte > 0
+              ? ", " + format_fixed(result.val_bits_per_byte, 4) + " bits per byte"
+              : std::string();  // token files: the bytes are not known
       std::printf(
-          "held-out loss %.4f per token, %.4f bits per byte, after %lld updates, %lld samples "
+          "held-out loss %.4f per token%s, after %lld updates, %lld samples "
           "(%lld tokens); training %s at %s tokens/s, %s in all\n",
-          result.val_loss, result.val_bits_per_byte, static_cast<long long>(result.updates),
+          result.val_loss, bits.c_str(), static_cast<long long>(result.updates),
           static_cast<long long>(result.samples_seen), static_cast<long long>(result.items_seen),
           human_duration(result.train_seconds).c_str(),
           human_count(double(result.items_seen) / std::max(1e-9, result.train_seconds)).c_str(),

@@ -233,7 +233,8 @@ std::pair<int64_t, int64_t> rank_share(int64_t size, int64_t world, int64_t rank
 }
 }  // namespace
 
-EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window) {
+EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window,
+                     double items_per_sample) {
   if (dataset_size <= 0) {
     throw Error(ErrorKind::Plan,
                 "dataset size must be positive, got " + std::to_string(dataset_size),
@@ -247,6 +248,7 @@ EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow las
   }
   const int64_t global = plan.global_batch_size;
   EpochPlan epoch;
+  epoch.items_per_sample = items_per_sample;
   epoch.dataset_size = dataset_size;
   epoch.last_window = last_window;
   epoch.full_updates = dataset_size / global;

@@ -81,10 +81,14 @@ struct EpochPlan {
   int64_t updates_per_epoch = 0;
   int64_t micro_steps_per_epoch = 0;  // forward/backward passes per epoch on one rank
   int64_t samples_per_epoch = 0;      // samples that contribute to an update
+  // Token rows: the mean target tokens per training sample, which converts intervals in tokens
+  // ("4Mt") to samples; 0 where the items are the samples (images).
+  double items_per_sample = 0;
   std::vector<std::string> warnings;  // legal but worth saying (e.g. a batch larger than the data)
 };
 
-EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window);
+EpochPlan plan_epoch(const BatchPlan& plan, int64_t dataset_size, LastWindow last_window,
+                     double items_per_sample = 0);
 
 // The samples of one update, as positions in the epoch's order (see data/sampler.h).
 // The update covers [begin, begin + size); this rank takes [rank_begin, rank_begin + rank_size)

@@ -46,10 +46,11 @@ const NameTable<TaskKind>& task_names() {
 }
 
 const NameTable<SequenceMode>& sequence_mode_names() {
-  static const NameTable<SequenceMode> table{
-      "--sequences",
-      "--sequences",
-      {{SequenceMode::Documents, "documents"}, {SequenceMode::Packed, "packed"}}};
+  static const NameTable<SequenceMode> table{"--sequences",
+                                             "--sequences",
+                                             {{SequenceMode::Auto, "auto"},
+                                              {SequenceMode::Documents, "documents"},
+                                              {SequenceMode::Packed, "packed"}}};
   return table;
 }
 

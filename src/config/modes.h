@@ -40,7 +40,9 @@ inline const char* to_string(TaskKind kind) {
 
 // How a text corpus becomes samples: each document one sample (padded per micro-batch, cut at
 // --seq-len), or documents joined by end-of-text and cut into blocks of --seq-len + 1.
-enum class SequenceMode { Documents, Packed };
+// Auto: documents where the data records them (text, Megatron indexes), packed for one
+// stream of tokens (llm.c shards, headerless files).
+enum class SequenceMode { Auto, Documents, Packed };
 const NameTable<SequenceMode>& sequence_mode_names();
 inline const char* to_string(SequenceMode mode) {
   return sequence_mode_names().name(mode);

@@ -158,8 +158,9 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("dataset",
                             "fashion-mnist, idx:DIR for any directory of MNIST-format files, "
                             "npy:DIR (x_train.npy, y_train.npy, ...) or npy:FILE.npz; "
-                            "text:PATH (a text file or directory) or jsonl:FILE (one JSON object "
-                            "per line) for a language model",
+                            "text:PATH (a text file or directory), jsonl:FILE (one JSON object "
+                            "per line) or tokens:PATH (Megatron .bin/.idx, llm.c shards, "
+                            "headerless .bin; a file, prefix or directory) for a language model",
                             "NAME", &TrainConfig::dataset, train_and_fit));
   t.push_back(enum_option("task",
                           "what the mean is over: classify (samples: cross-entropy), regress "
@@ -173,10 +174,20 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("text-field", "jsonl:FILE: the field that holds each document", "NAME",
                             &TrainConfig::text_field, train_and_fit));
   t.push_back(enum_option("sequences",
-                          "text:PATH: documents (each document a sample, padded per micro-batch "
-                          "to its longest, cut at --seq-len) or packed (documents joined by "
-                          "end-of-text, cut into blocks of --seq-len + 1 tokens)",
+                          "documents (each document a sample, padded per micro-batch to its "
+                          "longest, cut at --seq-len) or packed (documents joined, cut into "
+                          "blocks of --seq-len + 1 tokens); auto: documents where the data "
+                          "records them (text, Megatron), packed for a token stream (llm.c, "
+                          "headerless)",
                           &TrainConfig::sequences, &sequence_mode_names, train_and_fit));
+  t.push_back(enum_option("token-dtype",
+                          "tokens:PATH: the id type of headerless .bin files (nanoGPT: uint16); "
+                          "auto reads it from the file's header (Megatron .idx, llm.c)",
+                          &TrainConfig::token_dtype, &token_dtype_names, train_and_fit));
+  t.push_back(int_option("vocab-size",
+                         "tokens:PATH: the vocabulary the model predicts over (every id must be "
+                         "below it; 0: the largest id in the data + 1)",
+                         &TrainConfig::vocab_size, train_and_fit));
   t.push_back(int_option("seq-len", "tokens per sample (and the gpt's positions)",
                          &TrainConfig::seq_len, train_and_fit));
   t.push_back(int_option("layers", "gpt: transformer blocks", &TrainConfig::layers, train_and_fit));

@@ -73,7 +73,8 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
   BatchPlan reference_plan;
   reference_plan.micro_batch_size = reference;
   reference_plan.global_batch_size = reference;
-  const EpochPlan reference_epoch = plan_epoch(reference_plan, dataset_size, config.last_window);
+  const EpochPlan reference_epoch =
+      plan_epoch(reference_plan, dataset_size, config.last_window, epoch.items_per_sample);
   ResolvedRun::AdaScaleRun adascale;
   adascale.reference_batch = reference;
   adascale.scale = double(plan.global_batch_size) / double(reference);
@@ -98,7 +99,8 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
 
 // Simulates the ramp over the run for its length and phases; the LR schedule counts
 // reference-batch updates.
-ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
+ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
+                             double items_per_sample) {
   if (config.lr_scaling == LrScaling::AdaScale) {
     throw Error(ErrorKind::Config,
                 "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: "
@@ -111,7 +113,7 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, in
   const int64_t micro = config.micro_batch.value_or(kDefaultMicroBatchSize);
   const BatchPlan plan =
       plan_for_ramp_step(ramp.batches.steps().front().global_batch, micro, world_size);
-  const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
+  const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window, items_per_sample);
   ramp.phases = simulate_ramp(
       ramp.batches,
       [&](int64_t global) {
@@ -137,7 +139,8 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, in
   BatchPlan reference_plan;
   reference_plan.micro_batch_size = std::min(ramp.reference_batch, dataset_size);
   reference_plan.global_batch_size = ramp.reference_batch;
-  const EpochPlan reference_epoch = plan_epoch(reference_plan, dataset_size, config.last_window);
+  const EpochPlan reference_epoch =
+      plan_epoch(reference_plan, dataset_size, config.last_window, items_per_sample);
   const int64_t reference_updates =
       (ramp.total_samples + ramp.reference_batch - 1) / ramp.reference_batch;
   LrSchedule schedule = make_schedule(config, ramp.reference_batch, reference_plan, reference_epoch,
@@ -174,7 +177,8 @@ double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t 
          scale_lr(1.0, run.ramp->reference_batch, global_batch, run.schedule.config().scaling);
 }
 
-ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size) {
+ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
+                        double items_per_sample) {
   if (config.micro_batch_auto) {
     throw Error(ErrorKind::Plan,
                 "--micro-batch auto is measured when training starts, not planned ahead",
@@ -182,9 +186,9 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
                     " --memory-budget SIZE' to see the size it would pick, then plan with it");
   }
   if (!config.global_batch_schedule.empty())
-    return resolve_ramp_run(config, dataset_size, world_size);
+    return resolve_ramp_run(config, dataset_size, world_size, items_per_sample);
   const BatchPlan plan = BatchPlan::resolve(config.batch_request(world_size));
-  const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window);
+  const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window, items_per_sample);
   if (config.strict_batch && epoch.last_window_size > 0) {
     throw Error(ErrorKind::Plan,
                 "--strict-batch: the last update of each epoch would have " +

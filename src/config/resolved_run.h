@@ -46,7 +46,10 @@ struct ResolvedRun {
   std::optional<RampRun> ramp;
 };
 
-ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size);
+// `items_per_sample`: token rows' mean target tokens per sample (intervals in tokens); 0 for
+// samples that are their own items.
+ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
+                        double items_per_sample = 0);
 
 // A ramp step's plan: `global_batch` cut into micro-batches of `micro` over `world` ranks
 // (accumulation derived). Errors name the --global-batch-schedule step.

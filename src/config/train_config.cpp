@@ -33,20 +33,29 @@ void TrainConfig::validate() const {
       "gain already follows a larger batch",
       "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
   check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_npy_dataset() ||
-                   is_text_dataset() || is_custom(dataset),
+                   is_sequence_dataset() || is_custom(dataset),
                "dataset '" + dataset + "' is not known",
                "use --dataset fashion-mnist, idx:DIR (MNIST-format images), npy:DIR (numpy "
                "arrays x_train.npy, y_train.npy), text:PATH (a text file or a directory of "
-               "them) or jsonl:FILE (one JSON object per line)");
+               "them), jsonl:FILE (one JSON object per line) or tokens:PATH (Megatron, llm.c "
+               "or nanoGPT token files)");
   check_config((!is_npy_dataset() && dataset.rfind("idx:", 0) != 0) || !dataset_directory().empty(),
                "--dataset " + dataset + " names no directory", "e.g. --dataset npy:data");
-  check_config(!is_text_dataset() || !text_path().empty(),
+  check_config(!is_sequence_dataset() || !text_path().empty(),
                "--dataset " + dataset + " names no path",
-               "e.g. --dataset text:/usr/share/games/fortunes");
+               is_token_file_dataset() ? "e.g. --dataset tokens:data/train.bin"
+                                       : "e.g. --dataset text:/usr/share/games/fortunes");
+  check_config(vocab_size >= 0, "--vocab-size must be zero (the data's) or positive",
+               "e.g. --vocab-size 50257");
+  check_config(is_token_file_dataset() || (vocab_size == 0 && token_dtype == TokenDtype::Auto),
+               std::string(vocab_size != 0 ? "--vocab-size" : "--token-dtype") +
+                   " describes token files, but dataset '" + dataset + "' is not tokens:PATH",
+               std::string("drop ") + (vocab_size != 0 ? "--vocab-size" : "--token-dtype") +
+                   (is_text_dataset() ? " (text takes the byte tokenizer's 257)" : ""));
   check_config(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
-  check_config(task != TaskKind::Lm || is_text_dataset(),
+  check_config(task != TaskKind::Lm || is_sequence_dataset(),
                "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
-               "use --dataset text:PATH, or --task classify");
+               "use --dataset text:PATH or tokens:PATH, or --task classify");
   check_config(task != TaskKind::Regress || is_npy_dataset() || is_custom(dataset),
                "--task regress needs value targets, which only npy:DIR datasets hold (dataset '" +
                    dataset + "')",
@@ -55,7 +64,7 @@ void TrainConfig::validate() const {
   check_config(task != TaskKind::Regress || target_accuracy == 0,
                "--target-accuracy stops on accuracy, which a regression has none of",
                "drop --target-accuracy, or bound the run with --epochs or --max-updates");
-  check_config(task != TaskKind::Classify || !is_text_dataset(),
+  check_config(task != TaskKind::Classify || !is_sequence_dataset(),
                "--task classify needs labelled images, but dataset '" + dataset + "' is text",
                "use --task lm (or leave --task out) with --model gpt");
   if (is_torchscript_model(model) || is_custom(model)) {
@@ -172,7 +181,7 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
 TaskKind TrainConfig::task_kind() const {
   if (task != TaskKind::Auto)
     return task;
-  return is_text_dataset() ? TaskKind::Lm : TaskKind::Classify;
+  return is_sequence_dataset() ? TaskKind::Lm : TaskKind::Classify;
 }
 
 std::string TrainConfig::dataset_directory() const {

@@ -10,6 +10,7 @@
 
 #include "batching/batch_plan.h"
 #include "config/modes.h"
+#include "data/token_files.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 
@@ -26,14 +27,18 @@ struct TrainConfig {
   BatchNormMode bn_mode = BatchNormMode::Micro;
   NormKind norm = NormKind::Batch;
   bool bn_momentum_correction = true;     // running statistics keep their horizon in updates
-  std::string dataset = "fashion-mnist";  // or idx:DIR, text:PATH, jsonl:FILE
+  std::string dataset = "fashion-mnist";  // or idx:DIR, npy:DIR, text:PATH, jsonl:FILE, tokens:PATH
   TaskKind task = TaskKind::Auto;         // resolved by task_kind()
   // Text (text:PATH): documents cut on this separator line ("%", "blank", "line" or a line),
   // as samples of --seq-len tokens (documents, or packed blocks).
   std::string doc_separator = "%";
   std::string text_field = "text";  // jsonl:FILE: the document's field
-  SequenceMode sequences = SequenceMode::Documents;
+  SequenceMode sequences = SequenceMode::Auto;
   int64_t seq_len = 256;
+  // Token files (tokens:PATH, data/token_files.h): the dtype of headerless files, and the
+  // vocabulary (0: the largest id + 1).
+  TokenDtype token_dtype = TokenDtype::Auto;
+  int64_t vocab_size = 0;
   // gpt (models/gpt.h).
   int64_t layers = 4;
   int64_t d_model = 128;
@@ -130,8 +135,13 @@ struct TrainConfig {
   // npy:DIR: numpy arrays (data/dataset.h, load_npy_dataset).
   bool is_npy_dataset() const { return dataset.rfind("npy:", 0) == 0; }
   bool is_text_dataset() const { return dataset.rfind("text:", 0) == 0 || is_jsonl_dataset(); }
+  // tokens:PATH: pre-tokenised files.
+  bool is_token_file_dataset() const { return dataset.rfind("tokens:", 0) == 0; }
+  // Text or token files: token sequences, a language model's data.
+  bool is_sequence_dataset() const { return is_text_dataset() || is_token_file_dataset(); }
+  // The path after text:, jsonl: or tokens:.
   std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
-  // --task, or the dataset's (text: lm; images: classify).
+  // --task, or the dataset's (text, tokens: lm; images: classify).
   TaskKind task_kind() const;
 };
 

@@ -160,6 +160,12 @@ std::string human_duration(double seconds) {
   return buffer;
 }
 
+std::string format_fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
 std::string format_double(double value) {
   char buffer[64];
   // Whole numbers print as integers ("500", not "5e+02"), as people write them.

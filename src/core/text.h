@@ -34,6 +34,8 @@ std::string format_loss(double value);
 std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".
 std::string human_duration(double seconds);
+// `decimals` digits after the point: format_fixed(0.41, 4) -> "0.4100".
+std::string format_fixed(double value, int decimals);
 // Shortest round-trip decimal form of a double: 0.1 -> "0.1", 1e-05 -> "1e-05".
 std::string format_double(double value);
 

@@ -23,8 +23,15 @@ int64_t TensorDataset::items(int64_t begin, int64_t end) const {
   return total;
 }
 
+double items_per_sample(const TensorDataset& data) {
+  if (!data.is_tokens() || data.size() == 0)
+    return 0;
+  return double(data.items(0, data.size())) / double(data.size());
+}
+
 TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
-  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes};
+  TensorDataset out{
+      inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes, vocabulary};
   if (is_tokens()) {
     out.lengths.assign(lengths.begin() + begin, lengths.begin() + end);
     out.bytes.assign(bytes.begin() + begin, bytes.begin() + end);
@@ -34,7 +41,8 @@ TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
 
 TensorDataset TensorDataset::select(const std::vector<int64_t>& rows) const {
   const auto index = torch::tensor(rows, torch::kInt64);
-  TensorDataset out{inputs.index_select(0, index), targets.index_select(0, index), {}, {}, classes};
+  TensorDataset out{
+      inputs.index_select(0, index), targets.index_select(0, index), {}, {}, classes, vocabulary};
   if (is_tokens()) {
     for (int64_t row : rows) {
       out.lengths.push_back(lengths[size_t(row)]);
@@ -351,30 +359,33 @@ DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subse
   return splits;
 }
 
-TensorDataset token_dataset(const TokenRows& rows) {
+TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary) {
   const int64_t n = rows.rows();
   TensorDataset data;
   data.inputs = torch::tensor(rows.inputs, torch::kInt32).to(torch::kInt64).view({n, rows.width});
   data.targets = torch::tensor(rows.targets, torch::kInt32).to(torch::kInt64).view({n, rows.width});
   data.lengths = rows.lengths;
   data.bytes = rows.bytes;
+  data.vocabulary = vocabulary;
   return data;
 }
 
-DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
-                                int64_t seq_len, int64_t train_subset, int64_t val_size,
-                                uint64_t seed) {
-  const TokenRows rows =
-      packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
+namespace {
+
+// Token rows as splits: `val_size` of them held out by `seed` (0: 2%, at least 1, at most
+// 1000). `name` names the data in errors ("text corpus 'fortunes'").
+DatasetSplits split_token_rows(const TokenRows& rows, int64_t vocabulary, const std::string& name,
+                               bool packed, int64_t seq_len, int64_t train_subset, int64_t val_size,
+                               uint64_t seed) {
   const int64_t n = rows.rows();
   if (n < 2) {
-    throw Error(ErrorKind::Data,
-                "text corpus '" + name + "' makes " + std::to_string(n) + " sample(s) of " +
-                    std::to_string(seq_len + 1) + " tokens: too few to train and validate",
-                packed ? "use a larger corpus, a smaller --seq-len, or --sequences documents"
-                       : "use a larger corpus");
+    throw Error(
+        ErrorKind::Data,
+        name + " makes " + std::to_string(n) + " sample(s) of " + std::to_string(seq_len + 1) +
+            " tokens: too few to train and validate",
+        packed ? "use more data, a smaller --seq-len, or --sequences documents" : "use more data");
   }
-  const TensorDataset all = token_dataset(rows);
+  const TensorDataset all = token_dataset(rows, vocabulary);
   // Held out by the seed (an order no epoch uses), so every run with the seed holds out the
   // same samples; the rest keep corpus order.
   const int64_t held_out =
@@ -404,19 +415,72 @@ DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& nam
   DatasetSplits splits;
   splits.train = all.select(train);
   splits.validation = all.select(validation);
-  {
-    splits.description =
-        std::to_string(corpus.documents.size()) + " documents (" + std::to_string(corpus.bytes) +
-        " bytes) from " + std::to_string(corpus.files) + " file(s)" +
-        (corpus.skipped_files > 0
-             ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
-             : std::string()) +
-        "; " +
-        (packed ? std::to_string(n) + " packed blocks of " + std::to_string(seq_len + 1) + " tokens"
-                : std::to_string(n) + " document samples, " + std::to_string(rows.cut_documents) +
-                      " cut at " + std::to_string(seq_len + 1) + " tokens") +
-        "; byte tokenizer (vocabulary " + std::to_string(kByteVocabulary) + ")";
+  splits.description =
+      packed ? std::to_string(n) + " packed blocks of " + std::to_string(seq_len + 1) + " tokens"
+             : std::to_string(n) + " document samples, " + std::to_string(rows.cut_documents) +
+                   " cut at " + std::to_string(seq_len + 1) + " tokens";
+  return splits;
+}
+
+}  // namespace
+
+DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
+                                int64_t seq_len, int64_t train_subset, int64_t val_size,
+                                uint64_t seed) {
+  const TokenRows rows =
+      packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
+  DatasetSplits splits = split_token_rows(rows, kByteVocabulary, "text corpus '" + name + "'",
+                                          packed, seq_len, train_subset, val_size, seed);
+  splits.description =
+      std::to_string(corpus.documents.size()) + " documents (" + std::to_string(corpus.bytes) +
+      " bytes) from " + std::to_string(corpus.files) + " file(s)" +
+      (corpus.skipped_files > 0
+           ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
+           : std::string()) +
+      "; " + splits.description + "; byte tokenizer (vocabulary " +
+      std::to_string(kByteVocabulary) + ")";
+  return splits;
+}
+
+DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string& name, bool packed,
+                                      int64_t seq_len, int64_t vocab_size, int64_t train_subset,
+                                      int64_t val_size, uint64_t seed) {
+  if (!packed && !files.has_documents) {
+    throw Error(ErrorKind::Config,
+                "token data '" + name + "' (" + files.format +
+                    ") is one stream of tokens with no document boundaries, so --sequences "
+                    "documents has no documents to take",
+                "use --sequences packed (or auto), or a Megatron .bin/.idx pair, which records "
+                "its documents");
   }
+  const int64_t needed = files.largest_token + 1;
+  if (vocab_size > 0 && vocab_size < needed) {
+    throw Error(ErrorKind::Data,
+                "token data '" + name + "' holds token id " + std::to_string(files.largest_token) +
+                    ", beyond --vocab-size " + std::to_string(vocab_size),
+                "give --vocab-size " + std::to_string(needed) +
+                    " or more (the tokenizer's vocabulary), or leave it out to take the largest "
+                    "id + 1");
+  }
+  const int64_t vocabulary = vocab_size > 0 ? vocab_size : needed;
+  // Padding is an id every vocabulary has; its targets are ignored and causal attention keeps
+  // it from the positions before it.
+  constexpr int32_t kPad = 0;
+  const TokenRows rows = packed ? packed_rows(files.documents, seq_len, kPad, {})
+                                : document_rows(files.documents, seq_len, kPad, {});
+  DatasetSplits splits = split_token_rows(rows, vocabulary, "token data '" + name + "'", packed,
+                                          seq_len, train_subset, val_size, seed);
+  splits.description =
+      std::to_string(files.documents.tokens.size()) + " tokens in " + std::to_string(files.files) +
+      " file(s), " + files.format +
+      (files.has_documents ? ", " + std::to_string(files.documents.documents()) + " documents"
+                           : std::string()) +
+      "; " + splits.description +
+      (rows.short_documents > 0
+           ? ", " + std::to_string(rows.short_documents) + " of under 2 tokens skipped"
+           : std::string()) +
+      "; vocabulary " + std::to_string(vocabulary) +
+      (vocab_size > 0 ? std::string() : " (the largest id + 1)");
   return splits;
 }
 

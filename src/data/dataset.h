@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/text_corpus.h"
+#include "data/token_files.h"
 
 namespace bigbatch {
 
@@ -38,6 +39,9 @@ struct TensorDataset {
   // Labelled samples: the number of classes (every split of a dataset says the same); 0 for
   // token rows.
   int64_t classes = 0;
+  // Token rows: the vocabulary a model must predict over (the tokenizer's, or the token
+  // files' largest id + 1); 0 for samples.
+  int64_t vocabulary = 0;
 
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
   bool is_tokens() const { return !lengths.empty(); }
@@ -52,6 +56,10 @@ struct TensorDataset {
   TensorDataset slice(int64_t begin, int64_t end) const;
   TensorDataset select(const std::vector<int64_t>& rows) const;
 };
+
+// Token rows: their mean target tokens per row (what intervals in tokens convert by); 0 for
+// samples, which are their own items.
+double items_per_sample(const TensorDataset& data);
 
 struct DatasetSplits {
   TensorDataset train;
@@ -93,8 +101,9 @@ struct Batch {
 // Rows [begin, end) of `data` as a batch (evaluation).
 Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
 
-// Token rows (data/text_corpus.h) as a dataset: inputs and targets [rows, width] int64.
-TensorDataset token_dataset(const TokenRows& rows);
+// Token rows (data/token_rows.h) as a dataset: inputs and targets [rows, width] int64, over
+// `vocabulary` ids (the byte tokenizer's by default).
+TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary = kByteVocabulary);
 
 // A text corpus (data/text_corpus.h: text:PATH, jsonl:FILE) as token rows: documents or
 // packed blocks of `seq_len`, and `val_size` of them held out for validation, chosen by `seed`
@@ -103,6 +112,13 @@ TensorDataset token_dataset(const TokenRows& rows);
 DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
                                 int64_t seq_len, int64_t train_subset, int64_t val_size,
                                 uint64_t seed);
+
+// Token files (data/token_files.h: tokens:PATH) as token rows, split as load_text_dataset
+// does. `packed` false needs files that record documents (Megatron); vocab_size 0 takes the
+// largest id + 1, else every id must be below it. Rows are padded with id 0.
+DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string& name, bool packed,
+                                      int64_t seq_len, int64_t vocab_size, int64_t train_subset,
+                                      int64_t val_size, uint64_t seed);
 
 // Gathers the samples at order[begin, begin + count) into buffers allocated once (no
 // allocation per micro-batch). Two ways:

@@ -34,41 +34,6 @@ void append_document(std::vector<std::string>& documents, std::string_view text)
     documents.emplace_back(text);
 }
 
-// Bytes of `documents` as [eot, bytes..., eot, bytes..., eot]: one stream.
-std::vector<int32_t> token_stream(const std::vector<std::string>& documents) {
-  std::vector<int32_t> stream;
-  stream.push_back(kEndOfText);
-  for (const auto& document : documents) {
-    for (unsigned char byte : document)
-      stream.push_back(byte);
-    stream.push_back(kEndOfText);
-  }
-  return stream;
-}
-
-void check_seq_len(int64_t seq_len) {
-  if (seq_len < 2) {
-    throw Error(ErrorKind::Config, "--seq-len must be at least 2, got " + std::to_string(seq_len),
-                "e.g. --seq-len 256");
-  }
-}
-
-// Appends one row from tokens[0, count) (count <= width + 1): inputs the first count - 1,
-// targets the last count - 1.
-void append_row(TokenRows& rows, const int32_t* tokens, int64_t count) {
-  const int64_t width = rows.width;
-  const int64_t targets = count - 1;
-  int64_t bytes = 0;
-  for (int64_t t = 0; t < width; ++t) {
-    const bool real = t < targets;
-    rows.inputs.push_back(real ? tokens[t] : kEndOfText);
-    rows.targets.push_back(real ? tokens[t + 1] : kIgnoreTarget);
-    bytes += real && tokens[t + 1] != kEndOfText;
-  }
-  rows.lengths.push_back(targets);
-  rows.bytes.push_back(bytes);
-}
-
 }  // namespace
 
 std::vector<std::string> split_documents(std::string_view text, const std::string& separator,
@@ -212,37 +177,44 @@ TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
   return corpus;
 }
 
-TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len) {
-  check_seq_len(seq_len);
-  TokenRows rows;
-  rows.width = seq_len;
-  std::vector<int32_t> tokens;
+TokenDocuments byte_token_documents(const std::vector<std::string>& documents, bool packed) {
+  TokenDocuments result;
+  std::vector<int32_t>& tokens = result.tokens;
+  tokens.push_back(kEndOfText);
   for (const auto& document : documents) {
-    tokens.assign(1, kEndOfText);
     for (unsigned char byte : document)
       tokens.push_back(byte);
     tokens.push_back(kEndOfText);
-    int64_t count = static_cast<int64_t>(tokens.size());
-    if (count > seq_len + 1) {
-      ++rows.cut_documents;
-      count = seq_len + 1;
+    if (!packed) {
+      result.close_document();
+      tokens.push_back(kEndOfText);  // the next document's first token
     }
-    append_row(rows, tokens.data(), count);
   }
-  return rows;
+  if (packed) {
+    result.close_document();
+  } else {
+    tokens.pop_back();
+  }
+  return result;
+}
+
+const TokenByteLengths& byte_token_lengths() {
+  static const TokenByteLengths lengths = [] {
+    TokenByteLengths table(size_t(kByteVocabulary), 1);
+    table[size_t(kEndOfText)] = 0;
+    return table;
+  }();
+  return lengths;
+}
+
+TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len) {
+  return document_rows(byte_token_documents(documents, /*packed=*/false), seq_len, kEndOfText,
+                       byte_token_lengths());
 }
 
 TokenRows packed_rows(const std::vector<std::string>& documents, int64_t seq_len) {
-  check_seq_len(seq_len);
-  TokenRows rows;
-  rows.width = seq_len;
-  const std::vector<int32_t> stream = token_stream(documents);
-  // Block b covers stream[b * seq_len, b * seq_len + seq_len + 1): its last target is the next
-  // block's first input, so every token after the first is predicted exactly once.
-  const int64_t total = static_cast<int64_t>(stream.size());
-  for (int64_t begin = 0; begin + seq_len + 1 <= total; begin += seq_len)
-    append_row(rows, stream.data() + begin, seq_len + 1);
-  return rows;
+  return packed_rows(byte_token_documents(documents, /*packed=*/true), seq_len, kEndOfText,
+                     byte_token_lengths());
 }
 
 }  // namespace bigbatch

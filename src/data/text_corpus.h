@@ -20,12 +20,12 @@
 #include <string_view>
 #include <vector>
 
+#include "data/token_rows.h"
+
 namespace bigbatch {
 
 inline constexpr int64_t kByteVocabulary = 257;
 inline constexpr int32_t kEndOfText = 256;
-// PyTorch's cross_entropy ignore_index default: targets of padding.
-inline constexpr int32_t kIgnoreTarget = -100;
 
 struct TextCorpus {
   std::vector<std::string> documents;  // in file order, none empty
@@ -54,18 +54,13 @@ TextCorpus read_jsonl_corpus(const std::string& path, const std::string& field);
 TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
                               const std::string& path);
 
-// Samples of `width` = seq_len positions each: inputs (padded with end-of-text) and targets
-// (padded with kIgnoreTarget), row-major.
-struct TokenRows {
-  int64_t width = 0;
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> targets;
-  std::vector<int64_t> lengths;  // target tokens per row (the row's items)
-  std::vector<int64_t> bytes;    // text bytes among them (end-of-text excluded)
-  int64_t cut_documents = 0;     // documents longer than a row, cut at seq_len + 1 tokens
-  int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
-};
+// The byte tokenizer: each document as [eot, bytes..., eot] (`packed`: one stream
+// [eot, bytes..., eot, bytes..., eot], so a packed block's end-of-text is predicted once).
+TokenDocuments byte_token_documents(const std::vector<std::string>& documents, bool packed);
+// Its bytes per token: 1 for each of the 256 bytes, 0 for end-of-text.
+const TokenByteLengths& byte_token_lengths();
 
+// The byte tokenizer's rows (data/token_rows.h), inputs padded with end-of-text.
 // --sequences documents: each document one row, cut at seq_len + 1 tokens.
 TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len);
 // --sequences packed: documents joined by end-of-text into one stream, cut into blocks of

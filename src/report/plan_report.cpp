@@ -40,6 +40,11 @@ std::string format_plan_text(const ResolvedRun& run) {
       line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
   out += line("updates", std::to_string(e.updates_per_epoch));
   out += line("samples per update", std::to_string(p.global_batch_size));
+  if (e.items_per_sample > 0) {
+    out += line("tokens per update",
+                "~" + human_count(e.items_per_sample * double(p.global_batch_size)),
+                "   (" + format_significant(e.items_per_sample, 4) + " target tokens per sample)");
+  }
   if (e.last_window_size > 0) {
     out += line("last window",
                 std::to_string(e.last_window_size) + " samples (kept, weighted by its true size)");
@@ -137,6 +142,10 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["micro_steps_per_epoch"] = e.micro_steps_per_epoch;
   j["updates_per_epoch"] = e.updates_per_epoch;
   j["samples_per_update"] = p.global_batch_size;
+  if (e.items_per_sample > 0) {
+    j["tokens_per_sample"] = e.items_per_sample;
+    j["tokens_per_update"] = e.items_per_sample * double(p.global_batch_size);
+  }
   j["last_window"] = to_string(e.last_window);
   j["last_window_size"] = e.last_window_size;
   j["dropped_samples"] = e.dropped_samples;

@@ -43,6 +43,11 @@ GlobalBatchSchedule GlobalBatchSchedule::parse(const std::string& text) {
                    "' counts updates, whose size is what the schedule changes; count samples "
                    "(s) or epochs (e)");
     }
+    if (at.unit() == Interval::Unit::Tokens && !at.is_zero()) {
+      bad_schedule("step '" + step +
+                   "' counts tokens; the batch ramp switches on samples or epochs, which it "
+                   "plans ahead exactly");
+    }
     const auto batch = parse_int(step.substr(colon + 1));
     if (!batch || *batch <= 0)
       bad_schedule("step '" + step + "' needs a positive whole global batch after ':'");

@@ -10,7 +10,8 @@ namespace bigbatch {
 namespace {
 [[noreturn]] void bad_interval(const std::string& text, const std::string& why) {
   throw Error(ErrorKind::Config, "interval '" + text + "' " + why,
-              "write a number with a unit: 500u (updates), 3e (epochs) or 120000s (samples)");
+              "write a number with a unit: 500u (updates), 3e (epochs), 120000s (samples) or "
+              "4Mt (tokens)");
 }
 }  // namespace
 
@@ -30,6 +31,9 @@ Interval Interval::parse(const std::string& raw) {
       break;
     case 's':
       unit = Unit::Samples;
+      break;
+    case 't':
+      unit = Unit::Tokens;
       break;
     default:
       bad_interval(raw, "has no unit");
@@ -63,7 +67,7 @@ Interval Interval::parse(const std::string& raw) {
   if (scaled > 1e15)
     bad_interval(raw, "is too large (at most 1e15)");
   if (unit != Unit::Epochs && scaled != std::floor(scaled)) {
-    bad_interval(raw, "is not a whole number of updates or samples");
+    bad_interval(raw, "is not a whole number of updates, samples or tokens");
   }
   return Interval(scaled, unit);
 }
@@ -80,8 +84,18 @@ int64_t Interval::to_updates(const BatchPlan& plan, const EpochPlan& epoch) cons
     case Unit::Epochs:
       // The small slack keeps 0.1e x 10 updates at exactly 1, not 2, after rounding error.
       return static_cast<int64_t>(std::ceil(value_ * double(epoch.updates_per_epoch) - 1e-9));
+    case Unit::Tokens:
     case Unit::Samples: {
-      const auto samples = static_cast<int64_t>(value_);
+      if (unit_ == Unit::Tokens && epoch.items_per_sample <= 0) {
+        throw Error(ErrorKind::Config,
+                    "interval '" + to_string() +
+                        "' counts tokens, but these samples are not "
+                        "token sequences",
+                    "count updates (u), epochs (e) or samples (s)");
+      }
+      // Tokens: the samples that hold that many target tokens on average, rounded up.
+      const auto samples = static_cast<int64_t>(
+          unit_ == Unit::Samples ? value_ : std::ceil(value_ / epoch.items_per_sample - 1e-9));
       const int64_t whole_epochs = samples / epoch.samples_per_epoch;
       const int64_t rest = samples % epoch.samples_per_epoch;
       const int64_t rest_updates = (rest + plan.global_batch_size - 1) / plan.global_batch_size;
@@ -92,7 +106,10 @@ int64_t Interval::to_updates(const BatchPlan& plan, const EpochPlan& epoch) cons
 }
 
 std::string Interval::to_string() const {
-  const char suffix = unit_ == Unit::Updates ? 'u' : unit_ == Unit::Epochs ? 'e' : 's';
+  const char suffix = unit_ == Unit::Updates  ? 'u'
+                      : unit_ == Unit::Epochs ? 'e'
+                      : unit_ == Unit::Tokens ? 't'
+                                              : 's';
   return format_double(value_) + suffix;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // A quantity of training with a unit, parsed once (Marian's SchedulingParameter):
-//   "500u" updates, "3e" epochs, "120000s" samples; SI prefixes k, M, G ("1.2Ms", "50ku").
+//   "500u" updates, "3e" epochs, "120000s" samples, "4Mt" tokens (language models); SI
+//   prefixes k, M, G ("1.2Ms", "50ku").
 // Intervals convert to updates through the epoch plan, so a warmup of "2e" means the same
-// amount of data whatever the batch size.
+// amount of data whatever the batch size. Tokens become samples through the training set's
+// mean target tokens per sample (exact for packed blocks, the corpus's mean for documents).
 //
 //   Interval warmup = Interval::parse("2e");
 //   int64_t updates = warmup.to_updates(plan, epoch);   // 2 x updates_per_epoch
@@ -16,7 +18,7 @@ namespace bigbatch {
 
 class Interval {
  public:
-  enum class Unit { Updates, Epochs, Samples };
+  enum class Unit { Updates, Epochs, Samples, Tokens };
 
   Interval() = default;
   Interval(double value, Unit unit) : value_(value), unit_(unit) {}
@@ -29,9 +31,10 @@ class Interval {
   Unit unit() const { return unit_; }
   bool is_zero() const { return value_ == 0; }
 
-  // The number of updates needed to cover this much training (rounded up).
+  // The number of updates needed to cover this much training (rounded up). Tokens need token
+  // rows (epoch.items_per_sample > 0): bigbatch::Error (Config) otherwise.
   int64_t to_updates(const BatchPlan& plan, const EpochPlan& epoch) const;
-  // The text form, parseable by parse(): "500u", "2e", "120000s".
+  // The text form, parseable by parse(): "500u", "2e", "120000s", "4000000t".
   std::string to_string() const;
 
  private:

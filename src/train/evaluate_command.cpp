@@ -21,12 +21,6 @@ namespace bigbatch {
 
 namespace {
 
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
 bool is_weights_file(const std::string& path) {
   const std::string suffix = ".safetensors";
   return path.size() > suffix.size() &&
@@ -135,15 +129,20 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
                      ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
   if (tokens) {
     json["perplexity"] = std::exp(result.loss);
-    json["bits_per_byte"] = result.bits_per_byte;
-    text += ", " + std::to_string(result.items) + " target tokens\nloss " + fixed(result.loss, 4) +
-            " per token, perplexity " + fixed(std::exp(result.loss), 2) + ", " +
-            fixed(result.bits_per_byte, 4) + " bits per byte, next-token accuracy " +
-            fixed(100 * result.accuracy, 2) + "%\n";
+    const bool text_bytes = result.bits_per_byte > 0;  // not known for token files
+    if (text_bytes)
+      json["bits_per_byte"] = result.bits_per_byte;
+    text +=
+        ", " + std::to_string(result.items) + " target tokens\nloss " +
+        format_fixed(result.loss, 4) + " per token, perplexity " +
+        format_fixed(std::exp(result.loss), 2) + ", " +
+        (text_bytes ? format_fixed(result.bits_per_byte, 4) + " bits per byte, " : std::string()) +
+        "next-token accuracy " + format_fixed(100 * result.accuracy, 2) + "%\n";
   } else {
-    text += "\nloss " + fixed(result.loss, 4) + " per item" +
-            (result.has_accuracy ? ", accuracy " + fixed(100 * result.accuracy, 2) + "%" : "") +
-            (result.is_regression ? ", RMSE " + format_significant(result.rmse) : "") + "\n";
+    text +=
+        "\nloss " + format_fixed(result.loss, 4) + " per item" +
+        (result.has_accuracy ? ", accuracy " + format_fixed(100 * result.accuracy, 2) + "%" : "") +
+        (result.is_regression ? ", RMSE " + format_significant(result.rmse) : "") + "\n";
   }
   return {text, json.dump(2) + "\n"};
 }

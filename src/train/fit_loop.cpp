@@ -34,7 +34,8 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool 
     record[prefix + "_rmse"] = r.rmse;
   if (tokens) {
     record[prefix + "_perplexity"] = std::exp(r.loss);
-    record[prefix + "_bpb"] = r.bits_per_byte;
+    if (r.bits_per_byte > 0)  // text whose bytes are known (not token files)
+      record[prefix + "_bpb"] = r.bits_per_byte;
   }
   return record;
 }
@@ -361,7 +362,8 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                 "raise --memory-budget, or start with --micro-batch " + std::to_string(to));
   }
   plan = plan.with_micro_batch(to);
-  run_.resolved.epoch = plan_epoch(plan, run_.data.train.size(), run_.config.last_window);
+  run_.resolved.epoch = plan_epoch(plan, run_.data.train.size(), run_.config.last_window,
+                                   run_.resolved.epoch.items_per_sample);
   assembler_.reset();  // the next window allocates the smaller buffer
   prepare_for_training(run_.model, run_.config, plan.accumulation_steps);  // BatchNorm momentum
   ++at.oom_backoffs;
@@ -398,7 +400,8 @@ void FitLoop::follow_batch_schedule() {
   const TrainingProgress& at = run_.at;
   const int64_t from = resolved.plan.global_batch_size;
   resolved.plan = plan_for_ramp_step(global, resolved.plan.micro_batch_size, run_.job.world_size);
-  resolved.epoch = plan_epoch(resolved.plan, run_.data.train.size(), run_.config.last_window);
+  resolved.epoch = plan_epoch(resolved.plan, run_.data.train.size(), run_.config.last_window,
+                              resolved.epoch.items_per_sample);
   prepare_for_training(run_.model, run_.config, resolved.plan.accumulation_steps);
   const double next_lr = ramp_learning_rate(resolved, at.samples_seen, global);
   console_.say("global batch " + std::to_string(from) + " -> " + resolved.plan.describe() +

@@ -79,15 +79,19 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
     std::snprintf(line, sizeof line, " | val rmse %.4g", record["val_rmse"].get<double>());
     text += line;
   }
-  if (record.contains("val_bpb")) {
-    std::snprintf(line, sizeof line, " | val loss %.4f bpb %.4f", record["val_loss"].get<double>(),
-                  record["val_bpb"].get<double>());
+  const bool language_model = record.contains("val_perplexity");
+  if (language_model) {
+    std::snprintf(line, sizeof line, " | val loss %.4f", record["val_loss"].get<double>());
     text += line;
+    if (record.contains("val_bpb")) {
+      std::snprintf(line, sizeof line, " bpb %.4f", record["val_bpb"].get<double>());
+      text += line;
+    }
   }
   text += " | " + human_count(double(at.samples_seen) / at.train_seconds) + " samples/s";
   if (at.items_seen != at.samples_seen)
     text += ", " + human_count(double(at.items_seen) / at.train_seconds) + " tokens/s";
-  if (record.contains("val_accuracy") && !record.contains("val_bpb")) {
+  if (record.contains("val_accuracy") && !language_model) {
     text += " | val acc " +
             format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
   }

@@ -16,7 +16,7 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   spec.name = config.model;
   spec.hidden = config.hidden;
   if (data.is_tokens()) {
-    spec.gpt.vocab = kByteVocabulary;
+    spec.gpt.vocab = data.vocabulary;
     spec.gpt.seq_len = data.inputs.size(1);
     spec.gpt.layers = config.layers;
     spec.gpt.d_model = config.d_model;
@@ -57,15 +57,18 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
   const std::string seen = "forward() returned " + c10::str(logits.sizes()) + " for inputs " +
                            c10::str(probe.inputs.sizes());
   if (data.is_tokens()) {
+    const int64_t vocabulary = data.vocabulary;
     const bool ok = logits.dim() == 3 && logits.size(0) == probe.inputs.size(0) &&
-                    logits.size(1) == probe.inputs.size(1) && logits.size(2) >= kByteVocabulary;
+                    logits.size(1) == probe.inputs.size(1) && logits.size(2) >= vocabulary;
     if (!ok) {
-      throw Error(ErrorKind::Model,
-                  "model '" + model.path() + "' " + seen + "; a language model returns logits " +
-                      "[batch, tokens, vocabulary] with a vocabulary of at least " +
-                      std::to_string(kByteVocabulary) + " (256 bytes and end-of-text)",
-                  "end the module with nn.Linear(d_model, 257) over every position "
-                  "(docs/your-model.md)");
+      throw Error(
+          ErrorKind::Model,
+          "model '" + model.path() + "' " + seen + "; a language model returns logits " +
+              "[batch, tokens, vocabulary] with a vocabulary of at least " +
+              std::to_string(vocabulary) +
+              (vocabulary == kByteVocabulary ? " (256 bytes and end-of-text)" : " (the data's)"),
+          "end the module with nn.Linear(d_model, " + std::to_string(vocabulary) +
+              ") over every position (docs/your-model.md)");
     }
   } else if (data.is_regression()) {
     const int64_t outputs = data.outputs();
@@ -162,6 +165,14 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
                                   : read_text_corpus(config.text_path(), config.doc_separator);
     return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
                              config.seq_len, config.train_subset, config.val_size, config.seed);
+  }
+  if (config.is_token_file_dataset()) {
+    const TokenFiles files = read_token_files(config.text_path(), config.token_dtype);
+    const bool packed = config.sequences == SequenceMode::Packed ||
+                        (config.sequences == SequenceMode::Auto && !files.has_documents);
+    return load_token_file_dataset(files, config.text_path(), packed, config.seq_len,
+                                   config.vocab_size, config.train_subset, config.val_size,
+                                   config.seed);
   }
   if (config.is_npy_dataset()) {
     const NpyTargets targets = config.task == TaskKind::Regress    ? NpyTargets::Values

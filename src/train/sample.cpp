@@ -41,6 +41,13 @@ SampleResult sample_text(const SampleOptions& options) {
                     ", which classifies images; sample draws text from a language model",
                 "give a run trained with --model gpt or a TorchScript language model");
   }
+  if (config.is_token_file_dataset()) {
+    throw Error(ErrorKind::Usage,
+                "run '" + options.run_dir + "' trained on token files (" + config.dataset +
+                    "): their ids mean what their tokenizer says, which bigbatch does not have",
+                "sample from a run trained on text (text:PATH or jsonl:FILE), or decode the "
+                "weights' output with the tokenizer that wrote the token files");
+  }
   torch::NoGradGuard no_grad;
   torch::nn::Sequential model{nullptr};
   if (scripted) {

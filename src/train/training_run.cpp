@@ -368,7 +368,8 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
   if (run.ramp && at.global_batch > 0 && at.global_batch != run.plan.global_batch_size) {
     // The ramp's step of the last update done; the next update switches on from there.
     run.plan = plan_for_ramp_step(at.global_batch, run.plan.micro_batch_size, r.job.world_size);
-    run.epoch = plan_epoch(run.plan, r.data.train.size(), config.last_window);
+    run.epoch =
+        plan_epoch(run.plan, r.data.train.size(), config.last_window, run.epoch.items_per_sample);
     prepare_for_training(r.model, config, run.plan.accumulation_steps);
   }
   console.say("resumed from " + config.resume + " at update " + std::to_string(at.step) +
@@ -553,7 +554,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_model);
   // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
   // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
-  ResolvedRun resolved = resolve_run(resolved_config, data.train.size(), job.world_size);
+  ResolvedRun resolved =
+      resolve_run(resolved_config, data.train.size(), job.world_size, items_per_sample(data.train));
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
   TrainConfig& config = r.config;
   r.reducer = std::move(reducer);

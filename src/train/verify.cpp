@@ -137,7 +137,8 @@ VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_
   config.validate();
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
-  const ResolvedRun run = resolve_run(config, data.train.size(), /*world_size=*/1);
+  const ResolvedRun run =
+      resolve_run(config, data.train.size(), /*world_size=*/1, items_per_sample(data.train));
   if (run.plan.accumulation_steps < 2) {
     throw Error(ErrorKind::Usage,
                 "the plan " + run.plan.describe() + " has no accumulation to verify",

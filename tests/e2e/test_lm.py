@@ -11,6 +11,9 @@ import sys
 import tempfile
 import unittest
 
+import numpy as np
+
+import token_files
 from e2e_common import CliTestCase
 
 BINARY = None
@@ -194,6 +197,124 @@ class BadTextInputTest(LmTestCase):
                                    "line 2 of", 'has no field "text"', "--text-field")
         # None of them left a run directory behind.
         self.assertFalse(os.path.exists(self.path("bad")))
+
+
+class TokenFilesTest(LmTestCase):
+    """tokens:PATH: Megatron .bin/.idx, llm.c shards and headerless files."""
+
+    def setUp(self):
+        super().setUp()
+        rng = np.random.default_rng(7)
+        # 150 documents of 3 to 70 ids below 700, as a tokenizer would have written them.
+        self.documents = [rng.integers(0, 700, size=int(rng.integers(3, 70))).tolist() for _ in range(150)]
+        self.stream = [t for d in self.documents for t in d]
+
+    def train(self, dataset, name, *args):
+        out = self.path(name)
+        result = run("train", "--dataset", dataset, *TINY_GPT, "--global-batch", "16", "--micro-batch", "4",
+                     "--val-size", "10", "--epochs", "1", "--out", out, *args)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result, records(out)
+
+    @staticmethod
+    def losses(lines):
+        return [r["loss"] for r in lines if "loss" in r and "event" not in r and "step" in r]
+
+    def test_the_three_formats_of_one_stream_train_alike(self):
+        token_files.write_megatron(self.path("mega"), self.documents)
+        token_files.write_llmc(self.path("shard.bin"), self.stream)
+        token_files.write_headerless(self.path("raw.bin"), self.stream)
+        megatron, m = self.train(f"tokens:{self.path('mega')}", "m", "--sequences", "packed")
+        llmc, l = self.train(f"tokens:{self.path('shard.bin')}", "l")
+        raw, r = self.train(f"tokens:{self.path('raw.bin')}", "r", "--token-dtype", "uint16")
+        self.assertIn("Megatron indexed dataset (uint16)", megatron.stderr)
+        self.assertIn("llm.c shard (uint16)", llmc.stderr)
+        self.assertIn("headerless uint16 tokens", raw.stderr)
+        self.assertIn("vocabulary 700", llmc.stderr)  # the largest id + 1 (rng ids reach 699)
+        # The same stream packed the same way: the same run, update for update.
+        self.assertGreaterEqual(len(self.losses(l)), 5)
+        self.assertEqual(self.losses(m), self.losses(l))
+        self.assertEqual(self.losses(r), self.losses(l))
+        last = [x for x in l if "val_loss" in x][-1]
+        self.assertIn("val_perplexity", last)
+        self.assertNotIn("val_bpb", last)  # a token file's bytes are not known
+        self.assertNotIn("bits per byte", llmc.stdout)
+        # A directory of shards reads them in name order: the same stream again.
+        os.mkdir(self.path("shards"))
+        half = len(self.stream) // 2
+        token_files.write_llmc(self.path("shards", "train_000001.bin"), self.stream[half:])
+        token_files.write_llmc(self.path("shards", "train_000000.bin"), self.stream[:half])
+        shards, s = self.train(f"tokens:{self.path('shards')}", "s")
+        self.assertIn("in 2 file(s)", shards.stderr)
+        # Each shard is its own stream, so the block that would straddle them is not there.
+        self.assertEqual(self.losses(s)[0], self.losses(l)[0])
+
+    def test_megatron_documents_equal_the_text_they_were_tokenised_from(self):
+        texts = [("the quick brown fox %d " % i) * (1 + i % 7) for i in range(120)]
+        # The corpus's documents keep their last line's newline (setUp wrote them so).
+        token_files.write_megatron(self.path("bytes"), token_files.byte_documents(t + "\n" for t in texts))
+        _, tokens = self.train(f"tokens:{self.path('bytes')}", "t", "--vocab-size", "257")
+        _, text = self.train(f"text:{self.corpus}", "x")
+        # Documents mode (auto for an index that records documents) on the byte tokenizer's ids:
+        # the same samples, per-token means and updates as the text corpus itself.
+        self.assertEqual(len(self.losses(tokens)), len(self.losses(text)))
+        for a, b in zip(self.losses(tokens), self.losses(text)):
+            self.assertAlmostEqual(a, b, delta=1e-6 * abs(b))
+        a = [x for x in tokens if "val_loss" in x][-1]
+        b = [x for x in text if "val_loss" in x][-1]
+        self.assertAlmostEqual(a["val_loss"], b["val_loss"], delta=1e-6)
+        self.assertEqual(a["tokens_seen"], b["tokens_seen"])
+
+    def test_bad_token_files_are_one_line_errors(self):
+        def train(*args):
+            return run("train", *TINY_GPT, "--out", self.path("bad"), *args)
+
+        token_files.write_megatron(self.path("mega"), self.documents)
+        with open(self.path("mega.idx"), "rb") as f:
+            index = f.read()
+        with open(self.path("cut.idx"), "wb") as f:
+            f.write(index[:-8])  # the last document entry missing: the counts no longer fit
+        shutil.copy(self.path("mega.bin"), self.path("cut.bin"))
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('cut')}"), "data",
+                                   "Megatron index", "cut.idx", "make")
+        with open(self.path("mega.bin"), "ab") as f:
+            f.write(b"\0\0")  # a token more than the index covers
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('mega')}"), "data",
+                                   "covers", "which has")
+        token_files.write_megatron(self.path("float"), self.documents, dtype=np.int32, dtype_code=7)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('float.bin')}"), "data",
+                                   "dtype code 7", "no integer token type")
+        token_files.write_megatron(self.path("negative"), [[5, 6, -3, 7]], dtype=np.int32)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('negative')}"), "data",
+                                   "token id -3")
+        token_files.write_llmc(self.path("magic.bin"), self.stream, magic=12345)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('magic.bin')}"), "data",
+                                   "header magic 12345", "--token-dtype")
+        token_files.write_llmc(self.path("long.bin"), self.stream, count=len(self.stream) + 10)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('long.bin')}"), "data",
+                                   f"holds {len(self.stream) + 10} tokens", "truncated")
+        token_files.write_llmc(self.path("shard.bin"), self.stream)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--vocab-size", "500"),
+                                   "data", "token id 699", "--vocab-size 700")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--sequences",
+                                         "documents"), "config", "no document boundaries", "--sequences packed")
+        with open(self.path("odd.bin"), "wb") as f:
+            f.write(b"\1\2\3")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('odd.bin')}", "--token-dtype", "uint16"),
+                                   "data", "not a whole number of uint16 tokens")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('none')}"), "data", "does not exist")
+        os.mkdir(self.path("empty"))
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('empty')}"), "data",
+                                   "holds no .bin token files")
+        self.assert_one_line_error(train("--dataset", f"text:{self.corpus}", "--vocab-size", "300"), "config",
+                                   "--vocab-size describes token files")
+        self.assertFalse(os.path.exists(self.path("bad")))
+
+    def test_sample_refuses_a_run_on_token_files(self):
+        token_files.write_llmc(self.path("shard.bin"), self.stream)
+        self.train(f"tokens:{self.path('shard.bin')}", "run")
+        self.assert_one_line_error(run("sample", self.path("run"), "--prompt", "x"), "usage",
+                                   "trained on token files")
 
 
 if __name__ == "__main__":

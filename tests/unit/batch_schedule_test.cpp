@@ -33,6 +33,7 @@ TEST(GlobalBatchSchedule, ParsesStepsAndRoundTrips) {
 TEST(GlobalBatchSchedule, BadStepsNameTheStep) {
   EXPECT_NE(error_of("0:256 1000s").find("'1000s' has no ':'"), std::string::npos);
   EXPECT_NE(error_of("0:256 100u:512").find("counts updates"), std::string::npos);
+  EXPECT_NE(error_of("0:256 1Mt:512").find("counts tokens"), std::string::npos);
   EXPECT_NE(error_of("1000s:256").find("first step must be at 0"), std::string::npos);
   EXPECT_NE(error_of("0:256 5000s:512 4000s:1024").find("thresholds must increase"),
             std::string::npos);

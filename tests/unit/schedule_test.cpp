@@ -207,6 +207,27 @@ TEST_F(IntervalTest, ConvertsEveryUnitThroughThePlan) {
   EXPECT_EQ(Interval::parse("0").to_updates(plan_, epoch_), 0);
 }
 
+TEST_F(IntervalTest, TokensConvertThroughTheMeanTokensPerSample) {
+  // Packed blocks of 256 tokens: 1M tokens are 3907 samples (rounded up), 16 updates of 256.
+  const EpochPlan tokens = plan_epoch(plan_, 60000, LastWindow::Keep, /*items_per_sample=*/256);
+  EXPECT_EQ(Interval::parse("1Mt").unit(), Interval::Unit::Tokens);
+  EXPECT_EQ(Interval::parse("1Mt").to_updates(plan_, tokens), 16);
+  EXPECT_EQ(Interval::parse("65536t").to_updates(plan_, tokens), 1);  // exactly one update
+  EXPECT_EQ(Interval::parse("65537t").to_updates(plan_, tokens), 2);
+  // Beyond an epoch (60000 x 256 tokens): whole epochs, then the rest.
+  EXPECT_EQ(Interval::parse("15360001t").to_updates(plan_, tokens), 236);
+  // Documents of 97.5 tokens on average: 1000 tokens are 11 samples, one update.
+  const EpochPlan documents = plan_epoch(plan_, 60000, LastWindow::Keep, 97.5);
+  EXPECT_EQ(Interval::parse("1kt").to_updates(plan_, documents), 1);
+  // Images have no tokens to count.
+  try {
+    Interval::parse("4Mt").to_updates(plan_, epoch_);
+    ADD_FAILURE() << "tokens converted on images";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("counts tokens"), std::string::npos);
+  }
+}
+
 TEST_F(IntervalTest, HugeEpochCountsAreErrorsNotOverflows) {
   EXPECT_THROW(Interval::parse("1e14e").to_updates(plan_, epoch_), Error);
 }
@@ -218,14 +239,14 @@ TEST_F(IntervalTest, SiPrefixes) {
 }
 
 TEST_F(IntervalTest, RoundTripsThroughText) {
-  for (const char* text : {"500u", "2e", "0.5e", "120000s"}) {
+  for (const char* text : {"500u", "2e", "0.5e", "120000s", "4000000t"}) {
     EXPECT_EQ(Interval::parse(text).to_string(), text);
   }
 }
 
 TEST_F(IntervalTest, RejectsBadText) {
-  for (const char* text :
-       {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u", "1e300u", "2e16s"}) {
+  for (const char* text : {"", "12", "u", "2.5u", "-1e", "3E", "abc", "1x", "1.5s", "e5u", "1e300u",
+                           "2e16s", "0.5t", "2e16t"}) {
     EXPECT_THROW(Interval::parse(text), Error) << text;
   }
 }

@@ -1,0 +1,53 @@
+#pragma once
+// Pre-tokenised data as the field writes it, torch-free: `--dataset tokens:PATH`.
+//
+//  - Megatron-LM / fairseq indexed datasets: PREFIX.bin (the tokens) beside PREFIX.idx
+//    ("MMIDIDX\0\0", version 1, a dtype code, the sequence count, the document-index count,
+//    then int32 sequence lengths, int64 byte offsets into the .bin and int64 document starts
+//    as sequence indices). Documents are recorded: --sequences auto means documents.
+//  - llm.c shards: a header of 256 int32 (magic 20240520 with version 1 for uint16 tokens, or
+//    20240801 with version 7 for uint32; [2] the token count, checked against the file size),
+//    then the tokens. One stream: --sequences auto means packed.
+//  - headerless token files (nanoGPT's train.bin, numpy's tofile): only with --token-dtype
+//    uint16|uint32, since nothing in them says what they hold. One stream, as llm.c's.
+//
+// PATH is such a .bin file, a Megatron prefix (PATH.bin and PATH.idx), or a directory whose
+// .bin files are read in name order (shards). Files are memory-mapped and checked whole before
+// any token is taken: tables that point outside the file, counts the sizes contradict, unknown
+// dtypes and token ids that are negative or beyond int32 are a bigbatch::Error (Data) naming
+// the file, the field and the fix. Nothing is guessed.
+//
+//   TokenFiles files = read_token_files("data/fineweb_train_000001.bin", TokenDtype::Auto);
+//   files.documents.documents();   // 1: an llm.c shard is one stream
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/name_table.h"
+#include "data/token_rows.h"
+
+namespace bigbatch {
+
+// --token-dtype: auto (the file's header says; headerless files need one of the others).
+enum class TokenDtype { Auto, Uint16, Uint32 };
+const NameTable<TokenDtype>& token_dtype_names();
+
+struct TokenFiles {
+  TokenDocuments documents;
+  bool has_documents = false;  // the files record document boundaries (Megatron)
+  int64_t files = 0;
+  int64_t largest_token = -1;  // the largest id in any file
+  std::string format;          // e.g. "llm.c shard (uint16)", "Megatron indexed dataset (uint16)"
+};
+
+TokenFiles read_token_files(const std::string& path, TokenDtype dtype);
+
+// The parsers behind it, on bytes in memory (fuzzing, tests); each appends to `out` and names
+// the file as `name` in errors.
+void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_t* data,
+                           size_t data_size, const std::string& name, TokenFiles& out);
+void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name, TokenFiles& out);
+void parse_raw_tokens(const uint8_t* data, size_t size, TokenDtype dtype, const std::string& name,
+                      TokenFiles& out);
+
+}  // namespace bigbatch

@@ -1,0 +1,238 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/token_files.h"
+#include "data/token_rows.h"
+
+namespace bigbatch {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+template <typename T>
+void put(Bytes& out, T value) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&value);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+// A Megatron pair of uint16 documents (one sequence each), as megatron's _IndexWriter lays it out.
+struct MegatronPair {
+  Bytes index, data;
+};
+MegatronPair megatron(const std::vector<std::vector<uint16_t>>& documents, uint8_t code = 8) {
+  MegatronPair pair;
+  const char magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  for (char c : magic)
+    pair.index.push_back(uint8_t(c));
+  put<uint64_t>(pair.index, 1);
+  put<uint8_t>(pair.index, code);
+  put<uint64_t>(pair.index, documents.size());
+  put<uint64_t>(pair.index, documents.size() + 1);
+  for (const auto& d : documents)
+    put<int32_t>(pair.index, int32_t(d.size()));
+  int64_t offset = 0;
+  for (const auto& d : documents) {
+    put<int64_t>(pair.index, offset);
+    offset += int64_t(d.size() * 2);
+  }
+  for (size_t i = 0; i <= documents.size(); ++i)
+    put<int64_t>(pair.index, int64_t(i));
+  for (const auto& d : documents)
+    for (uint16_t t : d)
+      put<uint16_t>(pair.data, t);
+  return pair;
+}
+
+Bytes llmc(const std::vector<uint32_t>& tokens, int32_t magic = 20240520, int32_t version = 1,
+           std::optional<int32_t> count = std::nullopt) {
+  Bytes out;
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count.value_or(int32_t(tokens.size()));
+  for (int32_t h : header)
+    put<int32_t>(out, h);
+  for (uint32_t t : tokens) {
+    if (version == 7) {
+      put<uint32_t>(out, t);
+    } else {
+      put<uint16_t>(out, uint16_t(t));
+    }
+  }
+  return out;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "(no error)";
+}
+
+TEST(TokenFiles, MegatronDocumentsAreReadAsRecorded) {
+  const auto pair = megatron({{1, 2, 3}, {7}, {9, 8, 7, 6}});
+  TokenFiles out;
+  parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(), pair.data.size(),
+                        "d.bin", out);
+  EXPECT_TRUE(out.has_documents);
+  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{1, 2, 3, 7, 9, 8, 7, 6}));
+  EXPECT_EQ(out.documents.starts, (std::vector<int64_t>{0, 3, 4, 8}));
+  EXPECT_EQ(out.largest_token, 9);
+  EXPECT_EQ(out.format, "Megatron indexed dataset (uint16)");
+}
+
+TEST(TokenFiles, MegatronDocumentsOfSeveralSequencesAreJoined) {
+  auto pair = megatron({{1, 2}, {3}, {4, 5}});
+  // Document entries 0, 2, 3: the first document spans sequences 0 and 1.
+  const size_t doc_table = pair.index.size() - 4 * 8;
+  const int64_t entries[3] = {0, 2, 3};
+  pair.index.resize(doc_table);
+  for (int64_t e : entries)
+    put<int64_t>(pair.index, e);
+  std::memcpy(pair.index.data() + 26, "\x03\0\0\0\0\0\0\0", 8);  // 3 document entries
+  TokenFiles out;
+  parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(), pair.data.size(),
+                        "d.bin", out);
+  EXPECT_EQ(out.documents.starts, (std::vector<int64_t>{0, 3, 5}));
+}
+
+TEST(TokenFiles, MegatronIndexesThatLieAreRefusedNamingWhat) {
+  const auto good = megatron({{1, 2, 3}, {4, 5}});
+  auto parse = [](const MegatronPair& p) {
+    TokenFiles out;
+    parse_megatron_tokens(p.index.data(), p.index.size(), p.data.data(), p.data.size(), "d.bin",
+                          out);
+  };
+  auto bad = good;
+  bad.index[0] = 'X';
+  EXPECT_NE(message_of([&] { parse(bad); }).find("does not start with MMIDIDX"), std::string::npos);
+  bad = good;
+  bad.index[17] = 7;  // float32
+  EXPECT_NE(message_of([&] { parse(bad); }).find("dtype code 7"), std::string::npos);
+  bad = good;
+  bad.index[18] = 200;  // 200 sequences: more than the file holds
+  EXPECT_NE(message_of([&] { parse(bad); }).find("more than its"), std::string::npos);
+  bad = good;
+  bad.index.pop_back();
+  EXPECT_NE(message_of([&] { parse(bad); }).find("counts"), std::string::npos);
+  bad = good;
+  bad.index[34] = 9;  // sequence 0 of 9 tokens: past the .bin
+  EXPECT_NE(message_of([&] { parse(bad); }).find("beyond its .bin"), std::string::npos);
+  bad = good;
+  bad.index[34 + 8 + 8] = 2;  // sequence 1 starts at byte 2, not 6
+  EXPECT_NE(message_of([&] { parse(bad); }).find("puts sequence 1 at byte 2"), std::string::npos);
+  bad = good;
+  bad.data.push_back(0);
+  bad.data.push_back(0);
+  EXPECT_NE(message_of([&] { parse(bad); }).find("covers 10 bytes of its .bin, which has 12"),
+            std::string::npos);
+  bad = good;
+  bad.data.push_back(0);
+  EXPECT_NE(message_of([&] { parse(bad); }).find("not a whole number of uint16"),
+            std::string::npos);
+  bad = good;
+  bad.index[bad.index.size() - 8] = 1;  // the last document entry is not the sequence count
+  EXPECT_NE(message_of([&] { parse(bad); }).find("document entry 2 = 1"), std::string::npos);
+}
+
+TEST(TokenFiles, MegatronSignedIdsMustNotBeNegative) {
+  MegatronPair pair = megatron({{0, 0}}, /*code=*/3);  // int16
+  pair.data[2] = 0xff;
+  pair.data[3] = 0xff;  // -1
+  TokenFiles out;
+  EXPECT_NE(message_of([&] {
+              parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(),
+                                    pair.data.size(), "d.bin", out);
+            }).find("token id -1 at token 1"),
+            std::string::npos);
+}
+
+TEST(TokenFiles, LlmcShardsOfBothVersions) {
+  TokenFiles out;
+  const Bytes v1 = llmc({50256, 11, 12});
+  parse_llmc_tokens(v1.data(), v1.size(), "a.bin", out);
+  const Bytes v7 = llmc({128000, 5}, 20240801, 7);
+  parse_llmc_tokens(v7.data(), v7.size(), "b.bin", out);
+  EXPECT_FALSE(out.has_documents);
+  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{50256, 11, 12, 128000, 5}));
+  EXPECT_EQ(out.documents.documents(), 2);  // one stream per shard
+  EXPECT_EQ(out.largest_token, 128000);
+  EXPECT_EQ(out.format, "llm.c shard (uint16), llm.c shard (uint32)");
+}
+
+TEST(TokenFiles, LlmcHeadersThatLieAreRefused) {
+  auto parse = [](const Bytes& b) {
+    TokenFiles out;
+    parse_llmc_tokens(b.data(), b.size(), "s.bin", out);
+  };
+  EXPECT_NE(message_of([&] {
+              parse(llmc({1, 2}, 123));
+            }).find("header magic 123"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { parse(llmc({1, 2}, 123)); }).find("--token-dtype"), std::string::npos);
+  EXPECT_NE(message_of([&] {
+              parse(llmc({1, 2}, 20240520, 3));
+            }).find("version 3"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] {
+              parse(llmc({1, 2}, 20240520, 1, 5));
+            }).find("holds 5 tokens"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] {
+              parse(llmc({1, 2}, 20240520, 1, -2));
+            }).find("holds -2"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { parse(Bytes(100, 0)); }).find("shorter than an llm.c header"),
+            std::string::npos);
+}
+
+TEST(TokenFiles, HeaderlessFilesNeedTheirDtypeAndWholeTokens) {
+  const Bytes data = {1, 0, 2, 0, 3, 1};
+  TokenFiles out;
+  parse_raw_tokens(data.data(), data.size(), TokenDtype::Uint16, "t.bin", out);
+  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{1, 2, 259}));
+  EXPECT_NE(message_of([&] {
+              TokenFiles o;
+              parse_raw_tokens(data.data(), 5, TokenDtype::Uint16, "t.bin", o);
+            }).find("5 bytes, not a whole number of uint16"),
+            std::string::npos);
+  const Bytes big = {0, 0, 0, 0x80};  // 2^31: beyond an int32 id
+  EXPECT_NE(message_of([&] {
+              TokenFiles o;
+              parse_raw_tokens(big.data(), big.size(), TokenDtype::Uint32, "t.bin", o);
+            }).find("token id 2147483648"),
+            std::string::npos);
+}
+
+TEST(TokenRowsOfIds, DocumentsPaddedPackedBlocksShifted) {
+  TokenDocuments docs;
+  docs.add({5, 6, 7});
+  docs.add({9});  // nothing to predict
+  docs.add({1, 2, 3, 4, 5, 6});
+  const TokenRows rows = document_rows(docs, /*seq_len=*/3, /*pad=*/0, {});
+  EXPECT_EQ(rows.rows(), 2);
+  EXPECT_EQ(rows.short_documents, 1);
+  EXPECT_EQ(rows.cut_documents, 1);
+  EXPECT_EQ(rows.inputs, (std::vector<int32_t>{5, 6, 0, 1, 2, 3}));
+  EXPECT_EQ(rows.targets, (std::vector<int32_t>{6, 7, kIgnoreTarget, 2, 3, 4}));
+  EXPECT_EQ(rows.lengths, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(rows.bytes, (std::vector<int64_t>{0, 0}));  // no byte lengths: no text known
+  const TokenRows packed = packed_rows(docs, 4, 0, {});
+  // Stream 5 6 7 9 1 2 3 4 5 6: blocks [0, 5) and [4, 9); the tail is dropped.
+  EXPECT_EQ(packed.inputs, (std::vector<int32_t>{5, 6, 7, 9, 1, 2, 3, 4}));
+  EXPECT_EQ(packed.targets, (std::vector<int32_t>{6, 7, 9, 1, 2, 3, 4, 5}));
+  const TokenByteLengths lengths = {0, 1, 1, 2, 2, 2, 2, 2, 2, 2};
+  EXPECT_EQ(packed_rows(docs, 4, 0, lengths).bytes, (std::vector<int64_t>{7, 7}));
+}
+
+}  // namespace
+}  // namespace bigbatch
