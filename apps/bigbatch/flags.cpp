@@ -69,7 +69,7 @@ std::string help_group(const std::string& name) {
                                           "schedule",         "min-lr-factor",
                                           "step-milestones",  "step-gamma",
                                           "max-bad-updates"}},
-      {"Run length", {"epochs", "max-updates", "target-accuracy"}},
+      {"Run length", {"epochs", "max-updates", "target", "target-accuracy"}},
       {"Memory and CPU", {"memory-budget", "fit-margin", "threads", "keep-denormals"}},
       {"Checkpoints and resume",
        {"checkpoint-every", "keep-checkpoints", "resume", "discard-newer"}},

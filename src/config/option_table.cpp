@@ -384,6 +384,19 @@ std::vector<OptionSpec> build_table() {
                             "stop at the end of the first epoch whose validation accuracy (test "
                             "accuracy without --val-size) reaches this fraction, e.g. 0.9 (0: off)",
                             &TrainConfig::target_accuracy));
+  {
+    OptionSpec s = string_option(
+        "target",
+        "stop at the end of the first epoch whose metric reaches this: val_accuracy>=0.9, "
+        "val_bpb<=1.9, val_loss<=0.3, test_rmse<=0.1 (accuracy, loss, perplexity, bpb, rmse; "
+        "val_ or test_, or neither: validation when there is a split)",
+        "METRIC<=X", &TrainConfig::target);
+    // Normalised, so config.toml and the rank check read one spelling.
+    s.set = [](TrainConfig& c, const std::string& t) {
+      c.target = t.empty() ? std::string() : StopTarget::parse(t).to_string();
+    };
+    t.push_back(s);
+  }
   t.push_back(optional_int_option("max-updates",
                                   "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));

@@ -150,6 +150,11 @@ void TrainConfig::validate() const {
                "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
                    std::string(to_string(optimizer)),
                "add --optimizer adamw, or drop --adam-sqrt-adjust");
+  if (!target.empty())
+    StopTarget::parse(target);  // throws with the accepted forms
+  check_config(target.empty() || target_accuracy == 0,
+               "--target and --target-accuracy both say when to stop",
+               "give one: --target val_accuracy>=X is --target-accuracy X");
   check_config(target_accuracy >= 0 && target_accuracy <= 1,
                "--target-accuracy must be a fraction from 0 (off) to 1, got " +
                    format_double(target_accuracy),
@@ -176,6 +181,14 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
     request.accumulation_steps = 1;
   request.world_size = world_size;
   return request;
+}
+
+std::optional<StopTarget> TrainConfig::stop_target() const {
+  if (!target.empty())
+    return StopTarget::parse(target);
+  if (target_accuracy > 0)
+    return StopTarget::accuracy(target_accuracy);
+  return std::nullopt;
 }
 
 TaskKind TrainConfig::task_kind() const {

@@ -10,6 +10,7 @@
 
 #include "batching/batch_plan.h"
 #include "config/modes.h"
+#include "config/stop_target.h"
 #include "data/token_files.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
@@ -99,6 +100,9 @@ struct TrainConfig {
   int64_t epochs = 8;
   std::optional<int64_t> max_updates;
   double target_accuracy = 0;  // stop at the first epoch whose validation accuracy reaches it
+  // --target: stop at the first epoch whose metric reaches it (config/stop_target.h), e.g.
+  // "val_bpb<=1.9"; empty: none (--target-accuracy is the shorthand for accuracy).
+  std::string target;
 
   // Run.
   uint64_t seed = 42;
@@ -141,6 +145,8 @@ struct TrainConfig {
   bool is_sequence_dataset() const { return is_text_dataset() || is_token_file_dataset(); }
   // The path after text:, jsonl: or tokens:.
   std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
+  // --target, or --target-accuracy as one; none when neither is set.
+  std::optional<StopTarget> stop_target() const;
   // --task, or the dataset's (text, tokens: lm; images: classify).
   TaskKind task_kind() const;
 };

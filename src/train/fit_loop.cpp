@@ -483,34 +483,47 @@ void FitLoop::record_epoch(bool ends_inside) {
   check_target(record);
 }
 
-// --target-accuracy, on validation accuracy when there is a validation split: the test set is
-// not for decisions.
+// --target (or --target-accuracy): on the validation split when there is one, unless the
+// target names its split; the test set is not for decisions. Its metric was checked against
+// the data before training (train/run_setup.h), so the record holds it.
 void FitLoop::check_target(const nlohmann::json& record) {
-  const TrainConfig& config = run_.config;
-  if (config.target_accuracy <= 0)
+  const std::optional<StopTarget> target = run_.config.stop_target();
+  if (!target)
     return;
   const TrainingProgress& at = run_.at;
-  const char* metric = run_.data.validation.size() > 0 ? "val_accuracy" : "test_accuracy";
-  const double accuracy = record[metric].get<double>();
-  if (accuracy < config.target_accuracy)
+  const std::string metric = target->metric_in(run_.data.validation.size() > 0);
+  const auto found = record.find(metric);
+  BB_INTERNAL_ASSERT(found != record.end(), "the epoch record has no " + metric);
+  const double value = found->get<double>();
+  if (!target->reached(value))
     return;
   target_reached_ = true;
-  run_.metrics->write({{"event", "target_reached"},
-                       {"step", at.step},
-                       {"epoch", at.epoch + 1},
-                       {"samples_seen", at.samples_seen},
-                       {"train_seconds", at.train_seconds},
-                       {"metric", metric},
-                       {"accuracy", accuracy},
-                       {"target", config.target_accuracy}});
-  console_.say("target reached: " + std::string(metric) + " " + format_significant(100 * accuracy) +
-               "% >= " + format_significant(100 * config.target_accuracy) + "% after " +
-               std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
-               " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+  nlohmann::json event = {{"event", "target_reached"},
+                          {"step", at.step},
+                          {"epoch", at.epoch + 1},
+                          {"samples_seen", at.samples_seen},
+                          {"tokens_seen", at.items_seen},
+                          {"train_seconds", at.train_seconds},
+                          {"metric", metric},
+                          {"value", value},
+                          {"target", target->value},
+                          {"condition", target->to_string()}};
+  if (target->metric == "accuracy")
+    event["accuracy"] = value;  // the field's name before --target generalised it
+  run_.metrics->write(event);
+  const bool percent = target->metric == "accuracy";
+  const std::string shown =
+      percent ? format_significant(100 * value) + "%" : format_significant(value);
+  const std::string goal =
+      percent ? format_significant(100 * target->value) + "%" : format_significant(target->value);
+  console_.say("target reached: " + metric + " " + shown + (target->at_least ? " >= " : " <= ") +
+               goal + " after " + std::to_string(at.step) + " updates, " +
+               std::to_string(at.samples_seen) + " samples, " + human_duration(at.train_seconds) +
+               " of training; stopping");
 }
 
 void FitLoop::start_next_epoch() {
-  if (run_.config.target_accuracy > 0 && run_.job.world_size > 1) {
+  if (run_.config.stop_target() && run_.job.world_size > 1) {
     // Only rank 0 evaluates: its verdict is everyone's.
     std::vector<torch::Tensor> verdict = {torch::tensor({target_reached_ ? 1 : 0})};
     run_.reducer->broadcast_from_first_rank(verdict);

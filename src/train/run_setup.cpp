@@ -112,17 +112,14 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
   if (is_torchscript_model(config.model)) {
     auto scripted = load_scripted_model(torchscript_path(config.model));
     check_scripted_outputs(*scripted, data);
-    check_config(!scripted->computes_loss() || config.target_accuracy == 0,
-                 "--target-accuracy needs predictions, but model '" + scripted->path() +
+    const std::optional<StopTarget> target = config.stop_target();
+    check_config(!target || target->metric != "accuracy" || !scripted->computes_loss(),
+                 stop_target_flag(config) + " needs predictions, but model '" + scripted->path() +
                      "' computes its own loss and returns none",
-                 "drop --target-accuracy, or let forward(inputs) return logits");
+                 "drop " + stop_target_flag(config) + ", or let forward(inputs) return logits");
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }
-  check_config(!data.is_regression() || config.target_accuracy == 0,
-               "--target-accuracy stops on accuracy, and these float targets make a regression, "
-               "which has none",
-               "drop --target-accuracy, or save integer class labels for a classifier");
   const BuiltinModel builtin = builtin_model_names().parse(config.model);
   if (!data.is_tokens() && data.inputs.dim() != 4 && builtin != BuiltinModel::Mlp) {
     throw Error(ErrorKind::Config,
@@ -148,6 +145,55 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
                               : kBatchNormMomentum;
   set_batch_norm_momentum(*model, momentum);
   return momentum;
+}
+
+std::string stop_target_flag(const TrainConfig& config) {
+  return config.target.empty() ? "--target-accuracy" : "--target";
+}
+
+void check_stop_target(const TrainConfig& config, const DatasetSplits& data) {
+  const std::optional<StopTarget> target = config.stop_target();
+  if (!target)
+    return;
+  const std::string flag = stop_target_flag(config);
+  const std::string& m = target->metric;
+  const TensorDataset& train = data.train;
+  if (m == "accuracy" && train.is_regression()) {
+    throw Error(ErrorKind::Config,
+                flag +
+                    " stops on accuracy, and these float targets make a regression, which "
+                    "has none",
+                "drop " + flag +
+                    " (or use --target val_rmse<=X), or save integer class labels for a "
+                    "classifier");
+  }
+  if (m == "rmse" && !train.is_regression()) {
+    throw Error(ErrorKind::Config, flag + " stops on RMSE, which only a regression has",
+                "use --target val_accuracy>=X or val_loss<=X");
+  }
+  if ((m == "perplexity" || m == "bpb") && !train.is_tokens()) {
+    throw Error(ErrorKind::Config, flag + " stops on " + m + ", which only language models have",
+                "use --target val_accuracy>=X or val_loss<=X");
+  }
+  int64_t text_bytes = 0;
+  for (int64_t b : train.bytes)
+    text_bytes += b;
+  if (m == "bpb" && text_bytes == 0) {
+    throw Error(ErrorKind::Config,
+                flag +
+                    " stops on bits per byte, but token files do not say how many bytes of "
+                    "text their tokens are",
+                "use --target val_loss<=X (per token) or val_perplexity<=X");
+  }
+  const bool has_validation = data.validation.size() > 0;
+  if (target->split == "val" && !has_validation) {
+    throw Error(ErrorKind::Config, flag + " reads the validation split, and this run holds none",
+                "add --val-size N, or write test_" + m + " (or " + m + ")");
+  }
+  if (target->metric_in(has_validation).rfind("test_", 0) == 0 && data.test.size() == 0) {
+    throw Error(ErrorKind::Config, flag + " reads the test split, and this data has none",
+                "add --val-size N and write val_" + m + " (or " + m + ")");
+  }
 }
 
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {

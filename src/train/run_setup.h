@@ -18,6 +18,13 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
 // The configured model for this data: make_model, then --norm group's rewrite.
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data);
 
+// --target (or --target-accuracy) names a metric the run's epochs will report: its split is
+// there and the data has the metric (accuracy: labels; rmse: a regression; perplexity and
+// bpb: token rows, bpb with known text bytes). Checked before anything is written.
+void check_stop_target(const TrainConfig& config, const DatasetSplits& data);
+// The flag that set the stop target, for errors.
+std::string stop_target_flag(const TrainConfig& config);
+
 // Training mode with --bn-mode applied, and BatchNorm's running-statistics momentum corrected
 // for `micro_steps` micro-batches per update (unless --no-bn-momentum-correction). Call again
 // when the micro-steps per update change (an out-of-memory back-off). Returns the momentum

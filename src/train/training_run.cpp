@@ -545,6 +545,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                  "the C++ program's training data is empty or names no classes",
                  "fill CustomProblem::data.train and set its classes");
   }
+  check_stop_target(resolved_config, data);
   const ModelFactory make_model = problem ? problem->make_model : ModelFactory{};
   auto reducer = make_reducer(job, resolved_config);
   // Before any other collective (--micro-batch auto broadcasts its choice): ranks started with

@@ -138,6 +138,27 @@ class TrainLmTest(LmTestCase):
                 open(os.path.join(part, "weights.safetensors"), "rb") as b:
             self.assertEqual(a.read(), b.read())
 
+    def test_a_target_in_bits_per_byte_stops_the_run(self):
+        out = self.path("run")
+        result = run("train", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16",
+                     "--micro-batch", "8", "--val-size", "20", "--epochs", "30", "--target", "val_bpb <= 3",
+                     "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("target reached: val_bpb", result.stderr)
+        lines = records(out)
+        epochs = [r for r in lines if "val_bpb" in r and "event" not in r]
+        reached = [r for r in lines if r.get("event") == "target_reached"]
+        self.assertEqual(len(reached), 1)
+        self.assertEqual(reached[0]["condition"], "val_bpb<=3")
+        self.assertEqual(reached[0]["target"], 3)
+        # It stopped at the first epoch at or under 3 bits per byte, and not before.
+        self.assertLess(len(epochs), 30)
+        self.assertLessEqual(epochs[-1]["val_bpb"], 3)
+        self.assertTrue(all(e["val_bpb"] > 3 for e in epochs[:-1]))
+        self.assertEqual(reached[0]["value"], epochs[-1]["val_bpb"])
+        with open(os.path.join(out, "config.toml")) as f:
+            self.assertIn("target = 'val_bpb<=3'", f.read())
+
     def test_jsonl_documents(self):
         jsonl = self.path("corpus.jsonl")
         with open(jsonl, "w") as f:
@@ -308,6 +329,12 @@ class TokenFilesTest(LmTestCase):
                                    "holds no .bin token files")
         self.assert_one_line_error(train("--dataset", f"text:{self.corpus}", "--vocab-size", "300"), "config",
                                    "--vocab-size describes token files")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--target", "bpb<=2"),
+                                   "config", "token files do not say how many bytes", "val_loss<=X")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--target",
+                                         "test_loss<=2"), "config", "reads the test split")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--target",
+                                         "val_bpb>=2"), "config", "would stop at once", "write <=")
         self.assertFalse(os.path.exists(self.path("bad")))
 
     def test_sample_refuses_a_run_on_token_files(self):

@@ -289,3 +289,46 @@ TEST(ConfigToml, NumbersAreTheShortestThatRoundTrip) {
 
 }  // namespace
 }  // namespace bigbatch
+
+namespace bigbatch {
+namespace {
+
+TEST(StopTargetTest, ParsesMetricSplitDirectionAndValue) {
+  const StopTarget bpb = StopTarget::parse(" val_bpb <= 1.9 ");
+  EXPECT_EQ(bpb.split, "val");
+  EXPECT_EQ(bpb.metric, "bpb");
+  EXPECT_FALSE(bpb.at_least);
+  EXPECT_DOUBLE_EQ(bpb.value, 1.9);
+  EXPECT_TRUE(bpb.reached(1.9));
+  EXPECT_FALSE(bpb.reached(1.91));
+  EXPECT_EQ(bpb.to_string(), "val_bpb<=1.9");
+  EXPECT_EQ(StopTarget::parse(bpb.to_string()).to_string(), bpb.to_string());
+  // No split: validation when there is one, else test (--target-accuracy's rule).
+  const StopTarget accuracy = StopTarget::parse("accuracy>=0.9");
+  EXPECT_EQ(accuracy.metric_in(true), "val_accuracy");
+  EXPECT_EQ(accuracy.metric_in(false), "test_accuracy");
+  EXPECT_EQ(StopTarget::parse("test_rmse<=0.1").metric_in(true), "test_rmse");
+  EXPECT_EQ(StopTarget::accuracy(0.9).to_string(), "accuracy>=0.9");
+}
+
+TEST(StopTargetTest, RefusesTargetsThatCannotMeanAGoal) {
+  for (const char* text : {"val_bpb", "val_bpb>=1.9", "val_accuracy<=0.9", "val_accuracy>=90",
+                           "val_acc>=0.9", "val_loss<=-1", "val_loss<=x", "val_loss<=inf", ""}) {
+    EXPECT_THROW(StopTarget::parse(text), Error) << text;
+  }
+}
+
+TEST(StopTargetTest, ConfigTakesOneOfTargetAndTargetAccuracy) {
+  TrainConfig config;
+  apply_option(config, find_option("target"), "val_loss <= 0.5");
+  EXPECT_EQ(config.target, "val_loss<=0.5");  // normalised for config.toml and the rank check
+  ASSERT_TRUE(config.stop_target().has_value());
+  EXPECT_EQ(config.stop_target()->metric, "loss");
+  config.target_accuracy = 0.9;
+  EXPECT_THROW(config.validate(), Error);
+  config.target.clear();
+  EXPECT_EQ(config.stop_target()->to_string(), "accuracy>=0.9");
+}
+
+}  // namespace
+}  // namespace bigbatch

@@ -1,0 +1,90 @@
+#include "config/stop_target.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace bigbatch {
+
+namespace {
+
+[[noreturn]] void bad_target(const std::string& text, const std::string& why) {
+  throw Error(ErrorKind::Config, "--target '" + text + "' " + why,
+              "write METRIC>=X for accuracy or METRIC<=X for loss, perplexity, bpb or rmse, "
+              "e.g. --target val_accuracy>=0.9 or --target val_bpb<=1.9 (val_ or test_ "
+              "chooses the split)");
+}
+
+bool rises(const std::string& metric) {
+  return metric == "accuracy";
+}
+
+}  // namespace
+
+StopTarget StopTarget::parse(const std::string& raw) {
+  const std::string text = trim(raw);
+  size_t op = text.find("<=");
+  bool at_least = false;
+  if (op == std::string::npos) {
+    op = text.find(">=");
+    at_least = true;
+  }
+  if (op == std::string::npos)
+    bad_target(raw, "has no >= or <=");
+  StopTarget target;
+  std::string name = trim(text.substr(0, op));
+  for (const char* split : {"val_", "test_"}) {
+    const std::string prefix = split;
+    if (name.rfind(prefix, 0) == 0) {
+      target.split = prefix.substr(0, prefix.size() - 1);
+      name = name.substr(prefix.size());
+    }
+  }
+  static const std::vector<std::string> metrics = {"accuracy", "loss", "perplexity", "bpb", "rmse"};
+  bool known = false;
+  for (const auto& m : metrics)
+    known = known || m == name;
+  if (!known) {
+    const auto guess = closest_match(name, metrics);
+    bad_target(raw, "names metric '" + name +
+                        "', which is not one of accuracy, loss, "
+                        "perplexity, bpb or rmse" +
+                        (guess ? " (did you mean '" + *guess + "'?)" : std::string()));
+  }
+  target.metric = name;
+  target.at_least = at_least;
+  if (rises(name) != at_least) {
+    bad_target(raw, std::string("would stop at once: ") + name + " improves going " +
+                        (rises(name) ? "up (write >=)" : "down (write <=)"));
+  }
+  const auto value = parse_double(trim(text.substr(op + 2)));
+  if (!value || !std::isfinite(*value))
+    bad_target(raw, "has no number after " + text.substr(op, 2));
+  if (name == "accuracy" && (*value <= 0 || *value > 1))
+    bad_target(raw, "asks for an accuracy outside (0, 1]: it is a fraction (0.9 for 90%)");
+  if (name != "accuracy" && *value < 0)
+    bad_target(raw, "asks for a negative " + name);
+  target.value = *value;
+  return target;
+}
+
+StopTarget StopTarget::accuracy(double fraction) {
+  StopTarget target;
+  target.metric = "accuracy";
+  target.at_least = true;
+  target.value = fraction;
+  return target;
+}
+
+std::string StopTarget::metric_in(bool has_validation) const {
+  const std::string chosen = split.empty() ? (has_validation ? "val" : "test") : split;
+  return chosen + "_" + metric;
+}
+
+std::string StopTarget::to_string() const {
+  return (split.empty() ? std::string() : split + "_") + metric + (at_least ? ">=" : "<=") +
+         format_double(value);
+}
+
+}  // namespace bigbatch
