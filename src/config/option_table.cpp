@@ -392,8 +392,8 @@ std::vector<OptionSpec> build_table() {
         "val_ or test_, or neither: validation when there is a split)",
         "METRIC<=X", &TrainConfig::target);
     // Normalised, so config.toml and the rank check read one spelling.
-    s.set = [](TrainConfig& c, const std::string& t) {
-      c.target = t.empty() ? std::string() : StopTarget::parse(t).to_string();
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.target = text.empty() ? std::string() : StopTarget::parse(text).to_string();
     };
     t.push_back(s);
   }
