@@ -52,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(docs.length(d) >= 0);
   for (int32_t t : docs.tokens)
     check(t >= 0 && t <= files.largest_token);
-  for (const auto& rows : {bigbatch::document_rows(docs, seq_len, 0, {}),
-                           bigbatch::packed_rows(docs, seq_len, 0, {})}) {
+  for (const auto& rows :
+       {bigbatch::document_rows(docs, seq_len, 0), bigbatch::packed_rows(docs, seq_len, 0)}) {
     check(rows.inputs.size() == size_t(rows.rows() * seq_len));
     for (int64_t length : rows.lengths)
       check(length >= 1 && length <= seq_len);

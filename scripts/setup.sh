@@ -10,6 +10,7 @@ packages=(
   build-essential cmake ninja-build ccache clang libclang-rt-14-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libminizip-dev
+  libsentencepiece-dev sentencepiece
   libgtest-dev
   dataset-fashion-mnist fortunes
   python3-torch python3-numpy

@@ -53,7 +53,7 @@ std::string help_group(const std::string& name) {
        {"model", "hidden", "bn-mode", "norm", "no-bn-momentum-correction", "layers", "d-model",
         "heads", "dropout", "init-weights", "precision"}},
       {"Data",
-       {"dataset", "task", "doc-separator", "text-field", "sequences", "token-dtype", "vocab-size",
+       {"dataset", "task", "doc-separator", "text-field", "sequences", "tokenizer", "token-dtype", "vocab-size",
         "seq-len", "train-subset", "val-size", "seed", "no-shuffle", "prefetch"}},
       {"Batch",
        {"global-batch", "global-batch-schedule", "micro-batch", "accum-steps", "micro-batch-tokens",

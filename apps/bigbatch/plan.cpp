@@ -1,4 +1,7 @@
-// `bigbatch plan`: the batch plan, epoch arithmetic and learning rate for a dataset size.
+// `bigbatch plan`: the batch plan, epoch arithmetic and learning rate of a run, before it runs.
+// It takes train's flags and --config, loads the configured dataset for its size (or takes
+// --dataset-size), and resolves exactly what `bigbatch train` would (config/resolved_run.h).
+#include <cstdio>
 #include <iostream>
 
 #include "commands.h"
@@ -7,6 +10,7 @@
 #include "flags.h"
 #include "report/plan_report.h"
 #include "subcommand.h"
+#include "train/run_setup.h"
 
 namespace bigbatch::cli {
 
@@ -16,28 +20,57 @@ class PlanCommand final : public Subcommand {
  public:
   explicit PlanCommand(CLI::App& parent)
       : Subcommand(parent, "plan",
-                   "show the batch plan, epoch arithmetic and learning rate for a dataset size") {
-    register_options(app(), kPlanCommand, flags_);
+                   "show the batch plan, epoch arithmetic and learning rate a train command "
+                   "would run") {
+    // Every train flag, so a train command line plans as it is; those that cannot change the
+    // plan are said to be ignored.
+    register_options(app(), kTrainCommand | kPlanCommand, flags_);
+    add_config_option(app(), config_path_,
+                      "TOML file of train's keys (a run's config.toml too): plan what "
+                      "'train --config FILE' would run");
     app().add_option("--dataset-size", dataset_size_,
-                     "samples per epoch (default: Fashion-MNIST's 60000)");
+                     "samples per epoch, instead of loading the dataset to count them");
     app().add_option("--world-size", world_size_, "data-parallel ranks (default 1)");
     app().add_option("--tokens-per-sample", tokens_per_sample_,
-                     "language models: mean target tokens per sample (--seq-len for packed "
-                     "blocks; the corpus's mean for documents, which train prints), so that "
-                     "the plan shows tokens per update and takes intervals in tokens (4Mt)");
+                     "with --dataset-size, for a language model: mean target tokens per sample "
+                     "(--seq-len for packed blocks), so the plan shows tokens per update and "
+                     "takes intervals in tokens (4Mt); measured when the dataset is loaded");
     app().add_flag("--json", json_, "print one JSON object instead of text");
   }
 
   int run() override {
-    TrainConfig config;
-    apply_flags(config, kPlanCommand, flags_);
+    const TrainConfig config = configured(config_path_, kTrainCommand | kPlanCommand, flags_);
+    config.validate();
+    for (const auto& spec : option_table()) {
+      if (!(spec.commands & kPlanCommand) && flags_.given(spec.name))
+        std::fprintf(stderr, "plan: --%s does not change the plan (ignored)\n", spec.name.c_str());
+    }
     if (!(tokens_per_sample_ >= 0 && tokens_per_sample_ <= 1e9)) {
       throw Error(ErrorKind::Usage, "--tokens-per-sample must be a positive number of tokens",
                   "e.g. --tokens-per-sample 256 (--seq-len, for packed blocks)");
     }
-    const ResolvedRun run = resolve_run(config, dataset_size_, world_size_, tokens_per_sample_);
+    const bool sized = dataset_size_ > 0 || app().get_option("--dataset-size")->count() > 0;
+    if (tokens_per_sample_ > 0 && !sized) {
+      throw Error(ErrorKind::Usage,
+                  "--tokens-per-sample goes with --dataset-size: a loaded dataset's tokens are "
+                  "counted",
+                  "drop --tokens-per-sample, or give --dataset-size too");
+    }
+    int64_t samples = dataset_size_;
+    double tokens_per_sample = tokens_per_sample_;
+    if (!sized) {
+      const DatasetSplits data = load_data_outside_budget(config);
+      samples = data.train.size();
+      tokens_per_sample = items_per_sample(data.train);
+      std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),
+                   static_cast<long long>(samples), data.description.empty() ? "" : "; ",
+                   data.description.c_str());
+    }
+    const ResolvedRun run = resolve_run(config, samples, world_size_, tokens_per_sample);
     if (json_) {
-      std::cout << plan_json(run).dump(2) << "\n";
+      nlohmann::json json = plan_json(run);
+      json["dataset"] = sized ? nlohmann::json() : nlohmann::json(config.dataset);
+      std::cout << json.dump(2) << "\n";
     } else {
       std::cout << format_plan_text(run);
     }
@@ -46,7 +79,8 @@ class PlanCommand final : public Subcommand {
 
  private:
   FlagValues flags_;
-  int64_t dataset_size_ = 60000;
+  std::string config_path_;
+  int64_t dataset_size_ = 0;
   int64_t world_size_ = 1;
   double tokens_per_sample_ = 0;
   bool json_ = false;

@@ -54,6 +54,14 @@ const NameTable<SequenceMode>& sequence_mode_names() {
   return table;
 }
 
+const NameTable<TokenDtype>& token_dtype_names() {
+  static const NameTable<TokenDtype> table{
+      "--token-dtype",
+      "--token-dtype",
+      {{TokenDtype::Auto, "auto"}, {TokenDtype::Uint16, "uint16"}, {TokenDtype::Uint32, "uint32"}}};
+  return table;
+}
+
 const NameTable<OptimizerKind>& optimizer_names() {
   static const NameTable<OptimizerKind> table{"optimizer",
                                               "--optimizer",

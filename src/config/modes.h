@@ -44,6 +44,14 @@ inline const char* to_string(TaskKind kind) {
 // stream of tokens (llm.c shards, headerless files).
 enum class SequenceMode { Auto, Documents, Packed };
 const NameTable<SequenceMode>& sequence_mode_names();
+
+// --token-dtype (tokens:PATH, data/token_files.h): auto (the file's header says; headerless
+// files need one of the others).
+enum class TokenDtype { Auto, Uint16, Uint32 };
+const NameTable<TokenDtype>& token_dtype_names();
+inline const char* to_string(TokenDtype dtype) {
+  return token_dtype_names().name(dtype);
+}
 inline const char* to_string(SequenceMode mode) {
   return sequence_mode_names().name(mode);
 }

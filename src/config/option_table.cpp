@@ -126,6 +126,8 @@ std::vector<OptionSpec> build_table() {
   const unsigned both = kTrainCommand | kPlanCommand;
   // What `bigbatch fit` measures: the model, its input, the optimizer's state, the threads.
   const unsigned train_and_fit = kTrainCommand | kFitCommand;
+  // What decides the data, and so the epoch the plan divides: `bigbatch plan` loads it.
+  const unsigned data = kTrainCommand | kFitCommand | kPlanCommand;
   std::vector<OptionSpec> t;
   t.push_back(string_option("model",
                             "model: mlp, cnn, cnn-bn (BatchNorm) or cnn-gn (GroupNorm) for "
@@ -161,35 +163,39 @@ std::vector<OptionSpec> build_table() {
                             "text:PATH (a text file or directory), jsonl:FILE (one JSON object "
                             "per line) or tokens:PATH (Megatron .bin/.idx, llm.c shards, "
                             "headerless .bin; a file, prefix or directory) for a language model",
-                            "NAME", &TrainConfig::dataset, train_and_fit));
+                            "NAME", &TrainConfig::dataset, data));
   t.push_back(enum_option("task",
                           "what the mean is over: classify (samples: cross-entropy), regress "
                           "(samples: summed squared error, npy:DIR float targets) or lm "
                           "(next-token prediction: target tokens); auto takes the dataset's",
-                          &TrainConfig::task, &task_names, train_and_fit));
+                          &TrainConfig::task, &task_names, data));
   t.push_back(string_option("doc-separator",
                             "text:PATH: the line that separates documents (fortune's %), blank "
                             "(blank lines) or line (one document per line)",
-                            "LINE", &TrainConfig::doc_separator, train_and_fit));
+                            "LINE", &TrainConfig::doc_separator, data));
   t.push_back(string_option("text-field", "jsonl:FILE: the field that holds each document", "NAME",
-                            &TrainConfig::text_field, train_and_fit));
+                            &TrainConfig::text_field, data));
   t.push_back(enum_option("sequences",
                           "documents (each document a sample, padded per micro-batch to its "
                           "longest, cut at --seq-len) or packed (documents joined, cut into "
                           "blocks of --seq-len + 1 tokens); auto: documents where the data "
                           "records them (text, Megatron), packed for a token stream (llm.c, "
                           "headerless)",
-                          &TrainConfig::sequences, &sequence_mode_names, train_and_fit));
+                          &TrainConfig::sequences, &sequence_mode_names, data));
+  t.push_back(string_option("tokenizer",
+                            "text:PATH, jsonl:FILE: byte (each byte a token, vocabulary 257) or "
+                            "sentencepiece:FILE.model (a model spm_train wrote)",
+                            "NAME", &TrainConfig::tokenizer, data));
   t.push_back(enum_option("token-dtype",
                           "tokens:PATH: the id type of headerless .bin files (nanoGPT: uint16); "
                           "auto reads it from the file's header (Megatron .idx, llm.c)",
-                          &TrainConfig::token_dtype, &token_dtype_names, train_and_fit));
+                          &TrainConfig::token_dtype, &token_dtype_names, data));
   t.push_back(int_option("vocab-size",
                          "tokens:PATH: the vocabulary the model predicts over (every id must be "
                          "below it; 0: the largest id in the data + 1)",
-                         &TrainConfig::vocab_size, train_and_fit));
+                         &TrainConfig::vocab_size, data));
   t.push_back(int_option("seq-len", "tokens per sample (and the gpt's positions)",
-                         &TrainConfig::seq_len, train_and_fit));
+                         &TrainConfig::seq_len, data));
   t.push_back(int_option("layers", "gpt: transformer blocks", &TrainConfig::layers, train_and_fit));
   t.push_back(int_option("d-model", "gpt: width of the residual stream", &TrainConfig::d_model,
                          train_and_fit));
@@ -198,11 +204,11 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("dropout", "gpt: dropout probability in training",
                             &TrainConfig::dropout, train_and_fit));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
-                         &TrainConfig::train_subset));
+                         &TrainConfig::train_subset, data));
   t.push_back(int_option("val-size",
                          "hold out N training samples for validation (images: the last N; text: "
                          "N documents or blocks chosen by the seed, default 2% up to 1000)",
-                         &TrainConfig::val_size));
+                         &TrainConfig::val_size, data));
   t.push_back(optional_int_option("global-batch",
                                   "effective batch per update (micro x accumulation x ranks)",
                                   &TrainConfig::global_batch, both));

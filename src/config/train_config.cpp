@@ -45,6 +45,14 @@ void TrainConfig::validate() const {
                "--dataset " + dataset + " names no path",
                is_token_file_dataset() ? "e.g. --dataset tokens:data/train.bin"
                                        : "e.g. --dataset text:/usr/share/games/fortunes");
+  check_config(tokenizer == "byte" || (tokenizer.rfind("sentencepiece:", 0) == 0 &&
+                                       tokenizer.size() > std::string("sentencepiece:").size()),
+               "tokenizer '" + tokenizer + "' is not known",
+               "use --tokenizer byte or --tokenizer sentencepiece:FILE.model");
+  check_config(tokenizer == "byte" || is_text_dataset(),
+               "--tokenizer turns text into tokens, but dataset '" + dataset + "' is not text" +
+                   (is_token_file_dataset() ? " (token files are tokenised already)" : ""),
+               "drop --tokenizer, or use --dataset text:PATH or jsonl:FILE");
   check_config(vocab_size >= 0, "--vocab-size must be zero (the data's) or positive",
                "e.g. --vocab-size 50257");
   check_config(is_token_file_dataset() || (vocab_size == 0 && token_dtype == TokenDtype::Auto),

@@ -11,7 +11,6 @@
 #include "batching/batch_plan.h"
 #include "config/modes.h"
 #include "config/stop_target.h"
-#include "data/token_files.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 
@@ -40,6 +39,8 @@ struct TrainConfig {
   // vocabulary (0: the largest id + 1).
   TokenDtype token_dtype = TokenDtype::Auto;
   int64_t vocab_size = 0;
+  // Text (text:PATH, jsonl:FILE): "byte", or "sentencepiece:FILE.model" (data/tokenizer.h).
+  std::string tokenizer = "byte";
   // gpt (models/gpt.h).
   int64_t layers = 4;
   int64_t d_model = 128;

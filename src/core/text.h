@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bigbatch {
@@ -34,6 +35,9 @@ std::string format_loss(double value);
 std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".
 std::string human_duration(double seconds);
+// The offset of the first byte that does not belong to well-formed UTF-8 (overlong forms,
+// surrogates and code points past U+10FFFF included), or nullopt when all of it is.
+std::optional<size_t> first_invalid_utf8(std::string_view text);
 // `decimals` digits after the point: format_fixed(0.41, 4) -> "0.4100".
 std::string format_fixed(double value, int decimals);
 // Shortest round-trip decimal form of a double: 0.1 -> "0.1", 1e-05 -> "1e-05".

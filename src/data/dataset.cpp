@@ -426,19 +426,23 @@ DatasetSplits split_token_rows(const TokenRows& rows, int64_t vocabulary, const 
 
 DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
                                 int64_t seq_len, int64_t train_subset, int64_t val_size,
-                                uint64_t seed) {
+                                uint64_t seed, const TextTokenizer& tokenizer) {
+  const TokenDocuments documents = tokenize_documents(corpus.documents, tokenizer, packed, name);
+  // Padding is end-of-text: its targets are ignored, and causal attention keeps it from the
+  // positions before it.
+  const int32_t pad = tokenizer.end_of_text();
   const TokenRows rows =
-      packed ? packed_rows(corpus.documents, seq_len) : document_rows(corpus.documents, seq_len);
-  DatasetSplits splits = split_token_rows(rows, kByteVocabulary, "text corpus '" + name + "'",
-                                          packed, seq_len, train_subset, val_size, seed);
+      packed ? packed_rows(documents, seq_len, pad) : document_rows(documents, seq_len, pad);
+  DatasetSplits splits =
+      split_token_rows(rows, tokenizer.vocabulary(), "text corpus '" + name + "'", packed, seq_len,
+                       train_subset, val_size, seed);
   splits.description =
       std::to_string(corpus.documents.size()) + " documents (" + std::to_string(corpus.bytes) +
       " bytes) from " + std::to_string(corpus.files) + " file(s)" +
       (corpus.skipped_files > 0
            ? ", " + std::to_string(corpus.skipped_files) + " binary or repeated skipped"
            : std::string()) +
-      "; " + splits.description + "; byte tokenizer (vocabulary " +
-      std::to_string(kByteVocabulary) + ")";
+      "; " + splits.description + "; " + tokenizer.describe();
   return splits;
 }
 
@@ -466,8 +470,8 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
   // Padding is an id every vocabulary has; its targets are ignored and causal attention keeps
   // it from the positions before it.
   constexpr int32_t kPad = 0;
-  const TokenRows rows = packed ? packed_rows(files.documents, seq_len, kPad, {})
-                                : document_rows(files.documents, seq_len, kPad, {});
+  const TokenRows rows = packed ? packed_rows(files.documents, seq_len, kPad)
+                                : document_rows(files.documents, seq_len, kPad);
   DatasetSplits splits = split_token_rows(rows, vocabulary, "token data '" + name + "'", packed,
                                           seq_len, train_subset, val_size, seed);
   splits.description =

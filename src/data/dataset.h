@@ -105,13 +105,13 @@ Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
 // `vocabulary` ids (the byte tokenizer's by default).
 TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary = kByteVocabulary);
 
-// A text corpus (data/text_corpus.h: text:PATH, jsonl:FILE) as token rows: documents or
-// packed blocks of `seq_len`, and `val_size` of them held out for validation, chosen by `seed`
-// (0: 2%, at least 1, at most 1000); `description` says what was read. `name` names the corpus
-// in errors.
+// A text corpus (data/text_corpus.h: text:PATH, jsonl:FILE) through `tokenizer` as token rows:
+// documents or packed blocks of `seq_len`, and `val_size` of them held out for validation, chosen
+// by `seed` (0: 2%, at least 1, at most 1000); `description` says what was read. `name` names the
+// corpus in errors.
 DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
                                 int64_t seq_len, int64_t train_subset, int64_t val_size,
-                                uint64_t seed);
+                                uint64_t seed, const TextTokenizer& tokenizer = byte_tokenizer());
 
 // Token files (data/token_files.h: tokens:PATH) as token rows, split as load_text_dataset
 // does. `packed` false needs files that record documents (Megatron); vocab_size 0 takes the

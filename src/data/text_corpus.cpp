@@ -177,44 +177,14 @@ TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
   return corpus;
 }
 
-TokenDocuments byte_token_documents(const std::vector<std::string>& documents, bool packed) {
-  TokenDocuments result;
-  std::vector<int32_t>& tokens = result.tokens;
-  tokens.push_back(kEndOfText);
-  for (const auto& document : documents) {
-    for (unsigned char byte : document)
-      tokens.push_back(byte);
-    tokens.push_back(kEndOfText);
-    if (!packed) {
-      result.close_document();
-      tokens.push_back(kEndOfText);  // the next document's first token
-    }
-  }
-  if (packed) {
-    result.close_document();
-  } else {
-    tokens.pop_back();
-  }
-  return result;
-}
-
-const TokenByteLengths& byte_token_lengths() {
-  static const TokenByteLengths lengths = [] {
-    TokenByteLengths table(size_t(kByteVocabulary), 1);
-    table[size_t(kEndOfText)] = 0;
-    return table;
-  }();
-  return lengths;
-}
-
 TokenRows document_rows(const std::vector<std::string>& documents, int64_t seq_len) {
-  return document_rows(byte_token_documents(documents, /*packed=*/false), seq_len, kEndOfText,
-                       byte_token_lengths());
+  return document_rows(tokenize_documents(documents, byte_tokenizer(), /*packed=*/false, "text"),
+                       seq_len, kEndOfText);
 }
 
 TokenRows packed_rows(const std::vector<std::string>& documents, int64_t seq_len) {
-  return packed_rows(byte_token_documents(documents, /*packed=*/true), seq_len, kEndOfText,
-                     byte_token_lengths());
+  return packed_rows(tokenize_documents(documents, byte_tokenizer(), /*packed=*/true, "text"),
+                     seq_len, kEndOfText);
 }
 
 }  // namespace bigbatch

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/token_rows.h"
+#include "data/tokenizer.h"
 
 namespace bigbatch {
 
@@ -53,12 +54,6 @@ TextCorpus read_jsonl_corpus(const std::string& path, const std::string& field);
 // The same for the file's text (`path` names it in errors).
 TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
                               const std::string& path);
-
-// The byte tokenizer: each document as [eot, bytes..., eot] (`packed`: one stream
-// [eot, bytes..., eot, bytes..., eot], so a packed block's end-of-text is predicted once).
-TokenDocuments byte_token_documents(const std::vector<std::string>& documents, bool packed);
-// Its bytes per token: 1 for each of the 256 bytes, 0 for end-of-text.
-const TokenByteLengths& byte_token_lengths();
 
 // The byte tokenizer's rows (data/token_rows.h), inputs padded with end-of-text.
 // --sequences documents: each document one row, cut at seq_len + 1 tokens.

@@ -18,14 +18,6 @@ namespace bigbatch {
 
 namespace fs = std::filesystem;
 
-const NameTable<TokenDtype>& token_dtype_names() {
-  static const NameTable<TokenDtype> table{
-      "--token-dtype",
-      "--token-dtype",
-      {{TokenDtype::Auto, "auto"}, {TokenDtype::Uint16, "uint16"}, {TokenDtype::Uint32, "uint32"}}};
-  return table;
-}
-
 namespace {
 
 constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};

@@ -23,14 +23,10 @@
 #include <cstdint>
 #include <string>
 
-#include "core/name_table.h"
+#include "config/modes.h"
 #include "data/token_rows.h"
 
 namespace bigbatch {
-
-// --token-dtype: auto (the file's header says; headerless files need one of the others).
-enum class TokenDtype { Auto, Uint16, Uint32 };
-const NameTable<TokenDtype>& token_dtype_names();
 
 struct TokenFiles {
   TokenDocuments documents;

@@ -16,9 +16,9 @@ void check_seq_len(int64_t seq_len) {
 }
 
 // Appends one row from tokens[0, count) (2 <= count <= width + 1): inputs the first count - 1,
-// targets the last count - 1.
-void append_row(TokenRows& rows, const int32_t* tokens, int64_t count, int32_t pad,
-                const TokenByteLengths& token_bytes) {
+// targets the last count - 1. `token_bytes` (or null) parallels `tokens`.
+void append_row(TokenRows& rows, const int32_t* tokens, const int32_t* token_bytes, int64_t count,
+                int32_t pad) {
   const int64_t width = rows.width;
   const int64_t targets = count - 1;
   int64_t bytes = 0;
@@ -26,22 +26,28 @@ void append_row(TokenRows& rows, const int32_t* tokens, int64_t count, int32_t p
     const bool real = t < targets;
     rows.inputs.push_back(real ? tokens[t] : pad);
     rows.targets.push_back(real ? tokens[t + 1] : kIgnoreTarget);
-    if (real && size_t(tokens[t + 1]) < token_bytes.size())
-      bytes += token_bytes[size_t(tokens[t + 1])];
+    if (real && token_bytes)
+      bytes += token_bytes[t + 1];
   }
   rows.lengths.push_back(targets);
   rows.bytes.push_back(bytes);
 }
 
+// The bytes of the tokens from `position` on, or null where they are not known.
+const int32_t* bytes_at(const TokenDocuments& documents, int64_t position) {
+  return documents.bytes.empty() ? nullptr : documents.bytes.data() + position;
+}
+
 }  // namespace
 
 void TokenDocuments::add(const std::vector<int32_t>& document) {
+  // Ids only: their text, and so their bytes, are not known.
+  BB_INTERNAL_ASSERT(bytes.empty(), "TokenDocuments::add on documents that count bytes");
   tokens.insert(tokens.end(), document.begin(), document.end());
   close_document();
 }
 
-TokenRows document_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad,
-                        const TokenByteLengths& token_bytes) {
+TokenRows document_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad) {
   check_seq_len(seq_len);
   TokenRows rows;
   rows.width = seq_len;
@@ -55,14 +61,13 @@ TokenRows document_rows(const TokenDocuments& documents, int64_t seq_len, int32_
       ++rows.cut_documents;
       count = seq_len + 1;
     }
-    append_row(rows, documents.tokens.data() + documents.starts[size_t(d)], count, pad,
-               token_bytes);
+    const int64_t start = documents.starts[size_t(d)];
+    append_row(rows, documents.tokens.data() + start, bytes_at(documents, start), count, pad);
   }
   return rows;
 }
 
-TokenRows packed_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad,
-                      const TokenByteLengths& token_bytes) {
+TokenRows packed_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad) {
   check_seq_len(seq_len);
   TokenRows rows;
   rows.width = seq_len;
@@ -71,7 +76,7 @@ TokenRows packed_rows(const TokenDocuments& documents, int64_t seq_len, int32_t 
   const std::vector<int32_t>& stream = documents.tokens;
   const int64_t total = static_cast<int64_t>(stream.size());
   for (int64_t begin = 0; begin + seq_len + 1 <= total; begin += seq_len)
-    append_row(rows, stream.data() + begin, seq_len + 1, pad, token_bytes);
+    append_row(rows, stream.data() + begin, bytes_at(documents, begin), seq_len + 1, pad);
   return rows;
 }
 

@@ -12,7 +12,7 @@
 //
 //   TokenDocuments docs;
 //   docs.add({5, 9, 2});                        // one document of three tokens
-//   TokenRows rows = document_rows(docs, /*seq_len=*/256, /*pad=*/0, /*token_bytes=*/{});
+//   TokenRows rows = document_rows(docs, /*seq_len=*/256, /*pad=*/0);
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -23,8 +23,12 @@ namespace bigbatch {
 inline constexpr int32_t kIgnoreTarget = -100;
 
 // Documents of token ids, stored end to end: document d is tokens[starts[d], starts[d + 1]).
+// `bytes`, where the text behind the tokens is known (a tokenizer made them), holds the text
+// bytes each token stands for (bits per byte are the loss over these; 0 for end-of-text);
+// empty for token files, whose rows then count no bytes.
 struct TokenDocuments {
   std::vector<int32_t> tokens;
+  std::vector<int32_t> bytes;
   std::vector<int64_t> starts{0};
   int64_t documents() const { return static_cast<int64_t>(starts.size()) - 1; }
   int64_t length(int64_t d) const { return starts[size_t(d) + 1] - starts[size_t(d)]; }
@@ -32,10 +36,6 @@ struct TokenDocuments {
   // Ends the document whose tokens were appended to `tokens` since the last one ended.
   void close_document() { starts.push_back(static_cast<int64_t>(tokens.size())); }
 };
-
-// Text bytes each token id stands for (bits per byte are the loss over these); empty when the
-// text behind the tokens is not known (token files): rows then count no bytes.
-using TokenByteLengths = std::vector<uint8_t>;
 
 struct TokenRows {
   int64_t width = 0;
@@ -49,10 +49,8 @@ struct TokenRows {
 };
 
 // Throws bigbatch::Error (Config) for seq_len < 2.
-TokenRows document_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad,
-                        const TokenByteLengths& token_bytes);
+TokenRows document_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad);
 // The tail that fills no block is dropped.
-TokenRows packed_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad,
-                      const TokenByteLengths& token_bytes);
+TokenRows packed_rows(const TokenDocuments& documents, int64_t seq_len, int32_t pad);
 
 }  // namespace bigbatch

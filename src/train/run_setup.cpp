@@ -209,8 +209,10 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
     const TextCorpus corpus = config.is_jsonl_dataset()
                                   ? read_jsonl_corpus(config.text_path(), config.text_field)
                                   : read_text_corpus(config.text_path(), config.doc_separator);
+    const auto tokenizer = make_tokenizer(config.tokenizer);
     return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
-                             config.seq_len, config.train_subset, config.val_size, config.seed);
+                             config.seq_len, config.train_subset, config.val_size, config.seed,
+                             *tokenizer);
   }
   if (config.is_token_file_dataset()) {
     const TokenFiles files = read_token_files(config.text_path(), config.token_dtype);

@@ -48,6 +48,10 @@ SampleResult sample_text(const SampleOptions& options) {
                 "sample from a run trained on text (text:PATH or jsonl:FILE), or decode the "
                 "weights' output with the tokenizer that wrote the token files");
   }
+  // The run's tokenizer, before the model: a sentencepiece model that moved is named here.
+  const auto tokenizer = make_tokenizer(config.tokenizer);
+  const int64_t vocabulary = tokenizer->vocabulary();
+  const int32_t end_of_text = tokenizer->end_of_text();
   torch::NoGradGuard no_grad;
   torch::nn::Sequential model{nullptr};
   if (scripted) {
@@ -58,7 +62,7 @@ SampleResult sample_text(const SampleOptions& options) {
   } else {
     ModelSpec spec;
     spec.name = config.model;
-    spec.gpt.vocab = kByteVocabulary;
+    spec.gpt.vocab = vocabulary;
     spec.gpt.seq_len = config.seq_len;
     spec.gpt.layers = config.layers;
     spec.gpt.d_model = config.d_model;
@@ -68,20 +72,23 @@ SampleResult sample_text(const SampleOptions& options) {
   load_weights(weights_path, *model);
   model->eval();
 
-  std::vector<int64_t> tokens = {kEndOfText};
-  for (unsigned char byte : options.prompt)
-    tokens.push_back(byte);
+  std::vector<int64_t> tokens = {end_of_text};
+  {
+    std::vector<int32_t> ids, bytes;
+    tokenizer->encode(options.prompt, ids, bytes);
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  }
   SampleResult result;
-  result.text = options.prompt;
+  std::vector<int32_t> drawn;
   auto generator = at::detail::createCPUGenerator(options.seed);
   for (int64_t i = 0; i < options.tokens; ++i) {
     // The model has seq_len positions: it sees the latest seq_len tokens.
     const int64_t begin = std::max<int64_t>(0, int64_t(tokens.size()) - config.seq_len);
     const auto input =
         torch::tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.end())).unsqueeze(0);
-    // The byte tokenizer's ids only (a module may have a larger vocabulary).
+    // The tokenizer's ids only (a module may have a larger vocabulary).
     auto logits =
-        model->forward(input).select(1, input.size(1) - 1).squeeze(0).narrow(0, 0, kByteVocabulary);
+        model->forward(input).select(1, input.size(1) - 1).squeeze(0).narrow(0, 0, vocabulary);
     logits = logits.to(torch::kFloat64) / options.temperature;
     if (options.top_k > 0 && options.top_k < logits.size(0)) {
       const auto kth = std::get<0>(logits.topk(options.top_k)).min();
@@ -91,13 +98,15 @@ SampleResult sample_text(const SampleOptions& options) {
     const int64_t token =
         torch::multinomial(probabilities, 1, /*replacement=*/false, generator).item<int64_t>();
     ++result.drawn;
-    if (token == kEndOfText) {
+    if (token == end_of_text) {
       result.ended = true;
       break;
     }
     tokens.push_back(token);
-    result.text.push_back(static_cast<char>(token));
+    drawn.push_back(static_cast<int32_t>(token));
   }
+  // Decoded as a whole: a subword tokenizer's pieces join (and their spaces fall) only so.
+  result.text = options.prompt + tokenizer->decode(drawn);
   return result;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // `bigbatch sample`: text from a trained language-model run, so a user sees what the model
 // learnt. The run's config.toml rebuilds the model, its weights.safetensors fill it; the prompt
-// is byte-tokenised after an end-of-text (as every training document starts), and tokens are
+// is tokenised by the run's tokenizer after an end-of-text (as every training document
+// starts), and tokens are
 // drawn one at a time from the softmax of the last position's logits at `temperature`, among
 // the `top_k` most likely (0: all), until `tokens` are drawn or end-of-text is.
 //
@@ -23,7 +24,7 @@ struct SampleOptions {
 };
 
 struct SampleResult {
-  std::string text;    // the prompt and the bytes drawn after it
+  std::string text;    // the prompt and the text drawn after it
   int64_t drawn = 0;   // tokens drawn
   bool ended = false;  // the model ended the document (end-of-text)
 };

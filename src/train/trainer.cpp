@@ -29,10 +29,11 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
     hidden.push_back(std::to_string(width));
   // How the inputs were prepared, so that a user of the weights can prepare theirs alike.
   const std::string inputs =
-      config.is_text_dataset()         ? "byte tokens (256: end-of-text)"
-      : config.is_token_file_dataset() ? "token ids as in the token files"
-      : config.is_npy_dataset()        ? "as saved in the .npy arrays (uint8 scaled to [0, 1])"
-      : is_custom(config.dataset)      ? "as the program's dataset gave them"
+      config.is_text_dataset() && config.tokenizer == "byte" ? "byte tokens (256: end-of-text)"
+      : config.is_text_dataset()                             ? "token ids of " + config.tokenizer
+      : config.is_token_file_dataset()                       ? "token ids as in the token files"
+      : config.is_npy_dataset()   ? "as saved in the .npy arrays (uint8 scaled to [0, 1])"
+      : is_custom(config.dataset) ? "as the program's dataset gave them"
                                   : "(pixel / 255 - " + format_significant(kPixelMean) + ") / " +
                                         format_significant(kPixelStd) + ", shape [N, 1, H, W]";
   return {{"format", "pt"},

@@ -57,6 +57,31 @@ class PlanTest(CliTestCase):
         self.assertRegex(out, r"updates\s+20\n")
         self.assertRegex(out, r"one direct batch\s+20 passes per epoch")
 
+    def test_plan_config_plans_exactly_what_train_runs(self):
+        config = self.path("run.toml")
+        with open(config, "w") as f:
+            f.write('model = "mlp"\nhidden = [32]\ntrain-subset = 3000\nval-size = 500\nglobal-batch = 256\n'
+                    'micro-batch = 64\nlr = 0.1\nwarmup = "1e"\nepochs = 3\nmax-updates = 1\n'
+                    'out = "ignored-by-plan"\n')
+        out = self.path("run")
+        trained = run("train", "--config", config, "--out", out, "--progress", "off")
+        self.assertEqual(trained.returncode, 0, trained.stderr)
+        with open(os.path.join(out, "plan.txt")) as f:
+            written = f.read()
+        # The TOML file, and the run's own config.toml, plan to the byte what train ran.
+        for source in (config, os.path.join(out, "config.toml")):
+            planned = run("plan", "--config", source)
+            self.assertEqual(planned.returncode, 0, planned.stderr)
+            self.assertEqual(planned.stdout, written)
+            self.assertIn("fashion-mnist: 2500 training samples", planned.stderr)
+        # A train command line plans as it is; flags that cannot change the plan are said.
+        same = run("plan", "--model", "mlp", "--hidden", "32", "--train-subset", "3000", "--val-size", "500",
+                   "--global-batch", "256", "--micro-batch", "64", "--lr", "0.1", "--warmup", "1e", "--epochs", "3",
+                   "--max-updates", "1", "--out", "x", "--threads", "1")
+        self.assertEqual(same.stdout, written)
+        self.assertIn("plan: --out does not change the plan (ignored)", same.stderr)
+        self.assertIn("plan: --threads does not change the plan (ignored)", same.stderr)
+
     def test_json(self):
         out = run("plan", "--dataset-size", "1000", "--micro-batch", "10", "--accum-steps", "5", "--json",
                   check=True).stdout

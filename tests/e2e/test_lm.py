@@ -344,6 +344,75 @@ class TokenFilesTest(LmTestCase):
                                    "trained on token files")
 
 
+class SentencePieceTest(LmTestCase):
+    """--tokenizer sentencepiece:FILE.model, with a model spm_train writes from the corpus."""
+
+    def setUp(self):
+        super().setUp()
+        lines = self.path("lines.txt")
+        with open(self.corpus) as f:
+            documents = [d.strip() for d in f.read().split("\n%\n") if d.strip()]
+        with open(lines, "w") as f:
+            f.write("\n".join(documents) + "\n")
+        trained = subprocess.run(["spm_train", f"--input={lines}", f"--model_prefix={self.path('m')}",
+                                  "--vocab_size=60", "--hard_vocab_limit=false", "--minloglevel=2"],
+                                 capture_output=True, text=True, timeout=120)
+        self.assertEqual(trained.returncode, 0, trained.stderr)
+        self.model = self.path("m.model")
+
+    def test_train_on_sentencepiece_tokens_with_bits_per_byte_and_sample(self):
+        runs = {}
+        for name, tokenizer in (("spm", f"sentencepiece:{self.model}"), ("byte", "byte")):
+            out = self.path(name)
+            result = run("train", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--tokenizer", tokenizer,
+                         "--global-batch", "16", "--micro-batch", "4", "--val-size", "20", "--epochs", "2",
+                         "--out", out)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            runs[name] = (result, records(out))
+        result, lines = runs["spm"]
+        self.assertIn(f"sentencepiece tokenizer '{self.model}' (vocabulary 60", result.stderr)
+        self.assertIn("bits per byte", result.stdout)
+        epochs = [r for r in lines if "val_bpb" in r and "event" not in r]
+        byte_epochs = [r for r in runs["byte"][1] if "val_bpb" in r and "event" not in r]
+        # The same documents in fewer tokens (pieces of several bytes), and bits per byte over
+        # the same text bytes, so the two tokenizers' numbers compare.
+        self.assertLess(epochs[-1]["tokens_seen"], byte_epochs[-1]["tokens_seen"])
+        self.assertGreater(epochs[-1]["val_bpb"], 0)
+        self.assertLess(epochs[-1]["val_bpb"], 8)
+        sample = run("sample", self.path("spm"), "--prompt", "the quick", "--tokens", "20", "--seed", "3")
+        self.assertEqual(sample.returncode, 0, sample.stderr)
+        self.assertTrue(sample.stdout.startswith("the quick"), sample.stdout)
+        again = run("sample", self.path("spm"), "--prompt", "the quick", "--tokens", "20", "--seed", "3")
+        self.assertEqual(sample.stdout, again.stdout)
+
+    def test_bad_tokenizers_and_text_are_one_line_errors(self):
+        def train(*args):
+            return run("train", *TINY_GPT, "--out", self.path("bad"), *args)
+
+        corpus = f"text:{self.corpus}"
+        self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", f"sentencepiece:{self.path('none.model')}"),
+                                   "data", "does not exist", "spm_train")
+        with open(self.path("junk.model"), "wb") as f:
+            f.write(bytes(range(256)) * 4)
+        self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", f"sentencepiece:{self.path('junk.model')}"),
+                                   "data", "cannot be read")
+        self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", "bpe"), "config",
+                                   "tokenizer 'bpe' is not known")
+        latin1 = self.path("latin1.txt")
+        with open(latin1, "wb") as f:
+            f.write("caf\u00e9 au lait\n%\nna\u00efve\n%\n".encode("latin-1"))
+        self.assert_one_line_error(train("--dataset", f"text:{latin1}", "--tokenizer", f"sentencepiece:{self.model}"),
+                                   "data", "document 1 of", "is not UTF-8", "offset 3", "--tokenizer byte")
+        # The byte tokenizer takes the same bytes as they are.
+        self.assertEqual(train("--dataset", f"text:{latin1}", "--max-updates", "1", "--val-size", "1",
+                               "--global-batch", "1", "--micro-batch", "1").returncode, 0)
+        shutil.rmtree(self.path("bad"))
+        token_files.write_llmc(self.path("shard.bin"), list(range(100)) * 20)
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--tokenizer",
+                                         f"sentencepiece:{self.model}"), "config", "tokenised already")
+        self.assertFalse(os.path.exists(self.path("bad")))
+
+
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
     unittest.main()

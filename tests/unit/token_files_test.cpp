@@ -218,7 +218,7 @@ TEST(TokenRowsOfIds, DocumentsPaddedPackedBlocksShifted) {
   docs.add({5, 6, 7});
   docs.add({9});  // nothing to predict
   docs.add({1, 2, 3, 4, 5, 6});
-  const TokenRows rows = document_rows(docs, /*seq_len=*/3, /*pad=*/0, {});
+  const TokenRows rows = document_rows(docs, /*seq_len=*/3, /*pad=*/0);
   EXPECT_EQ(rows.rows(), 2);
   EXPECT_EQ(rows.short_documents, 1);
   EXPECT_EQ(rows.cut_documents, 1);
@@ -226,12 +226,15 @@ TEST(TokenRowsOfIds, DocumentsPaddedPackedBlocksShifted) {
   EXPECT_EQ(rows.targets, (std::vector<int32_t>{6, 7, kIgnoreTarget, 2, 3, 4}));
   EXPECT_EQ(rows.lengths, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(rows.bytes, (std::vector<int64_t>{0, 0}));  // no byte lengths: no text known
-  const TokenRows packed = packed_rows(docs, 4, 0, {});
+  const TokenRows packed = packed_rows(docs, 4, 0);
   // Stream 5 6 7 9 1 2 3 4 5 6: blocks [0, 5) and [4, 9); the tail is dropped.
   EXPECT_EQ(packed.inputs, (std::vector<int32_t>{5, 6, 7, 9, 1, 2, 3, 4}));
   EXPECT_EQ(packed.targets, (std::vector<int32_t>{6, 7, 9, 1, 2, 3, 4, 5}));
-  const TokenByteLengths lengths = {0, 1, 1, 2, 2, 2, 2, 2, 2, 2};
-  EXPECT_EQ(packed_rows(docs, 4, 0, lengths).bytes, (std::vector<int64_t>{7, 7}));
+  // With each token's bytes known: a row counts the bytes of its targets.
+  TokenDocuments text = docs;
+  text.bytes = {1, 2, 3, 0, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(packed_rows(text, 4, 0).bytes, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(document_rows(text, 3, 0).bytes, (std::vector<int64_t>{5, 3}));
 }
 
 }  // namespace
