@@ -39,6 +39,11 @@ class PlanCommand final : public Subcommand {
   }
 
   int run() override {
+    if (flags_.given("resume")) {
+      throw Error(ErrorKind::Usage, "plan --resume: a run's plan is its config.toml's",
+                  "run 'bigbatch plan --config RUN/config.toml' (the run's own plan.txt says the "
+                  "same)");
+    }
     const TrainConfig config = configured(config_path_, kTrainCommand | kPlanCommand, flags_);
     config.validate();
     for (const auto& spec : option_table()) {
@@ -60,6 +65,7 @@ class PlanCommand final : public Subcommand {
     double tokens_per_sample = tokens_per_sample_;
     if (!sized) {
       const DatasetSplits data = load_data_outside_budget(config);
+      check_stop_target(config, data);  // as train would refuse it
       samples = data.train.size();
       tokens_per_sample = items_per_sample(data.train);
       std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),

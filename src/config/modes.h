@@ -40,8 +40,8 @@ inline const char* to_string(TaskKind kind) {
 
 // How a text corpus becomes samples: each document one sample (padded per micro-batch, cut at
 // --seq-len), or documents joined by end-of-text and cut into blocks of --seq-len + 1.
-// Auto: documents where the data records them (text, Megatron indexes), packed for one
-// stream of tokens (llm.c shards, headerless files).
+// Auto: documents for text, packed for token files (as Megatron's and llm.c's loaders do: a
+// document cut at --seq-len would lose the rest of every long one); TrainConfig::sequence_mode.
 enum class SequenceMode { Auto, Documents, Packed };
 const NameTable<SequenceMode>& sequence_mode_names();
 

@@ -178,9 +178,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(enum_option("sequences",
                           "documents (each document a sample, padded per micro-batch to its "
                           "longest, cut at --seq-len) or packed (documents joined, cut into "
-                          "blocks of --seq-len + 1 tokens); auto: documents where the data "
-                          "records them (text, Megatron), packed for a token stream (llm.c, "
-                          "headerless)",
+                          "blocks of --seq-len + 1 tokens); auto: documents for text, packed "
+                          "for token files (as Megatron and llm.c load them)",
                           &TrainConfig::sequences, &sequence_mode_names, data));
   t.push_back(string_option("tokenizer",
                             "text:PATH, jsonl:FILE: byte (each byte a token, vocabulary 257) or "
@@ -260,7 +259,7 @@ std::vector<OptionSpec> build_table() {
                          "token sequences: cut each window into micro-batches of at most N padded "
                          "tokens (rows x longest, after sorting by length) instead of by rows; the "
                          "update is the same, memory is bounded by tokens (0: off)",
-                         &TrainConfig::micro_batch_tokens, train_and_fit));
+                         &TrainConfig::micro_batch_tokens, data));
   t.push_back(enum_option("last-window",
                           "short final window of an epoch: keep (exact mean) or drop",
                           &TrainConfig::last_window, &last_window_names, both));
@@ -331,7 +330,7 @@ std::vector<OptionSpec> build_table() {
   t.push_back(switch_option("no-noise-scale",
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",
-                            &TrainConfig::noise_scale, false));
+                            &TrainConfig::noise_scale, false, both));
   t.push_back(switch_option("prefetch",
                             "gather the window's next micro-batch on a background thread while "
                             "the current one trains (off by default: with in-memory data on 2 "
@@ -407,8 +406,7 @@ std::vector<OptionSpec> build_table() {
                                   "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));
   {
-    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", train_and_fit, nullptr,
-                 nullptr};
+    OptionSpec s{"seed", "seed for initialisation and shuffling", "N", data, nullptr, nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       const int64_t v = to_int("seed", text);
       if (v < 0)

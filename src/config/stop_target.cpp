@@ -39,6 +39,7 @@ StopTarget StopTarget::parse(const std::string& raw) {
     if (name.rfind(prefix, 0) == 0) {
       target.split = prefix.substr(0, prefix.size() - 1);
       name = name.substr(prefix.size());
+      break;  // one split: val_test_loss names no metric
     }
   }
   static const std::vector<std::string> metrics = {"accuracy", "loss", "perplexity", "bpb", "rmse"};
@@ -65,6 +66,8 @@ StopTarget StopTarget::parse(const std::string& raw) {
     bad_target(raw, "asks for an accuracy outside (0, 1]: it is a fraction (0.9 for 90%)");
   if (name != "accuracy" && *value < 0)
     bad_target(raw, "asks for a negative " + name);
+  if (name == "perplexity" && *value < 1)
+    bad_target(raw, "asks for a perplexity below 1, which no model reaches (it is e^loss)");
   target.value = *value;
   return target;
 }

@@ -199,6 +199,12 @@ std::optional<StopTarget> TrainConfig::stop_target() const {
   return std::nullopt;
 }
 
+SequenceMode TrainConfig::sequence_mode() const {
+  if (sequences != SequenceMode::Auto)
+    return sequences;
+  return is_token_file_dataset() ? SequenceMode::Packed : SequenceMode::Documents;
+}
+
 TaskKind TrainConfig::task_kind() const {
   if (task != TaskKind::Auto)
     return task;

@@ -148,6 +148,8 @@ struct TrainConfig {
   std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
   // --target, or --target-accuracy as one; none when neither is set.
   std::optional<StopTarget> stop_target() const;
+  // --sequences, with auto resolved: documents for text, packed for token files.
+  SequenceMode sequence_mode() const;
   // --task, or the dataset's (text, tokens: lm; images: classify).
   TaskKind task_kind() const;
 };

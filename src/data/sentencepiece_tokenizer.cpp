@@ -56,6 +56,7 @@ template <typename Function>
 void bind(void* handle, const char* name, Function& function, const std::string& path) {
   function = reinterpret_cast<Function>(dlsym(handle, name));
   if (!function) {
+    dlclose(handle);
     throw Error(ErrorKind::Io,
                 "'" + path + "' lacks " + name + ": it is not this bigbatch's module",
                 "rebuild bigbatch (scripts/setup.sh) so that the module matches the program");
@@ -163,12 +164,16 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   const std::vector<int> pieces(ids.begin(), ids.end());
-  module_.decode(
+  const int status = module_.decode(
       processor_, pieces.data(), pieces.size(),
       [](void* context, const char* data, size_t size) {
         static_cast<std::string*>(context)->assign(data, size);
       },
       &text);
+  if (status != 0) {
+    throw Error(ErrorKind::Data, "sentencepiece model '" + path_ + "' could not decode ids",
+                "check the model file: it is not the one these ids came from");
+  }
   return text;
 }
 

@@ -1,6 +1,7 @@
 #include "data/token_files.h"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -102,7 +103,6 @@ int32_t token_at(const uint8_t* data, int64_t i, const TokenType& type, const st
 void append_tokens(const uint8_t* data, int64_t first, int64_t count, const TokenType& type,
                    const std::string& name, TokenFiles& out) {
   auto& tokens = out.documents.tokens;
-  tokens.reserve(tokens.size() + size_t(count));
   for (int64_t i = first; i < first + count; ++i) {
     const int32_t id = token_at(data, i, type, name);
     out.largest_token = std::max<int64_t>(out.largest_token, id);
@@ -168,6 +168,10 @@ void read_one_file(const fs::path& bin, TokenDtype dtype, TokenFiles& out) {
   idx.replace_extension(".idx");
   std::error_code error;
   if (fs::is_regular_file(idx, error)) {
+    if (dtype != TokenDtype::Auto) {
+      bad_file(bin.string(), "has a Megatron index beside it, which names its dtype",
+               "drop --token-dtype");
+    }
     const MappedFile index(idx.string());
     const MappedFile data(bin.string());
     parse_megatron_tokens(index.data(), index.size(), data.data(), data.size(), bin.string(), out);
@@ -255,6 +259,10 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
     bad_index("covers " + std::to_string(expected_offset) + " bytes of its .bin, which has " +
               std::to_string(data_size));
   }
+  // Documents are known only while no file of the set is one stream.
+  out.has_documents = out.stream_files == 0;
+  // Once for the whole file: reserving per document would copy the vector each time.
+  out.documents.tokens.reserve(out.documents.tokens.size() + data_size / type.bytes);
   // Document d spans sequences [doc_starts[d], doc_starts[d + 1]).
   uint64_t previous = 0;
   for (uint64_t d = 0; d < document_entries; ++d) {
@@ -279,7 +287,6 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
     out.documents.close_document();
     token += uint64_t(count);
   }
-  out.has_documents = true;
   note_format(out, std::string("Megatron indexed dataset (") + type.name + ")");
 }
 
@@ -319,7 +326,10 @@ void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name
                  type.name + " tokens",
              "the shard is truncated or its header is wrong: rewrite it");
   }
+  out.documents.tokens.reserve(out.documents.tokens.size() + size_t(count));
   append_tokens(data + kLlmcHeaderBytes, 0, count, type, name, out);
+  ++out.stream_files;
+  out.has_documents = false;
   out.documents.close_document();
   note_format(out, std::string("llm.c shard (") + type.name + ")");
 }
@@ -337,7 +347,19 @@ void parse_raw_tokens(const uint8_t* data, size_t size, TokenDtype dtype, const 
         "has " + std::to_string(size) + " bytes, not a whole number of " + type.name + " tokens",
         std::string("check --token-dtype (") + type.name + " given)");
   }
+  if (size >= kLlmcHeaderBytes) {
+    const int32_t magic = read_le<int32_t>(data);
+    if (magic == kLlmcMagicGpt2 || magic == kLlmcMagicLlama3) {
+      bad_file(name,
+               "starts with an llm.c header (magic " + std::to_string(magic) +
+                   "), which --token-dtype would read as tokens",
+               "drop --token-dtype: the header says what the shard holds");
+    }
+  }
+  out.documents.tokens.reserve(out.documents.tokens.size() + size / type.bytes);
   append_tokens(data, 0, int64_t(size / type.bytes), type, name, out);
+  ++out.stream_files;
+  out.has_documents = false;
   out.documents.close_document();
   note_format(out, std::string("headerless ") + type.name + " tokens");
 }
@@ -346,16 +368,46 @@ TokenFiles read_token_files(const std::string& path, TokenDtype dtype) {
   std::error_code error;
   std::vector<fs::path> files;
   const fs::path given(path);
-  if (fs::is_directory(given, error)) {
-    for (const auto& entry : fs::directory_iterator(given, error)) {
-      if (entry.path().extension() == ".bin" && fs::is_regular_file(entry.path(), error))
+  const bool pattern = path.find_first_of("*?[") != std::string::npos;
+  if (pattern) {
+    // A shell pattern over the file names of one directory: data/fineweb_train_*.bin.
+    const fs::path directory = given.has_parent_path() ? given.parent_path() : fs::path(".");
+    const std::string name_pattern = given.filename().string();
+    for (const auto& entry : fs::directory_iterator(directory, error)) {
+      if (fnmatch(name_pattern.c_str(), entry.path().filename().c_str(), 0) == 0 &&
+          entry.path().extension() != ".idx" && fs::is_regular_file(entry.path(), error))
         files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) {
+      throw Error(ErrorKind::Data, "no token file matches '" + path + "'",
+                  "check the directory and the pattern, e.g. tokens:data/fineweb_train_*.bin");
+    }
+  } else if (fs::is_directory(given, error)) {
+    bool train = false, validation = false;
+    for (const auto& entry : fs::directory_iterator(given, error)) {
+      if (entry.path().extension() == ".bin" && fs::is_regular_file(entry.path(), error)) {
+        files.push_back(entry.path());
+        const std::string name = entry.path().filename().string();
+        train = train || name.find("train") != std::string::npos;
+        validation = validation || name.find("val") != std::string::npos;
+      }
     }
     std::sort(files.begin(), files.end());
     if (files.empty()) {
       throw Error(ErrorKind::Data, "directory '" + path + "' holds no .bin token files",
                   "point --dataset tokens:PATH at a directory of .bin shards, one .bin, or a "
                   "Megatron prefix");
+    }
+    // llm.c writes both splits side by side: training on the whole directory would train on
+    // the validation shards too.
+    if (train && validation) {
+      throw Error(ErrorKind::Data,
+                  "directory '" + path +
+                      "' holds training and validation shards (names with "
+                      "'train' and with 'val')",
+                  "name the training shards with a pattern, e.g. --dataset 'tokens:" + path +
+                      "/*train*.bin'");
     }
   } else if (given.extension() == ".idx" && fs::is_regular_file(given, error)) {
     fs::path bin = given;

@@ -4,18 +4,20 @@
 //  - Megatron-LM / fairseq indexed datasets: PREFIX.bin (the tokens) beside PREFIX.idx
 //    ("MMIDIDX\0\0", version 1, a dtype code, the sequence count, the document-index count,
 //    then int32 sequence lengths, int64 byte offsets into the .bin and int64 document starts
-//    as sequence indices). Documents are recorded: --sequences auto means documents.
+//    as sequence indices). Documents are recorded (--sequences documents can take them).
 //  - llm.c shards: a header of 256 int32 (magic 20240520 with version 1 for uint16 tokens, or
 //    20240801 with version 7 for uint32; [2] the token count, checked against the file size),
-//    then the tokens. One stream: --sequences auto means packed.
+//    then the tokens. One stream.
 //  - headerless token files (nanoGPT's train.bin, numpy's tofile): only with --token-dtype
 //    uint16|uint32, since nothing in them says what they hold. One stream, as llm.c's.
+// --sequences auto packs token files, as Megatron's and llm.c's own loaders do.
 //
-// PATH is such a .bin file, a Megatron prefix (PATH.bin and PATH.idx), or a directory whose
-// .bin files are read in name order (shards). Files are memory-mapped and checked whole before
-// any token is taken: tables that point outside the file, counts the sizes contradict, unknown
-// dtypes and token ids that are negative or beyond int32 are a bigbatch::Error (Data) naming
-// the file, the field and the fix. Nothing is guessed.
+// PATH is such a .bin file, a Megatron prefix (PATH.bin and PATH.idx), a directory whose
+// .bin files are read in name order (shards; one holding both train and val shards is refused),
+// or a shell pattern over one directory's names ("data/fineweb_train_*.bin"). Files are
+// memory-mapped and checked whole before any token is taken: tables that point outside the file,
+// counts the sizes contradict, unknown dtypes and token ids that are negative or beyond int32 are a
+// bigbatch::Error (Data) naming the file, the field and the fix. Nothing is guessed.
 //
 //   TokenFiles files = read_token_files("data/fineweb_train_000001.bin", TokenDtype::Auto);
 //   files.documents.documents();   // 1: an llm.c shard is one stream
@@ -30,7 +32,8 @@ namespace bigbatch {
 
 struct TokenFiles {
   TokenDocuments documents;
-  bool has_documents = false;  // the files record document boundaries (Megatron)
+  bool has_documents = false;  // every file records document boundaries (Megatron)
+  int64_t stream_files = 0;    // files that are one stream of tokens (llm.c, headerless)
   int64_t files = 0;
   int64_t largest_token = -1;  // the largest id in any file
   std::string format;          // e.g. "llm.c shard (uint16)", "Megatron indexed dataset (uint16)"

@@ -63,7 +63,8 @@ TokenDocuments tokenize_documents(const std::vector<std::string>& documents,
     try {
       tokenizer.encode(documents[d], result.tokens, result.bytes);
     } catch (const Error& e) {
-      throw Error(e.kind(), "document " + std::to_string(d + 1) + " of '" + name + "' " + e.what(),
+      throw Error(e.kind(),
+                  "document " + std::to_string(d + 1) + " of '" + name + "' " + e.problem(),
                   e.hint());
     }
     end_of_text();

@@ -91,7 +91,8 @@ int64_t Interval::to_updates(const BatchPlan& plan, const EpochPlan& epoch) cons
                     "interval '" + to_string() +
                         "' counts tokens, but these samples are not "
                         "token sequences",
-                    "count updates (u), epochs (e) or samples (s)");
+                    "count updates (u), epochs (e) or samples (s); bigbatch plan --dataset-size "
+                    "takes --tokens-per-sample for a language model");
       }
       // Tokens: the samples that hold that many target tokens on average, rounded up.
       const auto samples = static_cast<int64_t>(

@@ -67,6 +67,7 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
       int64_t bytes = 0;
       for (int64_t b : data.bytes)
         bytes += b;
+      result.has_bits_per_byte = bytes > 0;
       result.bits_per_byte = bytes > 0 ? result.loss_sum / std::log(2.0) / double(bytes) : 0;
     }
   }

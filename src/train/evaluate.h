@@ -18,9 +18,10 @@ struct EvalResult {
   double accuracy = 0;  // correct items
   int64_t items = 0;
   double loss_sum = 0;
-  double bits_per_byte = 0;  // token data: the loss in bits per byte of text (0: not text)
-  bool has_accuracy = true;  // false for a module that computes its own loss (no logits), and
-                             // for a regression
+  double bits_per_byte = 0;        // token data: the loss in bits per byte of text
+  bool has_bits_per_byte = false;  // the split's text bytes are known (not token files)
+  bool has_accuracy = true;        // false for a module that computes its own loss (no logits), and
+                                   // for a regression
   bool is_regression = false;
   double rmse = 0;  // regression: the root mean squared error over every output of every sample
 };

@@ -129,7 +129,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
                      ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
   if (tokens) {
     json["perplexity"] = std::exp(result.loss);
-    const bool text_bytes = result.bits_per_byte > 0;  // not known for token files
+    const bool text_bytes = result.has_bits_per_byte;  // not known for token files
     if (text_bytes)
       json["bits_per_byte"] = result.bits_per_byte;
     text +=

@@ -34,7 +34,7 @@ nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool 
     record[prefix + "_rmse"] = r.rmse;
   if (tokens) {
     record[prefix + "_perplexity"] = std::exp(r.loss);
-    if (r.bits_per_byte > 0)  // text whose bytes are known (not token files)
+    if (r.has_bits_per_byte)  // text whose bytes are known (not token files)
       record[prefix + "_bpb"] = r.bits_per_byte;
   }
   return record;

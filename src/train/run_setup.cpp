@@ -113,10 +113,14 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
     auto scripted = load_scripted_model(torchscript_path(config.model));
     check_scripted_outputs(*scripted, data);
     const std::optional<StopTarget> target = config.stop_target();
-    check_config(!target || target->metric != "accuracy" || !scripted->computes_loss(),
+    const bool needs_predictions =
+        target && (target->metric == "accuracy" || target->metric == "rmse");
+    check_config(!needs_predictions || !scripted->computes_loss(),
                  stop_target_flag(config) + " needs predictions, but model '" + scripted->path() +
                      "' computes its own loss and returns none",
-                 "drop " + stop_target_flag(config) + ", or let forward(inputs) return logits");
+                 "drop " + stop_target_flag(config) +
+                     " (or stop on val_loss<=X), or let "
+                     "forward(inputs) return outputs");
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }
@@ -210,14 +214,13 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
                                   ? read_jsonl_corpus(config.text_path(), config.text_field)
                                   : read_text_corpus(config.text_path(), config.doc_separator);
     const auto tokenizer = make_tokenizer(config.tokenizer);
-    return load_text_dataset(corpus, config.text_path(), config.sequences == SequenceMode::Packed,
-                             config.seq_len, config.train_subset, config.val_size, config.seed,
-                             *tokenizer);
+    return load_text_dataset(corpus, config.text_path(),
+                             config.sequence_mode() == SequenceMode::Packed, config.seq_len,
+                             config.train_subset, config.val_size, config.seed, *tokenizer);
   }
   if (config.is_token_file_dataset()) {
     const TokenFiles files = read_token_files(config.text_path(), config.token_dtype);
-    const bool packed = config.sequences == SequenceMode::Packed ||
-                        (config.sequences == SequenceMode::Auto && !files.has_documents);
+    const bool packed = config.sequence_mode() == SequenceMode::Packed;
     return load_token_file_dataset(files, config.text_path(), packed, config.seq_len,
                                    config.vocab_size, config.train_subset, config.val_size,
                                    config.seed);

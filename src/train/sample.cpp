@@ -72,14 +72,15 @@ SampleResult sample_text(const SampleOptions& options) {
   load_weights(weights_path, *model);
   model->eval();
 
-  std::vector<int64_t> tokens = {end_of_text};
-  {
-    std::vector<int32_t> ids, bytes;
-    tokenizer->encode(options.prompt, ids, bytes);
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  std::vector<int32_t> text_ids, text_bytes;
+  try {
+    tokenizer->encode(options.prompt, text_ids, text_bytes);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "--prompt " + e.problem(), e.hint());
   }
+  std::vector<int64_t> tokens = {end_of_text};
+  tokens.insert(tokens.end(), text_ids.begin(), text_ids.end());
   SampleResult result;
-  std::vector<int32_t> drawn;
   auto generator = at::detail::createCPUGenerator(options.seed);
   for (int64_t i = 0; i < options.tokens; ++i) {
     // The model has seq_len positions: it sees the latest seq_len tokens.
@@ -103,10 +104,11 @@ SampleResult sample_text(const SampleOptions& options) {
       break;
     }
     tokens.push_back(token);
-    drawn.push_back(static_cast<int32_t>(token));
+    text_ids.push_back(static_cast<int32_t>(token));
   }
-  // Decoded as a whole: a subword tokenizer's pieces join (and their spaces fall) only so.
-  result.text = options.prompt + tokenizer->decode(drawn);
+  // The prompt and what followed, decoded as a whole: a subword tokenizer's pieces join (and
+  // the space a piece starts with stays) only so.
+  result.text = tokenizer->decode(text_ids);
   return result;
 }
 

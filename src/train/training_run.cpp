@@ -546,6 +546,13 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                  "fill CustomProblem::data.train and set its classes");
   }
   check_stop_target(resolved_config, data);
+  if (resolved_config.is_sequence_dataset()) {
+    // What the data resolved to, so that config.toml reruns, resumes and evaluates this run:
+    // the packing, and a token file's vocabulary (a validation file's largest id may be less).
+    resolved_config.sequences = resolved_config.sequence_mode();
+    if (resolved_config.is_token_file_dataset() && resolved_config.vocab_size == 0)
+      resolved_config.vocab_size = data.train.vocabulary;
+  }
   const ModelFactory make_model = problem ? problem->make_model : ModelFactory{};
   auto reducer = make_reducer(job, resolved_config);
   // Before any other collective (--micro-batch auto broadcasts its choice): ranks started with
@@ -605,6 +612,11 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     r.identity["d_model"] = config.d_model;
     r.identity["heads"] = config.heads;
     r.identity["sequences"] = to_string(config.sequences);
+    r.identity["vocabulary"] = r.data.train.vocabulary;
+    const std::string spm = "sentencepiece:";
+    r.identity["tokenizer"] = config.tokenizer.rfind(spm, 0) == 0
+                                  ? file_digest(config.tokenizer.substr(spm.size()))
+                                  : config.tokenizer;
   }
   if (is_torchscript_model(config.model)) {
     // The module's code and initial weights: a resume under another file is another run.

@@ -81,6 +81,8 @@ class PlanTest(CliTestCase):
         self.assertEqual(same.stdout, written)
         self.assertIn("plan: --out does not change the plan (ignored)", same.stderr)
         self.assertIn("plan: --threads does not change the plan (ignored)", same.stderr)
+        self.assertNotIn("--seed does not change", run("plan", "--seed", "3").stderr)
+        self.assert_one_line_error(run("plan", "--resume", out), "usage", "plan --config RUN/config.toml")
 
     def test_json(self):
         out = run("plan", "--dataset-size", "1000", "--micro-batch", "10", "--accum-steps", "5", "--json",

@@ -245,7 +245,7 @@ class TokenFilesTest(LmTestCase):
         token_files.write_megatron(self.path("mega"), self.documents)
         token_files.write_llmc(self.path("shard.bin"), self.stream)
         token_files.write_headerless(self.path("raw.bin"), self.stream)
-        megatron, m = self.train(f"tokens:{self.path('mega')}", "m", "--sequences", "packed")
+        megatron, m = self.train(f"tokens:{self.path('mega')}", "m")  # auto packs token files
         llmc, l = self.train(f"tokens:{self.path('shard.bin')}", "l")
         raw, r = self.train(f"tokens:{self.path('raw.bin')}", "r", "--token-dtype", "uint16")
         self.assertIn("Megatron indexed dataset (uint16)", megatron.stderr)
@@ -269,12 +269,34 @@ class TokenFilesTest(LmTestCase):
         self.assertIn("in 2 file(s)", shards.stderr)
         # Each shard is its own stream, so the block that would straddle them is not there.
         self.assertEqual(self.losses(s)[0], self.losses(l)[0])
+        # llm.c writes validation shards beside them: a directory of both is refused, and a
+        # pattern names the training ones.
+        token_files.write_llmc(self.path("shards", "val_000000.bin"), self.stream[:500])
+        self.assert_one_line_error(run("train", "--dataset", f"tokens:{self.path('shards')}", *TINY_GPT,
+                                       "--out", self.path("refused")), "data", "training and validation shards",
+                                   "*train*.bin")
+        pattern, p = self.train(f"tokens:{self.path('shards')}/train_*.bin", "p")
+        self.assertIn("in 2 file(s)", pattern.stderr)
+        self.assertEqual(self.losses(p), self.losses(s))
+        # config.toml records what the data resolved to: the packing and the vocabulary, so a
+        # validation file with fewer ids evaluates the run's model.
+        with open(os.path.join(self.path("l"), "config.toml")) as f:
+            config = f.read()
+        self.assertIn("vocab-size = 700", config)
+        self.assertIn("sequences = 'packed'", config)
+        token_files.write_llmc(self.path("val.bin"), [t % 100 for t in self.stream[:2000]])
+        evaluated = run("evaluate", self.path("l"), "--dataset", f"tokens:{self.path('val.bin')}", "--split",
+                        "val", "--json")
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr)
+        self.assertIn("perplexity", json.loads(evaluated.stdout))
+        self.assertNotIn("bits_per_byte", json.loads(evaluated.stdout))
 
     def test_megatron_documents_equal_the_text_they_were_tokenised_from(self):
         texts = [("the quick brown fox %d " % i) * (1 + i % 7) for i in range(120)]
         # The corpus's documents keep their last line's newline (setUp wrote them so).
         token_files.write_megatron(self.path("bytes"), token_files.byte_documents(t + "\n" for t in texts))
-        _, tokens = self.train(f"tokens:{self.path('bytes')}", "t", "--vocab-size", "257")
+        _, tokens = self.train(f"tokens:{self.path('bytes')}", "t", "--vocab-size", "257", "--sequences",
+                               "documents")
         _, text = self.train(f"text:{self.corpus}", "x")
         # Documents mode (auto for an index that records documents) on the byte tokenizer's ids:
         # the same samples, per-token means and updates as the text corpus itself.
@@ -319,6 +341,10 @@ class TokenFilesTest(LmTestCase):
                                    "data", "token id 699", "--vocab-size 700")
         self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--sequences",
                                          "documents"), "config", "no document boundaries", "--sequences packed")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('shard.bin')}", "--token-dtype", "uint16"),
+                                   "data", "starts with an llm.c header", "drop --token-dtype")
+        self.assert_one_line_error(train("--dataset", f"tokens:{self.path('mega')}", "--token-dtype", "uint16"),
+                                   "data", "Megatron index beside it")
         with open(self.path("odd.bin"), "wb") as f:
             f.write(b"\1\2\3")
         self.assert_one_line_error(train("--dataset", f"tokens:{self.path('odd.bin')}", "--token-dtype", "uint16"),

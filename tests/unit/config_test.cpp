@@ -313,7 +313,8 @@ TEST(StopTargetTest, ParsesMetricSplitDirectionAndValue) {
 
 TEST(StopTargetTest, RefusesTargetsThatCannotMeanAGoal) {
   for (const char* text : {"val_bpb", "val_bpb>=1.9", "val_accuracy<=0.9", "val_accuracy>=90",
-                           "val_acc>=0.9", "val_loss<=-1", "val_loss<=x", "val_loss<=inf", ""}) {
+                           "val_acc>=0.9", "val_loss<=-1", "val_loss<=x", "val_loss<=inf", "",
+                           "val_test_loss<=1", "perplexity<=0.5"}) {
     EXPECT_THROW(StopTarget::parse(text), Error) << text;
   }
 }
