@@ -58,7 +58,8 @@ class SweepCommand final : public Subcommand {
         ->type_name("LIST");
     app()
         .add_option("--lr-scaling", lr_scalings_,
-                    "LR rules to compare, e.g. none,linear,sqrt (default linear)")
+                    "LR rules to compare, e.g. none,linear,sqrt (default auto, as train's: "
+                    "linear for sgd, sqrt for adamw)")
         ->type_name("LIST");
     app()
         .add_option("--warmup", warmups_, "warmups to compare, e.g. 0u,2e (default 0u)")
@@ -125,7 +126,7 @@ class SweepCommand final : public Subcommand {
   FlagValues flags_;
   std::string config_path_;
   std::string global_batches_;
-  std::string lr_scalings_ = "linear";
+  std::string lr_scalings_ = "auto";
   std::string warmups_ = "0u";
   double target_accuracy_ = 0.9;
   int64_t max_epochs_ = 20;

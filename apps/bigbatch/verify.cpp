@@ -1,8 +1,10 @@
 // `bigbatch verify`: this configuration's accumulation against one big batch, per tensor.
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
 #include "commands.h"
+#include "core/error.h"
 #include "flags.h"
 #include "subcommand.h"
 #include "train/verify.h"
@@ -23,6 +25,24 @@ class VerifyCommand final : public Subcommand {
   }
 
   int run() override {
+    // One update is verified, in memory: flags about the run's length, its outputs and its
+    // resumption change nothing here, and are said so (--resume would otherwise seem to verify
+    // that run).
+    static const char* const kRunOnly[] = {
+        "out",           "resume",          "discard-newer",    "epochs",           "max-updates",
+        "target",        "target-accuracy", "checkpoint-every", "keep-checkpoints", "save-weights",
+        "progress",      "max-bad-updates", "dist-timeout",     "bucket-mb",        "strict-batch",
+        "no-noise-scale"};
+    for (const char* name : kRunOnly) {
+      if (flags_.given(name))
+        std::fprintf(stderr, "verify: --%s does not change what is verified (ignored)\n", name);
+    }
+    if (flags_.given("resume")) {
+      throw Error(ErrorKind::Usage,
+                  "verify --resume: verify checks a configuration's first update, not a run's",
+                  "run 'bigbatch verify --config RUN/config.toml' to verify the run's "
+                  "configuration");
+    }
     const TrainConfig config = configured(config_path_, kTrainCommand, flags_);
     // The classic bug on purpose, so verify's own tests can see it caught (never for users).
     const char* broken = std::getenv("BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS");

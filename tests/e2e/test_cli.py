@@ -377,6 +377,16 @@ class VerifyTest(CliTestCase):
             self.assertRegex(result.stdout, r"tensor\s+grad max abs\s+grad relative\s+weight max abs")
             self.assertNotIn("<- differs", result.stdout)
 
+    def test_run_only_flags_are_said_to_be_ignored_and_resume_refused(self):
+        result = run(*self.VERIFY, "--model", "mlp", "--out", self.path("never"), "--epochs", "3",
+                     "--checkpoint-every", "5u")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        for flag in ("--out", "--epochs", "--checkpoint-every"):
+            self.assertIn(f"verify: {flag} does not change what is verified (ignored)", result.stderr)
+        self.assertFalse(os.path.exists(self.path("never")))
+        self.assert_one_line_error(run(*self.VERIFY, "--resume", self.path("never")), "usage",
+                                   "verify --config RUN/config.toml")
+
     def test_batchnorm_is_flagged_by_layer(self):
         result = run(*self.VERIFY, "--model", "cnn-bn")
         self.assertEqual(result.returncode, 6, result.stdout + result.stderr)

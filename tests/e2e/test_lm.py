@@ -159,6 +159,16 @@ class TrainLmTest(LmTestCase):
         with open(os.path.join(out, "config.toml")) as f:
             self.assertIn("target = 'val_bpb<=3'", f.read())
 
+    def test_verify_checks_the_per_token_mean_on_documents(self):
+        args = ["verify", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16", "--micro-batch", "4"]
+        exact = run(*args)
+        self.assertEqual(exact.returncode, 0, exact.stdout + exact.stderr)
+        self.assertIn("verdict: exact to fp32 tolerance", exact.stdout)
+        # The per-micro-batch mean (Transformers before #34191) on documents of unequal length.
+        broken = run(*args, env=dict(os.environ, BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS="1"))
+        self.assertEqual(broken.returncode, 7, broken.stdout + broken.stderr)
+        self.assertIn("look for a loss averaged per micro-batch", broken.stdout)
+
     def test_jsonl_documents(self):
         jsonl = self.path("corpus.jsonl")
         with open(jsonl, "w") as f:
