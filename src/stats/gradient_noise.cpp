@@ -46,7 +46,27 @@ BatchTradeoff batch_tradeoff(double batch, double noise_scale) {
   return {1 + noise_scale / batch, 1 + batch / noise_scale};
 }
 
-std::string critical_batch_verdict(double batch, double noise_scale) {
+std::string critical_batch_verdict(double batch, double noise_scale, int64_t updates,
+                                   const std::string& unit) {
+  const char* u = unit.c_str();
+  char line[720];
+  if (updates < kNoiseScaleSettledUpdates) {
+    std::snprintf(line, sizeof line,
+                  "gradient noise scale: B_noise ~ %s %s so far, from %lld updates: too few to "
+                  "judge the batch (its average remembers ~100 updates; a verdict needs %lld)",
+                  human_count(noise_scale).c_str(), u, static_cast<long long>(updates),
+                  static_cast<long long>(kNoiseScaleSettledUpdates));
+    return line;
+  }
+  if (noise_scale < 1) {
+    const std::string one = unit == "samples" ? "sample" : unit.substr(0, unit.size() - 1);
+    std::snprintf(line, sizeof line,
+                  "gradient noise scale: B_noise ~ %.3g %s, under one %s, from %lld updates: "
+                  "the gradient barely varies from batch to batch, so any batch is far above the "
+                  "critical one and a smaller one would reach the same loss with fewer %s",
+                  noise_scale, u, one.c_str(), static_cast<long long>(updates), u);
+    return line;
+  }
   const BatchTradeoff t = batch_tradeoff(batch, noise_scale);
   const double ratio = batch / noise_scale;
   const char* where = ratio < 0.25 ? "well below" : ratio <= 4 ? "near" : "far above";
@@ -57,20 +77,19 @@ std::string critical_batch_verdict(double batch, double noise_scale) {
                   "learning rate scaled) at little extra compute");
   } else if (ratio <= 4) {
     std::snprintf(tail, sizeof tail,
-                  "a balance of updates and samples (both %.1fx their minimum at B = B_noise)",
-                  2.0);
+                  "a balance of updates and %s (both %.1fx their minimum at B = B_noise)", u, 2.0);
   } else {
     std::snprintf(tail, sizeof tail,
-                  "samples are the cost here: a smaller batch would reach the same loss with "
-                  "fewer samples and barely more updates");
+                  "%s are the cost here: a smaller batch would reach the same loss with fewer "
+                  "of them and barely more updates",
+                  u);
   }
-  char line[640];
   std::snprintf(line, sizeof line,
-                "global batch %s is %s the measured critical batch (gradient noise scale "
-                "B_noise ~ %s): reaching a loss takes %.2fx the minimum updates and %.2fx the "
-                "minimum samples; %s",
-                human_count(batch).c_str(), where, human_count(noise_scale).c_str(), t.steps_factor,
-                t.samples_factor, tail);
+                "global batch of %s %s is %s the measured critical batch (gradient noise scale "
+                "B_noise ~ %s %s, an average over the last ~100 of %lld updates): reaching a "
+                "loss takes %.2fx the minimum updates and %.2fx the minimum %s; %s",
+                human_count(batch).c_str(), u, where, human_count(noise_scale).c_str(), u,
+                static_cast<long long>(updates), t.steps_factor, t.samples_factor, u, tail);
   return line;
 }
 

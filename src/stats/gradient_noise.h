@@ -77,7 +77,13 @@ struct BatchTradeoff {
 BatchTradeoff batch_tradeoff(double batch, double noise_scale);
 
 // One sentence for the end of a run: whether `batch` is well below, near or far above the
-// measured critical batch, and what that costs in updates and in samples.
-std::string critical_batch_verdict(double batch, double noise_scale);
+// measured critical batch, and what that costs in updates and in samples. `unit` is what both
+// count: "samples", or "tokens" for a language model (whose mean, and so whose noise scale, is
+// over tokens: McCandlish et al. count tokens too). `updates` is how many the estimate rests
+// on: under kNoiseScaleSettledUpdates the EMA has not settled, and the sentence says so
+// instead of judging.
+inline constexpr int64_t kNoiseScaleSettledUpdates = 20;
+std::string critical_batch_verdict(double batch, double noise_scale, int64_t updates,
+                                   const std::string& unit = "samples");
 
 }  // namespace bigbatch

@@ -216,8 +216,9 @@ class TrainTest(CliTestCase):
         records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
         last = [r for r in records if "loss" in r][-1]
         self.assertGreater(last["grad_noise_scale"], 0)
-        self.assertRegex(result.stderr, r"global batch 128 is (well below|near|far above) the measured critical "
-                                        r"batch \(gradient noise scale B_noise ~ \d+")
+        self.assertRegex(result.stderr, r"global batch of 128 samples is (well below|near|far above) the measured "
+                                        r"critical batch \(gradient noise scale B_noise ~ [\d.]+k? samples, an "
+                                        r"average over the last ~100 of \d+ updates\)")
         self.assertRegex(result.stderr, r"B 128 B_noise \d+")
         # Without accumulation an update has only one batch size: nothing to measure, and it says so.
         single = self.path("single")

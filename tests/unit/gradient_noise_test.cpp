@@ -100,9 +100,22 @@ TEST(GradientNoise, TradeoffAndVerdict) {
     const BatchTradeoff t = batch_tradeoff(batch, 700);
     EXPECT_NEAR((t.steps_factor - 1) * (t.samples_factor - 1), 1, 1e-12);
   }
-  EXPECT_NE(critical_batch_verdict(64, 2000).find("well below"), std::string::npos);
-  EXPECT_NE(critical_batch_verdict(1024, 2000).find("near"), std::string::npos);
-  EXPECT_NE(critical_batch_verdict(65536, 2000).find("far above"), std::string::npos);
+  EXPECT_NE(critical_batch_verdict(64, 2000, 100).find("well below"), std::string::npos);
+  EXPECT_NE(critical_batch_verdict(1024, 2000, 100).find("near"), std::string::npos);
+  EXPECT_NE(critical_batch_verdict(65536, 2000, 100).find("far above"), std::string::npos);
+  // A language model counts tokens on both sides.
+  const std::string tokens = critical_batch_verdict(16384, 2e6, 100, "tokens");
+  EXPECT_NE(tokens.find("global batch of 16.4k tokens"), std::string::npos) << tokens;
+  EXPECT_NE(tokens.find("B_noise ~ 2.0M tokens"), std::string::npos) << tokens;
+  EXPECT_NE(tokens.find("minimum tokens"), std::string::npos) << tokens;
+  // Too few updates: no verdict.
+  const std::string early = critical_batch_verdict(64, 1, 12);
+  EXPECT_NE(early.find("too few to judge"), std::string::npos) << early;
+  EXPECT_EQ(early.find("below"), std::string::npos) << early;
+  // Below one sample of noise: no factor of infinity, a plain statement.
+  const std::string none = critical_batch_verdict(384, 1e-9, 100, "tokens");
+  EXPECT_NE(none.find("under one token"), std::string::npos) << none;
+  EXPECT_EQ(none.find("inf"), std::string::npos) << none;
 }
 
 }  // namespace
