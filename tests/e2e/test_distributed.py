@@ -182,6 +182,48 @@ class EquivalenceTest(DistributedTestCase):
         self.assertLess(diff, 1e-5)
 
 
+class LanguageModelRanksTest(DistributedTestCase):
+    """The mean over tokens across ranks: documents of every length, 2 ranks x accumulation, and
+    a token budget per micro-batch, against one process."""
+
+    def corpus(self):
+        path = self.path("corpus")
+        # 90 documents of 4 to 200 bytes: ranks' shares of a window hold different token counts.
+        documents = [("lorem ipsum %d " % i) * (1 + (i * 7) % 13) for i in range(90)]
+        with open(path, "w") as f:
+            f.write("\n%\n".join(documents) + "\n%\n")
+        return path
+
+    def lm_args(self, corpus, out, *extra):
+        # 80 training documents at 24: 3 full updates and a short one of 8 per epoch.
+        return ["train", "--dataset", f"text:{corpus}", "--model", "gpt", "--layers", "1", "--d-model", "32",
+                "--heads", "2", "--seq-len", "64", "--val-size", "10", "--global-batch", "24",
+                # SGD: AdamW divides by each gradient's own magnitude, so fp32's last bits in
+                # near-zero components grow to 1e-4 after a few updates (the float64 tests in
+                # tests/torch hold AdamW and clipping to 1e-12).
+                "--optimizer", "sgd", "--lr", "0.1", "--clip-norm", "1", "--epochs", "2", "--threads", "1",
+                "--progress", "off", "--dist-timeout", "30", "--out", out, *extra]
+
+    def test_two_ranks_equal_one_process_per_token(self):
+        corpus = self.corpus()
+        single = self.path("single")
+        result = self.run_bigbatch(*self.lm_args(corpus, single, "--micro-batch", "4"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        reference = read_weights(os.path.join(single, "weights.safetensors"))
+        for name, extra in (("ranks", ["--micro-batch", "3"]), ("budget", ["--micro-batch-tokens", "256"])):
+            out = self.path(name)
+            self.launch(2, *self.lm_args(corpus, out, *extra))
+            diff = max_relative_difference(read_weights(os.path.join(out, "weights.safetensors")), reference)
+            print(f"\ngpt: 2 ranks ({' '.join(extra)}) vs 1 rank x micro 4: max relative weight difference {diff:.3g}")
+            self.assertLess(diff, 1e-5)
+            ranks = [r for r in metrics(out) if "loss" in r and "event" not in r]
+            one = [r for r in metrics(single) if "loss" in r and "event" not in r]
+            self.assertEqual(len(ranks), 8)
+            # Every rank's tokens reach the mean: the update's items are the window's tokens.
+            self.assertEqual([r["items"] for r in ranks], [r["items"] for r in one])
+            self.assertEqual(ranks[-1]["tokens_seen"], one[-1]["tokens_seen"])
+
+
 class CommunicationTest(DistributedTestCase):
     def test_one_allreduce_per_bucket_per_update_whatever_the_accumulation(self):
         calls = {}
