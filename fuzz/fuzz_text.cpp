@@ -1,4 +1,5 @@
-// libFuzzer target: any bytes, as a fortune-format (or blank-, line- or literal-separated)
+// libFuzzer target: any bytes, as UTF-8 (the validator's offset and valid prefix), as a
+// fortune-format (or blank-, line- or literal-separated)
 // corpus or as JSON Lines, either make documents or are a bigbatch::Error; their token rows and
 // every token packing keep their invariants (shift, padding, lengths within the row, every
 // sample once, every micro-batch within its budget).
@@ -11,6 +12,7 @@
 
 #include "batching/token_packing.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/text_corpus.h"
 
 namespace {
@@ -68,6 +70,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t seq_len = 2 + data[1] % 63;
   const int64_t budget = 1 + data[2] * 3;
   const std::string text(reinterpret_cast<const char*>(data + 3), size - 3);
+  // The UTF-8 check (sentencepiece's input): an offset inside the text, whose prefix is valid.
+  if (const auto bad = bigbatch::first_invalid_utf8(text)) {
+    check(*bad < text.size());
+    check(!bigbatch::first_invalid_utf8(std::string_view(text).substr(0, *bad)));
+  }
   std::vector<std::string> documents;
   if (mode % 5 == 4) {
     try {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "data/text_corpus.h"
 
 namespace bigbatch {
@@ -104,6 +105,23 @@ TEST(JsonlCorpus, ReadsTheFieldOfEveryObjectAndNamesTheBadLine) {
 TEST(TokenRowsErrors, SeqLenBelowTwoIsRefused) {
   EXPECT_THROW(document_rows({"abc"}, 1), Error);
   EXPECT_THROW(packed_rows({"abc"}, 0), Error);
+}
+
+}  // namespace
+}  // namespace bigbatch
+
+namespace bigbatch {
+namespace {
+
+TEST(Utf8, FirstInvalidByteByRfc3629) {
+  EXPECT_FALSE(first_invalid_utf8("plain ascii"));
+  EXPECT_FALSE(first_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // é € 😀
+  EXPECT_EQ(first_invalid_utf8("caf\xe9!"), 3u);                                  // Latin-1 é
+  EXPECT_EQ(first_invalid_utf8("a\xc0\xafz"), 1u);                                // overlong '/'
+  EXPECT_EQ(first_invalid_utf8("ab\xed\xa0\x80"), 2u);                            // a surrogate
+  EXPECT_EQ(first_invalid_utf8("\xf4\x90\x80\x80"), 0u);                          // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("ok\xe2\x82"), 2u);                                // cut short
+  EXPECT_EQ(first_invalid_utf8("x\x80"), 1u);  // a lone continuation
 }
 
 }  // namespace
