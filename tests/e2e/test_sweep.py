@@ -96,10 +96,11 @@ class SweepTest(unittest.TestCase):
 
     def test_interrupted_sweep_continues_where_it_stopped(self):
         out = os.path.join(self.root, "interrupted")
+        # The default --lr-scaling: auto, as train's (linear for the default sgd).
         args = ["sweep", "--model", "cnn", "--train-subset", "4096", "--val-size", "512", "--global-batch", "64",
                 "--target-accuracy", "0.99", "--max-epochs", "4", "--out", out]
         sweep = subprocess.Popen([BINARY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        cell = os.path.join(out, "gb000064-linear-w0u")
+        cell = os.path.join(out, "gb000064-auto-w0u")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not os.path.isdir(os.path.join(cell, "checkpoints")):
             time.sleep(0.1)  # the first epoch's checkpoint
@@ -107,12 +108,12 @@ class SweepTest(unittest.TestCase):
         _, stderr = sweep.communicate(timeout=120)
         self.assertEqual(sweep.returncode, 130, stderr)
         self.assertIn("run the same command again to continue it", stderr)
-        self.assertIn("gb000064-linear-w0u: stopped by signal 2 after checkpointing", stderr)  # not "failed"
+        self.assertIn("gb000064-auto-w0u: stopped by signal 2 after checkpointing", stderr)  # not "failed"
         self.assertFalse(os.path.exists(os.path.join(cell, "weights.safetensors")))
         again = bigbatch(*args)
         self.assertEqual(again.returncode, 0, again.stderr)
-        self.assertIn("gb000064-linear-w0u: resumed", again.stderr)
-        with open(os.path.join(out, "logs", "gb000064-linear-w0u.log")) as f:
+        self.assertIn("gb000064-auto-w0u: resumed", again.stderr)
+        with open(os.path.join(out, "logs", "gb000064-auto-w0u.log")) as f:
             self.assertIn("resumed from", f.read())
         epochs = [r for r in metrics(cell) if "val_accuracy" in r]
         self.assertEqual([e["epoch"] for e in epochs], [1, 2, 3, 4])  # no epoch lost or repeated
