@@ -34,16 +34,30 @@ std::string optional_file(const std::string& path) {
   return path_exists(path) ? read_text_file(path) : std::string("(not found)");
 }
 
+// A language model's records: its items are tokens (update records say tokens_per_s).
+bool is_language_model(const RunRecords& r) {
+  return std::any_of(r.updates.begin(), r.updates.end(),
+                     [](const nlohmann::json& u) { return u.contains("tokens_per_s"); });
+}
+
 std::string summary(const RunRecords& r) {
   std::string rows;
   auto row = [&](const std::string& name, const std::string& value) {
     rows += "<tr><th>" + xml_escape(name) + "</th><td>" + xml_escape(value) + "</td></tr>";
   };
+  const bool tokens = is_language_model(r);
   if (!r.updates.empty()) {
     const auto& last = r.updates.back();
     row("updates", std::to_string(last.value("step", int64_t{0})));
     row("samples seen", std::to_string(last.value("samples_seen", int64_t{0})));
-    row("global batch (last update)", std::to_string(last.value("items", int64_t{0})));
+    if (tokens)
+      row("tokens seen", human_count(double(last.value("tokens_seen", int64_t{0}))));
+    // The plan's global batch, not the last update's (an epoch's short last window is smaller).
+    if (last.contains("global_batch"))
+      row("global batch (samples per update)",
+          std::to_string(last.value("global_batch", int64_t{0})));
+    row(tokens ? "target tokens (last update)" : "items (last update)",
+        std::to_string(last.value("items", int64_t{0})));
     if (last.contains("micro_batch"))
       row("micro-batch (last update)", std::to_string(last.value("micro_batch", int64_t{0})));
     if (last.contains("grad_noise_scale") && last["grad_noise_scale"].is_number())
@@ -56,6 +70,11 @@ std::string summary(const RunRecords& r) {
       std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
       row("test accuracy (last epoch)", accuracy);
     }
+    if (last.contains("val_bpb"))  // a language model on text
+      row("validation bits per byte (last epoch)", format_fixed(last.value("val_bpb", 0.0), 4));
+    if (last.contains("val_perplexity"))
+      row("validation perplexity (last epoch)",
+          format_significant(last.value("val_perplexity", 0.0), 4));
     if (last.contains("test_rmse"))  // a regression
       row("test RMSE (last epoch)", format_significant(last.value("test_rmse", 0.0)));
     row("epochs finished", std::to_string(r.epochs.size()));
@@ -97,8 +116,18 @@ std::string render_run_report(const std::string& run_dir) {
     c.series.push_back({"validation", kGreen, record_points(r.epochs, x_key, "val_loss"), true});
     return c;
   };
+  const bool tokens = is_language_model(r);
   add(loss_chart("step", "updates"));
-  add(loss_chart("samples_seen", "samples"));
+  add(loss_chart(tokens ? "tokens_seen" : "samples_seen", tokens ? "tokens" : "samples"));
+  if (tokens) {
+    LineChart c;
+    c.title = "bits per byte against tokens (held-out text)";
+    c.x_label = "tokens";
+    c.y_label = "bits per byte";
+    c.series.push_back(
+        {"validation", kGreen, record_points(r.epochs, "tokens_seen", "val_bpb"), true});
+    add(c);
+  }
   for (const auto& [x_key, x_label] : {std::pair{"step", "updates"}, {"samples_seen", "samples"}}) {
     LineChart c;
     c.title = std::string("accuracy against ") + x_label;
@@ -130,12 +159,15 @@ std::string render_run_report(const std::string& run_dir) {
        "L2 norm",
        true,
        {{"grad norm", kBlue, "grad_norm", 1}}},
+      // Both in items: tokens for a language model, whose mean is over them.
       {"gradient noise scale beside the global batch",
-       "samples",
+       tokens ? "tokens" : "samples",
        true,
        {{"noise scale B_noise", kPurple, "grad_noise_scale", 1},
         {"global batch", kBlue, "items", 1}}},
-      {"throughput", "samples / s", false, {{"samples/s", kGreen, "samples_per_s", 1}}},
+      {"throughput", tokens ? "tokens / s" : "samples / s", false,
+       tokens ? std::vector<Line>{{"tokens/s", kGreen, "tokens_per_s", 1}}
+              : std::vector<Line>{{"samples/s", kGreen, "samples_per_s", 1}}},
       // Tensors and the whole process differ by orders of magnitude: log scale.
       {"memory",
        "MiB",

@@ -194,6 +194,31 @@ TEST_F(RunReportTest, AdaScaleRunsChartTheirGain) {
   EXPECT_EQ(count(html, "<svg "), 10u);
 }
 
+TEST_F(RunReportTest, LanguageModelRunsChartTokensAndBitsPerByte) {
+  std::string metrics;
+  for (int step = 1; step <= 6; ++step) {
+    // The last update is an epoch's short window: 40 samples of a 64-sample plan.
+    const int samples = step < 6 ? 64 : 40;
+    metrics += "{\"step\":" + std::to_string(step) +
+               ",\"samples_seen\":" + std::to_string(step * 64) +
+               ",\"tokens_seen\":" + std::to_string(step * 9000) +
+               ",\"loss\":2,\"lr\":0.001,\"items\":" + std::to_string(samples * 140) +
+               ",\"global_batch\":64,\"tokens_per_s\":12000,\"samples_per_s\":80}\n";
+  }
+  metrics +=
+      "{\"epoch\":1,\"step\":6,\"samples_seen\":360,\"tokens_seen\":54000,\"train_loss\":2,"
+      "\"val_loss\":2.1,\"val_bpb\":3.0297,\"val_perplexity\":8.17}\n";
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
+  const std::string html = render_run_report(dir_.string());
+  for (const char* text :
+       {"loss against tokens", "bits per byte against tokens", "tokens / s", "tokens seen", "54.0k",
+        "global batch (samples per update)</th><td>64",
+        "validation bits per byte (last epoch)</th><td>3.0297", "validation perplexity"}) {
+    EXPECT_NE(html.find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(html.find("loss against samples"), std::string::npos);
+}
+
 TEST_F(RunReportTest, NoMetricsIsAClearError) {
   try {
     render_run_report(dir_.string());
