@@ -322,12 +322,32 @@ void FitLoop::check_divergence() {
                        {"step", run_.at.step},
                        {"samples_seen", run_.at.samples_seen},
                        {"bad_updates_in_a_row", bad_in_a_row_}});
+  // What helps, in this run's numbers: the rate that diverged and how it was reached.
+  const LrSchedule& schedule = run_.resolved.schedule;
+  const LrScheduleConfig& lr = schedule.config();
+  std::string fix =
+      "lower the peak rate (" + format_significant(schedule.peak_lr()) +
+      (lr.reference_batch != lr.global_batch
+           ? ": --lr " + format_significant(lr.base_lr) + " scaled " + to_string(lr.scaling) +
+                 " from " + std::to_string(lr.reference_batch) + " to " +
+                 std::to_string(lr.global_batch)
+           : std::string()) +
+      "), e.g. --lr " + format_significant(lr.base_lr / 4) +
+      (lr.scaling == LrScaling::Linear ? " or --lr-scaling sqrt" : "") +
+      "; warm up longer (--warmup, now " + std::to_string(lr.warmup_updates) + " updates)";
+  if (run_.config.clip_norm <= 0)
+    fix += "; clip gradients (--clip-norm 1)";
+  fix +=
+      ". A new run is the safer fix: the checkpointed weights come before the skipped "
+      "updates, but a loss that ends at infinity has usually been rising before, so "
+      "--resume " +
+      run_.run_dir + " with a lower rate may not recover";
   throw Error(ErrorKind::Diverged,
               std::to_string(bad_in_a_row_) +
                   " updates in a row had a non-finite loss or gradient (the last at update " +
                   std::to_string(run_.at.step) +
                   "); they were skipped, and the weights from before them are checkpointed",
-              "lower --lr, add --warmup or --clip-norm, then --resume " + run_.run_dir);
+              fix);
 }
 
 // Out of memory inside a window (a budget lowered on resume, fragmentation, a larger sample):

@@ -333,6 +333,11 @@ class CheckpointTest(unittest.TestCase):
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 4, result.stderr)
         self.assertIn("bigbatch: error[diverged]: 3 updates in a row had a non-finite loss or gradient", result.stderr)
+        # The fix in this run's numbers: its peak rate, a quarter of it, its warmup, clipping.
+        self.assertIn("lower the peak rate (1e+09), e.g. --lr 2.5e+08", result.stderr)
+        self.assertIn("--warmup, now 0 updates", result.stderr)
+        self.assertIn("--clip-norm 1", result.stderr)
+        self.assertIn("A new run is the safer fix", result.stderr)
         self.assertEqual(result.stderr.count("skipped: loss is not finite"), 3)
         updates = [r for r in metrics(run_dir) if "loss" in r]
         self.assertEqual([r["skipped"] for r in updates[-3:]], [True] * 3)
