@@ -33,7 +33,7 @@ class TrainCommand final : public Subcommand {
     std::printf("run directory: %s\n", result.run_dir.c_str());
     if (result.updates > 0 && result.language_model) {
       const std::string bits =
-          result.val_bits_per_byte > 0
+          result.val_has_bits_per_byte
               ? ", " + format_fixed(result.val_bits_per_byte, 4) + " bits per byte"
               : std::string();  // token files: the bytes are not known
       std::printf(

@@ -45,8 +45,7 @@ void TrainConfig::validate() const {
                "--dataset " + dataset + " names no path",
                is_token_file_dataset() ? "e.g. --dataset tokens:data/train.bin"
                                        : "e.g. --dataset text:/usr/share/games/fortunes");
-  check_config(tokenizer == "byte" || (tokenizer.rfind("sentencepiece:", 0) == 0 &&
-                                       tokenizer.size() > std::string("sentencepiece:").size()),
+  check_config(tokenizer == "byte" || !sentencepiece_model().empty(),
                "tokenizer '" + tokenizer + "' is not known",
                "use --tokenizer byte or --tokenizer sentencepiece:FILE.model");
   check_config(tokenizer == "byte" || is_text_dataset(),
@@ -189,6 +188,11 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
     request.accumulation_steps = 1;
   request.world_size = world_size;
   return request;
+}
+
+std::string TrainConfig::sentencepiece_model() const {
+  const std::string prefix = "sentencepiece:";
+  return tokenizer.rfind(prefix, 0) == 0 ? tokenizer.substr(prefix.size()) : std::string();
 }
 
 std::optional<StopTarget> TrainConfig::stop_target() const {

@@ -146,6 +146,9 @@ struct TrainConfig {
   bool is_sequence_dataset() const { return is_text_dataset() || is_token_file_dataset(); }
   // The path after text:, jsonl: or tokens:.
   std::string text_path() const { return dataset.substr(dataset.find(':') + 1); }
+  // --tokenizer sentencepiece:FILE: FILE; empty for the byte tokenizer (or a bad spelling,
+  // which validate() refuses).
+  std::string sentencepiece_model() const;
   // --target, or --target-accuracy as one; none when neither is set.
   std::optional<StopTarget> stop_target() const;
   // --sequences, with auto resolved: documents for text, packed for token files.

@@ -128,6 +128,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.language_model = run.data.train.is_tokens();
   result.val_loss = loop.last_validation().loss;
   result.val_bits_per_byte = loop.last_validation().bits_per_byte;
+  result.val_has_bits_per_byte = loop.last_validation().has_bits_per_byte;
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
   result.has_accuracy = !computes_own_loss(*run.model) && !run.data.train.is_regression();

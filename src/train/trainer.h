@@ -29,9 +29,10 @@ struct TrainResult {
   // The held-out split's last evaluation (language models: text corpora have no test split).
   double val_loss = 0;
   double val_bits_per_byte = 0;
-  double train_seconds = 0;  // the training loop, evaluation excluded
-  double total_seconds = 0;  // everything, data loading included
-  double samples_per_s = 0;  // training samples over train_seconds
+  bool val_has_bits_per_byte = false;  // text whose bytes are known (not token files)
+  double train_seconds = 0;            // the training loop, evaluation excluded
+  double total_seconds = 0;            // everything, data loading included
+  double samples_per_s = 0;            // training samples over train_seconds
 };
 
 struct CustomProblem;  // train/custom_problem.h

@@ -613,10 +613,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     r.identity["heads"] = config.heads;
     r.identity["sequences"] = to_string(config.sequences);
     r.identity["vocabulary"] = r.data.train.vocabulary;
-    const std::string spm = "sentencepiece:";
-    r.identity["tokenizer"] = config.tokenizer.rfind(spm, 0) == 0
-                                  ? file_digest(config.tokenizer.substr(spm.size()))
-                                  : config.tokenizer;
+    const std::string model = config.sentencepiece_model();
+    r.identity["tokenizer"] = model.empty() ? config.tokenizer : file_digest(model);
   }
   if (is_torchscript_model(config.model)) {
     // The module's code and initial weights: a resume under another file is another run.
