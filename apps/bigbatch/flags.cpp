@@ -68,7 +68,7 @@ std::string help_group(const std::string& name) {
                                           "warmup",           "warmup-start-factor",
                                           "schedule",         "min-lr-factor",
                                           "step-milestones",  "step-gamma",
-                                          "max-bad-updates"}},
+                                          "max-bad-updates",  "spike-factor"}},
       {"Run length", {"epochs", "max-updates", "target", "target-accuracy"}},
       {"Memory and CPU", {"memory-budget", "fit-margin", "threads", "keep-denormals"}},
       {"Checkpoints and resume",

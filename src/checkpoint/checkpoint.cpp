@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "io/safetensors.h"
+#include "stats/loss_spikes.h"
 
 namespace bigbatch {
 
@@ -63,7 +64,10 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"scale_invariant_step", p.scale_invariant_step},
           {"metrics_bytes", p.metrics_bytes},
           {"recorded_epoch_step", p.recorded_epoch_step},
-          {"oom_backoffs", p.oom_backoffs}};
+          {"oom_backoffs", p.oom_backoffs},
+          {"recent_losses", p.recent_losses},
+          {"skipped_updates", p.skipped_updates},
+          {"bad_in_a_row", p.bad_in_a_row}};
 }
 
 // The fields of state.json, read strictly: a checkpoint that was edited or damaged names the
@@ -103,6 +107,22 @@ class StateFields {
     if (!v.is_number() || !std::isfinite(v.get<double>()) || (!signed_value && v.get<double>() < 0))
       bad(key, "is " + v.dump() + ", not a finite number" + (signed_value ? "" : " >= 0"));
     return v.get<double>();
+  }
+
+  // A list of at most `most` finite numbers; empty when absent.
+  std::vector<double> amounts(const char* key, size_t most) const {
+    if (!object_.contains(key))
+      return {};
+    const auto& v = object_.at(key);
+    if (!v.is_array() || v.size() > most)
+      bad(key, "is not a list of at most " + std::to_string(most) + " numbers");
+    std::vector<double> values;
+    for (const auto& e : v) {
+      if (!e.is_number() || !std::isfinite(e.get<double>()))
+        bad(key, "holds " + e.dump() + ", not a finite number");
+      values.push_back(e.get<double>());
+    }
+    return values;
   }
 
   [[noreturn]] void bad(const std::string& key, const std::string& what) const {
@@ -149,9 +169,17 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
   p.metrics_bytes = f.count("metrics_bytes", -1, -1);
   p.recorded_epoch_step = f.count("recorded_epoch_step", -1, -1);
   p.oom_backoffs = f.count("oom_backoffs", 0, 0);
+  // Absent in checkpoints from before the loss-spike guard: it starts afresh.
+  p.recent_losses = f.amounts("recent_losses", kRecentLosses);
+  p.skipped_updates = f.count("skipped_updates", 0, 0);
+  p.bad_in_a_row = f.count("bad_in_a_row", 0, 0);
   // The counters against each other: each is a part of the one before it.
   if (p.update_in_epoch > p.step)
     f.bad("update_in_epoch", "is past progress.step " + std::to_string(p.step));
+  if (p.skipped_updates > p.step)
+    f.bad("skipped_updates", "is past progress.step " + std::to_string(p.step));
+  if (p.bad_in_a_row > p.skipped_updates)
+    f.bad("bad_in_a_row", "is past progress.skipped_updates " + std::to_string(p.skipped_updates));
   if (p.recorded_epoch_step > p.step)
     f.bad("recorded_epoch_step", "is past progress.step " + std::to_string(p.step));
   if (p.position_in_epoch > p.samples_seen)

@@ -441,9 +441,14 @@ std::vector<OptionSpec> build_table() {
       "CADENCE", &TrainConfig::checkpoint_every));
   t.push_back(int_option(
       "max-bad-updates",
-      "stop (with a checkpoint) after this many updates in a row with a non-finite loss or "
-      "gradient; each is skipped",
+      "stop the run after this many skipped updates in a row (non-finite, or loss spikes); the "
+      "newest checkpoint, from before them, is kept",
       &TrainConfig::max_bad_updates));
+  t.push_back(double_option("spike-factor",
+                            "skip an update whose loss is more than this times the median of the "
+                            "last 32 applied updates, as early sign of divergence (0: skip only "
+                            "non-finite ones)",
+                            &TrainConfig::spike_factor));
   t.push_back(int_option("keep-checkpoints", "keep the newest N checkpoints",
                          &TrainConfig::keep_checkpoints));
   {

@@ -1,6 +1,7 @@
 #include "config/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -148,6 +149,9 @@ void TrainConfig::validate() const {
     Cadence::parse(checkpoint_every);  // throws with the fix
   check_config(max_bad_updates >= 1, "--max-bad-updates must be at least 1",
                "e.g. --max-bad-updates 5");
+  check_config(spike_factor == 0 || (spike_factor > 1 && std::isfinite(spike_factor)),
+               "--spike-factor must be 0 (off) or above 1, got " + format_significant(spike_factor),
+               "e.g. --spike-factor 10 (the default), or 0 to skip only non-finite updates");
   check_config(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
                "e.g. --keep-checkpoints 3");
   check_config(dist_timeout > 0, "--dist-timeout must be positive seconds",

@@ -115,7 +115,10 @@ struct TrainConfig {
   ProgressMode progress = ProgressMode::Auto;
 
   // Faults.
-  int64_t max_bad_updates = 5;  // non-finite updates in a row before the run stops
+  int64_t max_bad_updates = 5;  // skipped updates in a row before the run stops
+  // An update whose loss exceeds this times the median of the recent applied ones is skipped
+  // like a non-finite one (stats/loss_spikes.h); 0: only non-finite updates are.
+  double spike_factor = 10;
 
   // Checkpoints.
   std::string checkpoint_every;  // a Cadence ("200u", "1e", "30min"); empty: only at the end

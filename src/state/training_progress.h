@@ -8,6 +8,7 @@
 //   at.samples_seen += update.counts.samples;  // what the plan cut
 //   at.items_seen += update.counts.items;      // what the mean was taken over
 #include <cstdint>
+#include <vector>
 
 #include "state/counts.h"
 #include "stats/gradient_noise.h"
@@ -52,6 +53,11 @@ struct TrainingProgress {
   int64_t recorded_epoch_step = -1;
   // Out-of-memory back-offs so far in the run.
   int64_t oom_backoffs = 0;
+  // The losses of the last applied updates, oldest first (stats/loss_spikes.h), and the
+  // updates skipped as non-finite or as loss spikes: in all, and in a row up to now.
+  std::vector<double> recent_losses;
+  int64_t skipped_updates = 0;
+  int64_t bad_in_a_row = 0;
 };
 
 // What an open window has accumulated on this rank besides the gradients in .grad: enough to

@@ -59,6 +59,8 @@ struct UpdateStats {
   int64_t micro_steps = 0;
   bool stop_requested = false;  // some rank asked to stop after this update
   bool non_finite = false;      // loss or gradient was inf/NaN: the update was skipped
+  // The loss was far above the recent ones (stats/loss_spikes.h): skipped too (train_step).
+  bool loss_spike = false;
   // A smaller batch nested in the update's, for the gradient noise scale: the first
   // micro-step's mean gradient (or, with ranks and one micro-step, a rank's whole window),
   // its squared norm averaged over the ranks and its size their harmonic mean (0: not
@@ -67,6 +69,7 @@ struct UpdateStats {
   double small_batch_sq_norm = 0;
 
   double loss() const { return counts.mean_loss(); }  // mean loss per item
+  bool skipped() const { return non_finite || loss_spike; }
 };
 
 class AccumulationEngine {

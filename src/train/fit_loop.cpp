@@ -14,6 +14,7 @@
 #include "report/plan_report.h"
 #include "runtime/runtime_env.h"
 #include "schedule/adascale.h"
+#include "stats/loss_spikes.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -49,21 +50,26 @@ Checkpointer::Checkpointer(TrainingRun& run)
       cadence_(run.config.checkpoint_every.empty() ? Cadence{}
                                                    : Cadence::parse(run.config.checkpoint_every)),
       last_step_(run.at.step),
-      last_time_(Clock::now()) {
+      last_time_(Clock::now()),
+      has_one_(run.resuming) {
   if (cadence_.amount) {
     cadence_updates_ =
         std::max<int64_t>(1, cadence_.amount->to_updates(run.resolved.plan, run.resolved.epoch));
   }
 }
 
+// While updates are being skipped, checkpoints wait for the next applied one: should the run
+// diverge, its newest checkpoint is then one from before the trouble.
 bool Checkpointer::due() const {
+  if (run_.at.bad_in_a_row > 0)
+    return false;
   if (cadence_updates_ > 0 && run_.at.step - last_step_ >= cadence_updates_)
     return true;
   return cadence_.seconds > 0 && seconds_since(last_time_) >= cadence_.seconds;
 }
 
 bool Checkpointer::due_inside_window() const {
-  return cadence_.micro_steps > 0 && micro_steps_since_ >= cadence_.micro_steps;
+  return run_.at.bad_in_a_row == 0 && cadence_.micro_steps > 0 && micro_steps_since_ >= cadence_.micro_steps;
 }
 
 // A checkpoint's metrics lines reach the file before it does: a run killed after it resumes
@@ -84,6 +90,7 @@ void Checkpointer::write() {
   last_step_ = run_.at.step;
   last_time_ = Clock::now();
   micro_steps_since_ = 0;
+  has_one_ = true;
 }
 
 // Only a single process checkpoints inside a window (ranks meet at update boundaries only).
@@ -223,7 +230,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
                             seconds_since(train_start_),
                             run_.reducer->calls() - calls_before,
                             peak_bytes,
-                            skipped_updates_,
+                            at.skipped_updates,
                             noise_.noise_scale()};
   for (auto& observer : observers_)
     observer->on_update(run_, report);
@@ -247,6 +254,9 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
   request.rate = [this](const UpdateStats& stats) { return rate_for(stats); };
   request.stop_requested = [this] { return interrupts_.requested(); };
   request.micro_batch_tokens = run_.config.micro_batch_tokens;
+  request.is_loss_spike = [this](const UpdateStats& stats) {
+    return is_loss_spike(run_.at.recent_losses, stats.loss(), run_.config.spike_factor);
+  };
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
     checkpoints_.note_micro_step();
@@ -287,7 +297,7 @@ UpdateRate FitLoop::rate_for(const UpdateStats& stats) const {
 void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, double seconds) {
   TrainingProgress& at = run_.at;
   const UpdateStats& stats = step.stats;
-  if (run_.resolved.adascale && !stats.non_finite)
+  if (run_.resolved.adascale && !stats.skipped())
     at.scale_invariant_step += step.rate.gain;
   at.noise = noise_.state();
   at.micro_step = 0;
@@ -300,31 +310,54 @@ void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, d
   // accuracy are those of the updates that were applied.
   at.samples_seen += stats.counts.samples;
   at.items_seen += stats.counts.items;
-  if (!stats.non_finite)
+  if (!stats.skipped()) {
     at.epoch_counts += stats.counts;
-  if (stats.non_finite) {
-    ++skipped_updates_;
-    ++bad_in_a_row_;
-    console_.say("warning: update " + std::to_string(at.step) +
-                 " skipped: " + (std::isfinite(stats.loss()) ? "gradient" : "loss") +
-                 " is not finite (" + std::to_string(bad_in_a_row_) + " in a row)");
-  } else {
-    bad_in_a_row_ = 0;
+    at.bad_in_a_row = 0;
+    remember_applied_loss(at.recent_losses, stats.loss());
+    return;
   }
+  ++at.skipped_updates;
+  ++at.bad_in_a_row;
+  std::string why;
+  if (stats.loss_spike) {
+    const double median = recent_loss_median(at.recent_losses);
+    why = "loss " + format_loss(stats.loss()) + " is " + format_significant(stats.loss() / median, 3) +
+          "x the median of the last " + std::to_string(at.recent_losses.size()) +
+          " applied updates (" + format_loss(median) + ")";
+  } else {
+    why = std::string(std::isfinite(stats.loss()) ? "gradient" : "loss") + " is not finite";
+  }
+  console_.say("warning: update " + std::to_string(at.step) + " skipped: " + why + " (" +
+               std::to_string(at.bad_in_a_row) + " in a row)");
 }
 
 void FitLoop::check_divergence() {
-  if (bad_in_a_row_ < run_.config.max_bad_updates)
+  const TrainingProgress& at = run_.at;
+  if (at.bad_in_a_row < run_.config.max_bad_updates)
     return;
-  checkpoints_.write();
+  const int64_t first_bad = at.step - at.bad_in_a_row + 1;
+  // Checkpoints wait while updates are skipped (Checkpointer::due), so one written before is
+  // from before them: it is kept as the newest, to resume from. Without one, the weights as
+  // they stand (no skipped update touched them) are written.
+  const bool kept = checkpoints_.has_one();
+  const int64_t bad_in_a_row = at.bad_in_a_row;
+  if (!kept) {
+    // Resuming it is a decision to go on from these weights (with a lower rate): the guard
+    // then judges the resumed run by its own losses, not by the streak that stopped this one.
+    run_.at.bad_in_a_row = 0;
+    run_.at.recent_losses.clear();
+    checkpoints_.write();
+  }
   // Said in the metrics too, so a sweep's summary can tell a diverged cell from a stopped one.
   run_.metrics->write({{"event", "diverged"},
-                       {"step", run_.at.step},
-                       {"samples_seen", run_.at.samples_seen},
-                       {"bad_updates_in_a_row", bad_in_a_row_}});
+                       {"step", at.step},
+                       {"samples_seen", at.samples_seen},
+                       {"bad_updates_in_a_row", bad_in_a_row},
+                       {"checkpoint_step", checkpoints_.last_step()}});
   // What helps, in this run's numbers: the rate that diverged and how it was reached.
   const LrSchedule& schedule = run_.resolved.schedule;
   const LrScheduleConfig& lr = schedule.config();
+  const double lower = lr.base_lr / 4;
   std::string fix =
       "lower the peak rate (" + format_significant(schedule.peak_lr()) +
       (lr.reference_batch != lr.global_batch
@@ -332,22 +365,27 @@ void FitLoop::check_divergence() {
                  " from " + std::to_string(lr.reference_batch) + " to " +
                  std::to_string(lr.global_batch)
            : std::string()) +
-      "), e.g. --lr " + format_significant(lr.base_lr / 4) +
+      "), e.g. --lr " + format_significant(lower) +
       (lr.scaling == LrScaling::Linear ? " or --lr-scaling sqrt" : "") +
       "; warm up longer (--warmup, now " + std::to_string(lr.warmup_updates) + " updates)";
   if (run_.config.clip_norm <= 0)
     fix += "; clip gradients (--clip-norm 1)";
-  fix +=
-      ". A new run is the safer fix: the checkpointed weights come before the skipped "
-      "updates, but a loss that ends at infinity has usually been rising before, so "
-      "--resume " +
-      run_.run_dir + " with a lower rate may not recover";
-  throw Error(ErrorKind::Diverged,
-              std::to_string(bad_in_a_row_) +
-                  " updates in a row had a non-finite loss or gradient (the last at update " +
-                  std::to_string(run_.at.step) +
-                  "); they were skipped, and the weights from before them are checkpointed",
-              fix);
+  fix += ". Then 'bigbatch train --resume " + run_.run_dir + " --lr " + format_significant(lower) +
+         "' continues from update " + std::to_string(checkpoints_.last_step()) +
+         (kept ? "" : " (whose loss had already risen: a new run is the safer fix)");
+  const std::string what =
+      std::to_string(bad_in_a_row) + " updates in a row were skipped (" +
+      std::to_string(first_bad) + " to " + std::to_string(at.step) + ": " +
+      (run_.config.spike_factor > 0
+           ? "a non-finite loss or gradient, or a loss over " +
+                 format_significant(run_.config.spike_factor) + "x the recent median"
+           : std::string("a non-finite loss or gradient")) +
+      "); " +
+      (kept ? "the newest checkpoint, at update " + std::to_string(checkpoints_.last_step()) +
+                  ", is from before them and is kept"
+            : "no checkpoint came before them, so the weights before update " +
+                  std::to_string(first_bad) + " (untouched by the skipped ones) are checkpointed");
+  throw Error(ErrorKind::Diverged, what, fix);
 }
 
 // Out of memory inside a window (a budget lowered on resume, fragmentation, a larger sample):

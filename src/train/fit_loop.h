@@ -37,6 +37,8 @@ class Checkpointer {
   void write_inside_window();  // run.at.micro_step micro-steps into the next update
   int64_t last_step() const { return last_step_; }
   bool has_cadence() const { return cadence_.is_set(); }
+  // Whether the run has a checkpoint: written by this process, or the one it resumed from.
+  bool has_one() const { return has_one_; }
 
  private:
   void flush_metrics();
@@ -46,6 +48,7 @@ class Checkpointer {
   int64_t last_step_ = 0;
   std::chrono::steady_clock::time_point last_time_;
   int64_t micro_steps_since_ = 0;
+  bool has_one_ = false;
 };
 
 class FitLoop {
@@ -89,8 +92,6 @@ class FitLoop {
   // that the out-of-memory back-off protects, and rebuilt smaller after a back-off.
   std::unique_ptr<BatchAssembler> assembler_;
   std::chrono::steady_clock::time_point train_start_;
-  int64_t skipped_updates_ = 0;
-  int64_t bad_in_a_row_ = 0;
   int64_t epoch_peak_bytes_ = 0;
   bool target_reached_ = false;  // --target-accuracy met at an epoch's end
   EvalResult last_test_;

@@ -125,13 +125,15 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
                            {"samples_per_s", double(stats.counts.samples) / update.seconds},
                            {"updates_per_s", 1.0 / update.seconds},
                            {"wall_s", update.wall_seconds},
-                           {"skipped", stats.non_finite},
+                           {"skipped", stats.skipped()},
                            {"skipped_updates", update.skipped_updates},
                            {"micro_batch", plan.micro_batch_size},
                            {"global_batch", plan.global_batch_size},
                            {"grad_noise_scale", optional_number(update.noise_scale)},
                            {"peak_bytes", update.peak_bytes},
                            {"rss_peak_bytes", peak_rss_bytes()}};
+  if (stats.loss_spike)
+    record["loss_spike"] = true;  // skipped for its loss, not for a non-finite value
   if (run.resolved.adascale) {
     record["lr_gain"] = update.step.rate.gain;
     record["scale_invariant_step"] = at.scale_invariant_step;

@@ -26,7 +26,7 @@ int64_t padded_tokens(const int64_t* rows, const std::vector<int64_t>& micro_bat
 // inside it (none for a single micro-step in one process, or a window resumed mid-way).
 void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats) {
   const double items = double(stats.counts.items);
-  if (stats.non_finite || stats.small_batch <= 0 || stats.small_batch >= items)
+  if (stats.skipped() || stats.small_batch <= 0 || stats.small_batch >= items)
     return;
   noise.add(
       {stats.small_batch, stats.small_batch_sq_norm, items, stats.grad_norm * stats.grad_norm});
@@ -70,14 +70,20 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
     engine.request_stop();
   // The rate comes from the averages that now include this update's gradients (AdaScale).
   // The noise sample is made of reduced values only, so every rank computes the same rate.
-  result.stats = engine.update([&](const UpdateStats& stats) {
-    if (request.noise)
-      feed_noise_scale(*request.noise, stats);
-    result.rate = request.rate ? request.rate(stats) : UpdateRate{};
-    return result.rate.lr;
-  });
+  UpdateStats& stats = result.stats;
+  stats = engine.finish_gradients();
+  stats.loss_spike = !stats.non_finite && request.is_loss_spike && request.is_loss_spike(stats);
+  if (request.noise)
+    feed_noise_scale(*request.noise, stats);
+  // Asked for skipped updates too: their rate is logged.
+  result.rate = request.rate ? request.rate(stats) : UpdateRate{};
+  if (stats.skipped()) {
+    engine.discard();  // one bad window must not poison the weights or the momentum
+  } else {
+    engine.apply(result.rate.lr);
+  }
   if (request.window_bn)
-    request.window_bn->end(/*applied=*/!result.stats.non_finite);
+    request.window_bn->end(/*applied=*/!stats.skipped());
   return result;
 }
 

@@ -8,7 +8,7 @@
 //                micro-steps (forward, summed loss, backward into .grad, counts += )
 //                reduce (one collective: gradients + counts) -> mean gradient -> norm -> clip
 //                noise scale takes the update's two batch sizes -> rate (AdaScale's gain)
-//                optimizer step at that rate, or discard when not finite
+//                optimizer step at that rate, or discard when not finite or a loss spike
 //
 //   StepRequest request{order, window};
 //   request.rate = [&](const UpdateStats&) { return UpdateRate{schedule.lr_at(step)}; };
@@ -52,6 +52,9 @@ struct StepRequest {
   std::function<bool()> stop_requested;
   WindowBatchNorm* window_bn = nullptr;  // --bn-mode window
   NoiseScaleTracker* noise = nullptr;    // the gradient noise scale, fed every measured update
+  // Whether a finite update is a loss spike, to be skipped like a non-finite one
+  // (stats/loss_spikes.h); none: every finite update is applied.
+  std::function<bool(const UpdateStats&)> is_loss_spike;
 };
 
 struct StepResult {

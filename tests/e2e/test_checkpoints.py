@@ -317,6 +317,16 @@ class CheckpointTest(unittest.TestCase):
         self.assert_resume_error(empty, fragment="has no complete checkpoint")
         state_path = os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")
         state = json.loads(read(state_path))
+        damaged = json.loads(json.dumps(state))
+        damaged["progress"]["recent_losses"] = [0.5, "x"]
+        with open(state_path, "w") as f:
+            json.dump(damaged, f)
+        self.assert_resume_error(run_dir, fragment='progress.recent_losses that holds "x", not a finite number')
+        damaged["progress"]["recent_losses"] = [0.5]
+        damaged["progress"]["bad_in_a_row"] = damaged["progress"]["skipped_updates"] + 1
+        with open(state_path, "w") as f:
+            json.dump(damaged, f)
+        self.assert_resume_error(run_dir, fragment="progress.bad_in_a_row that is past progress.skipped_updates")
         state["format_version"] = 99
         with open(state_path, "w") as f:
             json.dump(state, f)
@@ -332,12 +342,15 @@ class CheckpointTest(unittest.TestCase):
         result = subprocess.run([BINARY, "train", *small, "--lr", "1e9", "--max-bad-updates", "3", "--out", run_dir],
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 4, result.stderr)
-        self.assertIn("bigbatch: error[diverged]: 3 updates in a row had a non-finite loss or gradient", result.stderr)
+        self.assertIn("bigbatch: error[diverged]: 3 updates in a row were skipped (3 to 5: a non-finite loss or gradient",
+                      result.stderr)
+        self.assertIn("no checkpoint came before them, so the weights before update 3", result.stderr)
         # The fix in this run's numbers: its peak rate, a quarter of it, its warmup, clipping.
         self.assertIn("lower the peak rate (1e+09), e.g. --lr 2.5e+08", result.stderr)
         self.assertIn("--warmup, now 0 updates", result.stderr)
         self.assertIn("--clip-norm 1", result.stderr)
-        self.assertIn("A new run is the safer fix", result.stderr)
+        self.assertIn(f"'bigbatch train --resume {run_dir} --lr 2.5e+08' continues from update 5 (whose loss had "
+                      "already risen: a new run is the safer fix)", result.stderr)
         self.assertEqual(result.stderr.count("skipped: loss is not finite"), 3)
         updates = [r for r in metrics(run_dir) if "loss" in r]
         self.assertEqual([r["skipped"] for r in updates[-3:]], [True] * 3)
@@ -348,6 +361,48 @@ class CheckpointTest(unittest.TestCase):
         resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.05"], capture_output=True, text=True)
         self.assertIn("resumed from", resumed.stderr)
         self.assertEqual(resumed.returncode, 4, resumed.stderr)
+
+    def test_a_rising_loss_is_caught_early_and_the_last_good_checkpoint_kept(self):
+        # The README's first mlp example (issue 20): 0.8 at a batch of 1024 climbs from a loss of
+        # ~1 to 4e25 in eight updates of its second epoch, then goes non-finite.
+        diverging = ["--model", "mlp", "--global-batch", "1024", "--micro-batch", "64", "--lr", "0.05",
+                     "--lr-ref-batch", "64", "--lr-scaling", "linear", "--warmup", "2e", "--epochs", "5",
+                     "--threads", "1", "--progress", "off", "--checkpoint-every", "1e"]
+        run_dir = self.path("spiking")
+        result = subprocess.run([BINARY, "train", *diverging, "--out", run_dir], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertRegex(result.stderr, r"warning: update \d+ skipped: loss [\d.]+ is [\d.]+x the median of the "
+                                        r"last 32 applied updates \([\d.]+\) \(1 in a row\)")
+        self.assertIn("5 updates in a row were skipped", result.stderr)
+        self.assertIn("a loss over 10x the recent median", result.stderr)
+        # The epoch-end checkpoint came before the rise and is the newest: no checkpoint was
+        # written while updates were skipped, nor at the divergence.
+        self.assertIn("the newest checkpoint, at update 59, is from before them and is kept", result.stderr)
+        self.assertIn(f"'bigbatch train --resume {run_dir} --lr 0.0125' continues from update 59", result.stderr)
+        self.assertEqual(checkpoints(run_dir), ["step_000059"])
+        updates = [r for r in metrics(run_dir) if "loss" in r and "step" in r and "epoch" in r]
+        applied = [r for r in updates if not r["skipped"]]
+        spikes = [r for r in updates if r.get("loss_spike")]
+        self.assertEqual(len(spikes), 5)
+        self.assertTrue(all(r["skipped"] for r in spikes))
+        # Stopped an order of magnitude above the usual loss, not at 4e25.
+        self.assertLess(max(r["loss"] for r in applied), 20)
+        event = [e for e in metrics(run_dir) if e.get("event") == "diverged"][-1]
+        self.assertEqual(event["checkpoint_step"], 59)
+        # The advice works: from the kept checkpoint at a quarter of the rate the run trains on.
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.0125"],
+                                 capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn("resumed from " + os.path.join(run_dir, "checkpoints", "step_000059"), resumed.stderr)
+        self.assertGreater([e for e in metrics(run_dir) if "test_accuracy" in e][-1]["test_accuracy"], 0.8)
+        # Without the guard the same run runs on until the loss is not finite.
+        unguarded = self.path("unguarded")
+        result = subprocess.run([BINARY, "train", *diverging, "--spike-factor", "0", "--out", unguarded],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("skipped: loss is not finite", result.stderr)
+        self.assertGreater(max(r["loss"] for r in metrics(unguarded) if r.get("loss") is not None
+                               and "epoch" in r and "step" in r and not r["skipped"]), 1e6)
 
     def test_mid_window_checkpoints_resume_bit_identical_or_replay_under_a_new_plan(self):
         small = ["--model", "mlp", "--hidden", "64", "--train-subset", "2000", "--global-batch", "128",
