@@ -46,6 +46,26 @@ struct NoiseScaleState {
   double trace_ema = 0;
   double weight = 0;  // 1 - beta^n: the bias correction
   int64_t samples = 0;
+  // The spread of the per-update estimates, for the average's standard error: EMAs of their
+  // squares and product, and the sum of the squared EMA weights (n_eff = weight^2 / weight_sq).
+  double gradient_sq_sq_ema = 0;
+  double trace_sq_ema = 0;
+  double product_ema = 0;
+  double weight_sq = 0;
+  // Plain sums over every measured update of the run: its average noise scale.
+  double gradient_sq_sum = 0;
+  double trace_sum = 0;
+};
+
+// The estimate as reported: its value, how sure it is, and the run's average.
+struct NoiseScaleSummary {
+  double value = 0;  // tr(Sigma) / |G|^2 from the averages over ~100 updates
+  // Two standard errors either way (delta method on the ratio of the two averages); high is
+  // infinite when |G|^2 is within two standard errors of zero.
+  double low = 0;
+  double high = 0;
+  double run_average = 0;  // sum tr(Sigma) / sum |G|^2 over the run (0: not positive)
+  int64_t updates = 0;
 };
 
 class NoiseScaleTracker {
@@ -60,6 +80,8 @@ class NoiseScaleTracker {
   std::optional<double> noise_scale() const;
   double gradient_sq() const;
   double trace() const;
+  // noise_scale() with its uncertainty and the run's average; none when noise_scale() is.
+  std::optional<NoiseScaleSummary> summary() const;
 
   const NoiseScaleState& state() const { return state_; }
   void restore(const NoiseScaleState& state) { state_ = state; }
@@ -79,10 +101,15 @@ BatchTradeoff batch_tradeoff(double batch, double noise_scale);
 // One sentence for the end of a run: whether `batch` is well below, near or far above the
 // measured critical batch, and what that costs in updates and in samples. `unit` is what both
 // count: "samples", or "tokens" for a language model (whose mean, and so whose noise scale, is
-// over tokens: McCandlish et al. count tokens too). `updates` is how many the estimate rests
-// on: under kNoiseScaleSettledUpdates the EMA has not settled, and the sentence says so
-// instead of judging.
+// over tokens: McCandlish et al. count tokens too). It says how many updates the estimate
+// rests on, its range within two standard errors and the run's average; under
+// kNoiseScaleSettledUpdates the EMA has not settled, and when the two ends of the range give
+// different verdicts (below / near / far above) the estimate is too noisy to judge the batch:
+// the sentence then says so instead of judging.
 inline constexpr int64_t kNoiseScaleSettledUpdates = 20;
+std::string critical_batch_verdict(double batch, const NoiseScaleSummary& noise,
+                                   const std::string& unit = "samples");
+// The same from a bare value (no spread known, no run average): for tests and old records.
 std::string critical_batch_verdict(double batch, double noise_scale, int64_t updates,
                                    const std::string& unit = "samples");
 

@@ -627,13 +627,12 @@ void FitLoop::finish() {
   }
   if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
     checkpoints_.write();
-  if (const auto b_noise = noise_.noise_scale()) {
+  if (const auto b_noise = noise_.summary()) {
     // A language model's mean, and so its noise scale, is over tokens: so is the batch here.
     const double per_sample = run_.resolved.epoch.items_per_sample;
     const bool tokens = per_sample > 0;
     const double batch = double(run_.resolved.plan.global_batch_size) * (tokens ? per_sample : 1);
-    console_.say(critical_batch_verdict(batch, *b_noise, noise_.state().samples,
-                                        tokens ? "tokens" : "samples"));
+    console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
   } else if (noise_.state().samples == 0) {
     console_.say(
         "gradient noise scale: not measured (it needs two batch sizes per update: "

@@ -89,6 +89,65 @@ TEST(GradientNoise, MatchesTheAnalyticNoiseScaleOfALinearRegression) {
   // Stated tolerance: 10% (about four standard errors of this many averaged updates).
   EXPECT_NEAR(*tracker.noise_scale(), analytic, 0.10 * analytic);
   EXPECT_NEAR(tracker.gradient_sq(), 1.0, 0.15);
+  // The reported range covers the true value and is narrow enough to judge by.
+  const auto summary = tracker.summary();
+  ASSERT_TRUE(summary.has_value());
+  std::printf("two standard errors: %.2f-%.2f, run average %.2f\n", summary->low, summary->high,
+              summary->run_average);
+  EXPECT_LT(summary->low, analytic);
+  EXPECT_GT(summary->high, analytic);
+  EXPECT_LT(summary->high / summary->low, 1.6);
+  EXPECT_NEAR(summary->run_average, analytic, 0.10 * analytic);  // a stationary problem
+  EXPECT_EQ(summary->updates, 4000);
+
+  // Twenty updates of the same problem cannot pin it down as well: a wider range.
+  NoiseScaleTracker young;
+  for (int update = 0; update < 20; ++update) {
+    const auto first = mean_gradient(32);
+    const auto rest = mean_gradient(224);
+    std::vector<double> whole(n);
+    for (int j = 0; j < n; ++j)
+      whole[j] = (32 * first[j] + 224 * rest[j]) / 256;
+    young.add({32, sq_norm(first), 256, sq_norm(whole)});
+  }
+  const auto early = young.summary();
+  ASSERT_TRUE(early.has_value());
+  EXPECT_GT(early->high / early->low, 1.5 * summary->high / summary->low);
+}
+
+TEST(GradientNoise, AnEstimateWhoseGradientIsLostInItsNoiseIsTooNoisyToJudge) {
+  // |G|^2 estimates that scatter far around a small mean: the average is positive but not
+  // clearly above zero, so the noise scale has no upper bound.
+  NoiseScaleTracker tracker;
+  for (int i = 0; i < 40; ++i) {
+    const double gradient_sq = (i % 2 == 0 ? 1.0 : -0.9);
+    // Choose the squared norms that give these estimates (B_small 32, B_big 256), tr = 50.
+    const double big_sq = gradient_sq + 50.0 / 256;
+    const double small_sq = gradient_sq + 50.0 / 32;
+    tracker.add({32, small_sq, 256, big_sq});
+  }
+  const auto summary = tracker.summary();
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_TRUE(std::isinf(summary->high));
+  const std::string verdict = critical_batch_verdict(256, *summary);
+  EXPECT_NE(verdict.find("too noisy to judge whether"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("at least"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("is well below or near the critical batch"), std::string::npos) << verdict;
+  EXPECT_EQ(verdict.find("minimum updates"), std::string::npos) << verdict;
+  // A resumed run continues the same estimate, spread included.
+  NoiseScaleTracker resumed;
+  resumed.restore(tracker.state());
+  EXPECT_EQ(resumed.summary()->low, summary->low);
+  // A settled, steady estimate says its range and the run's average.
+  NoiseScaleTracker steady;
+  for (int i = 0; i < 100; ++i) {
+    const double gradient_sq = 1.0 + 0.01 * (i % 3);
+    steady.add({32, gradient_sq + 50.0 / 32, 256, gradient_sq + 50.0 / 256});
+  }
+  const std::string settled = critical_batch_verdict(128, *steady.summary());
+  EXPECT_NE(settled.find("within two standard errors"), std::string::npos) << settled;
+  EXPECT_NE(settled.find("averaged over the run"), std::string::npos) << settled;
+  EXPECT_NE(settled.find("near the measured critical batch"), std::string::npos) << settled;
 }
 
 TEST(GradientNoise, TradeoffAndVerdict) {
