@@ -22,7 +22,7 @@ enum class ErrorKind {
   Format,       // weight files (safetensors) and checkpoints
   Io,           // the file system: unwritable run directory, disk full
   Distributed,  // launcher environment, rendezvous, a peer rank that failed or timed out
-  Diverged,     // training produced non-finite losses or gradients too many times in a row
+  Diverged,     // too many updates in a row skipped (non-finite, or loss spikes)
   Memory,       // the memory budget cannot hold even the smallest micro-batch
   Model,        // a user's model (TorchScript) that does not load or keeps not to the contract
 };

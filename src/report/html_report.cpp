@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <vector>
 
+#include "config/option_table.h"
+#include "config/train_config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -60,8 +63,6 @@ std::string summary(const RunRecords& r) {
         std::to_string(last.value("items", int64_t{0})));
     if (last.contains("micro_batch"))
       row("micro-batch (last update)", std::to_string(last.value("micro_batch", int64_t{0})));
-    if (last.contains("grad_noise_scale") && last["grad_noise_scale"].is_number())
-      row("gradient noise scale (last)", human_count(last["grad_noise_scale"].get<double>()));
   }
   if (!r.epochs.empty()) {
     const auto& last = r.epochs.back();
@@ -83,11 +84,99 @@ std::string summary(const RunRecords& r) {
     row("epochs finished", "0 (the run is young, or was stopped before an epoch ended)");
   }
   int backoffs = 0;
-  for (const auto& e : r.events)
-    backoffs += e.at("event") == "oom_backoff" ? 1 : 0;  // events always name themselves
+  const nlohmann::json* diverged = nullptr;
+  const nlohmann::json* noise = nullptr;
+  const nlohmann::json* target = nullptr;
+  for (const auto& e : r.events) {
+    const auto& name = e.at("event");  // events always name themselves
+    backoffs += name == "oom_backoff" ? 1 : 0;
+    if (name == "diverged")
+      diverged = &e;
+    if (name == "noise_scale")
+      noise = &e;
+    if (name == "target_reached")
+      target = &e;
+  }
+  if (noise && noise->value("value", 0.0) > 0) {
+    const std::string unit = noise->value("unit", std::string("samples"));
+    std::string value =
+        human_count(noise->value("value", 0.0)) + " " + unit + " over the last ~" +
+        std::to_string(std::min<int64_t>(100, noise->value("updates", int64_t{0}))) + " updates";
+    const nlohmann::json high = noise->value("high", nlohmann::json());
+    if (high.is_number()) {
+      value += "; " + human_count(noise->value("low", 0.0)) + "-" +
+               human_count(high.get<double>()) + " within two standard errors";
+    } else if (noise->value("low", 0.0) > 0) {
+      value +=
+          "; at least " + human_count(noise->value("low", 0.0)) + " within two standard errors";
+    }
+    if (noise->value("run_average", 0.0) > 0)
+      value += "; " + human_count(noise->value("run_average", 0.0)) + " averaged over the run";
+    row("gradient noise scale (at the end)", value);
+  } else if (!r.updates.empty() && r.updates.back().contains("grad_noise_scale") &&
+             r.updates.back()["grad_noise_scale"].is_number()) {
+    row("gradient noise scale (last update)",
+        human_count(r.updates.back()["grad_noise_scale"].get<double>()));
+  }
+  if (target) {
+    row("target reached", target->value("condition", std::string()) + " at update " +
+                              std::to_string(target->value("step", int64_t{0})));
+  }
+  int64_t spikes = 0;
+  for (const auto& u : r.updates)
+    spikes += u.value("loss_spike", false) ? 1 : 0;
+  const int64_t skipped =
+      r.updates.empty() ? 0 : r.updates.back().value("skipped_updates", int64_t{0});
+  if (skipped > 0) {
+    row("skipped updates", std::to_string(skipped) + " (" + std::to_string(spikes) +
+                               " loss spikes, " + std::to_string(skipped - spikes) +
+                               " non-finite): their samples were used, their gradients not");
+  }
   if (backoffs > 0)
     row("out-of-memory back-offs", std::to_string(backoffs));
-  return "<table class=\"summary\">" + rows + "</table>";
+  std::string banner;
+  if (diverged) {
+    // Said first and plainly: the charts below end where the run stopped.
+    const int64_t checkpoint = diverged->value("checkpoint_step", int64_t{-1});
+    banner =
+        "<p class=\"alert\">This run <b>diverged</b> at update " +
+        std::to_string(diverged->value("step", int64_t{0})) + ": " +
+        std::to_string(diverged->value("bad_updates_in_a_row", int64_t{0})) +
+        " updates in a row were skipped (a non-finite loss or gradient, or a loss spike)." +
+        (checkpoint >= 0 ? " Its newest checkpoint is at update " + std::to_string(checkpoint) + "."
+                         : std::string()) +
+        "</p>";
+  }
+  return banner + "<table class=\"summary\">" + rows + "</table>";
+}
+
+// config.toml with what differs from bigbatch's defaults first: the few lines that make the
+// run what it is, then the rest folded away.
+std::string configuration(const std::string& path) {
+  if (!path_exists(path))
+    return "<pre>(not found)</pre>";
+  auto key_of = [](const std::string& line) {
+    const auto equals = line.find(" = ");
+    return line.empty() || line[0] == '#' || equals == std::string::npos ? std::string()
+                                                                         : line.substr(0, equals);
+  };
+  std::map<std::string, std::string> defaults;
+  for (const auto& line : split(render_toml_config(TrainConfig{}), '\n')) {
+    if (const std::string key = key_of(line); !key.empty())
+      defaults[key] = line;
+  }
+  std::string changed, same;
+  for (const auto& line : split(read_text_file(path), '\n')) {
+    const std::string key = key_of(line);
+    if (key.empty())
+      continue;
+    const auto d = defaults.find(key);
+    (d != defaults.end() && d->second == line ? same : changed) += line + "\n";
+  }
+  return "<p>Set for this run (differs from the defaults, or resolved from the data):</p><pre>" +
+         xml_escape(changed.empty() ? "(nothing: the defaults)\n" : changed) +
+         "</pre><details><summary>the defaults it kept</summary><pre>" + xml_escape(same) +
+         "</pre></details>";
 }
 
 }  // namespace
@@ -104,11 +193,24 @@ std::string render_run_report(const std::string& run_dir) {
   std::string charts;
   auto add = [&](LineChart chart) { charts += "<figure>" + render_svg(chart) + "</figure>"; };
 
+  // A log axis keeps the whole run readable after a spike (a diverging run reaches 1e25); a
+  // loss that can be zero or negative (a user's own) stays linear.
+  bool positive_losses = true;
+  for (const auto* records : {&r.updates, &r.epochs}) {
+    for (const auto& record : *records) {
+      for (const char* key : {"loss", "train_loss", "test_loss", "val_loss"}) {
+        const auto v = record.value(key, nlohmann::json());
+        if (v.is_number() && !(v.get<double>() > 0))
+          positive_losses = false;
+      }
+    }
+  }
   auto loss_chart = [&](const char* x_key, const std::string& x_label) {
     LineChart c;
     c.title = "loss against " + x_label;
     c.x_label = x_label;
-    c.y_label = "cross-entropy";
+    c.y_label = "loss";
+    c.log_y = positive_losses;
     c.series.push_back({"train (update)", kBlue, record_points(r.updates, x_key, "loss"), false});
     c.series.push_back(
         {"train (epoch)", kOrange, record_points(r.epochs, x_key, "train_loss"), true});
@@ -203,8 +305,7 @@ std::string render_run_report(const std::string& run_dir) {
   html += section("training", "<div class=\"charts\">" + charts + "</div>");
   html +=
       section("batch plan", "<pre>" + xml_escape(optional_file(run_dir + "/plan.txt")) + "</pre>");
-  html += section("configuration",
-                  "<pre>" + xml_escape(optional_file(run_dir + "/config.toml")) + "</pre>");
+  html += section("configuration", configuration(run_dir + "/config.toml"));
   html += "</body></html>\n";
   return html;
 }

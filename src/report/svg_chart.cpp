@@ -11,16 +11,45 @@ namespace bigbatch {
 namespace {
 
 constexpr size_t kMaxPointsPerSeries = 1500;
-constexpr int kLeft = 64, kRight = 16, kTop = 30, kBottom = 44;
+constexpr int kLeft = 64, kRight = 16, kTitle = 30, kBottom = 44;
+constexpr int kLegendRow = 14;
 
-std::string number(double v) {
-  char buffer[32];
-  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) {
-    std::snprintf(buffer, sizeof buffer, "%.3g", v);
-  } else {
+}  // namespace
+
+std::string chart_number(double v) {
+  char buffer[48];
+  const double magnitude = std::fabs(v);
+  if (v == 0 || (magnitude >= 1e-3 && magnitude < 1e4)) {
     std::snprintf(buffer, sizeof buffer, "%.4g", v);
+    return buffer;
+  }
+  if (magnitude >= 1e4 && magnitude < 1e15) {
+    static const char* const suffixes[] = {"k", "M", "G", "T"};
+    int power = 0;
+    double scaled = v / 1e3;
+    while (std::fabs(scaled) >= 1e3 && power < 3) {
+      scaled /= 1e3;
+      ++power;
+    }
+    std::snprintf(buffer, sizeof buffer, "%.3g%s", scaled, suffixes[power]);
+    return buffer;
+  }
+  // Mantissa and a plain exponent: 3e-5, 2.5e-7, 1e25.
+  const int exponent = static_cast<int>(std::floor(std::log10(magnitude)));
+  double mantissa = v / std::pow(10.0, exponent);
+  if (std::fabs(mantissa) >= 9.995) {  // rounding carries into the next power
+    mantissa /= 10;
+    std::snprintf(buffer, sizeof buffer, "%.3ge%d", mantissa, exponent + 1);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.3ge%d", mantissa, exponent);
   }
   return buffer;
+}
+
+namespace {
+
+std::string number(double v) {
+  return chart_number(v);
 }
 
 std::string coordinate(double v) {
@@ -129,7 +158,7 @@ std::string html_page_start(const std::string& title) {
          ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.marker{stroke:#888;stroke-dasharray:4 3}"
          ".title{font-size:13px;font-weight:bold}.tick,.legend,.marker-label{font-size:10px}"
          ".label{font-size:11px}.empty{font-size:12px;fill:#999}"
-         ".legend-back{fill:#fff;fill-opacity:0.8}"
+         ".alert{background:#fde8e0;border-left:4px solid #D55E00;padding:8px 12px}"
          "table.summary th{text-align:left;padding-right:16px;font-weight:normal;color:#555}"
          "table.cells{border-collapse:collapse;font-size:13px}"
          "table.cells td,table.cells th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
@@ -138,7 +167,34 @@ std::string html_page_start(const std::string& title) {
 }
 
 std::string render_svg(const LineChart& chart) {
-  const int w = chart.width, h = chart.height;
+  // The legend sits in rows between the title and the plot, never on the data: entries of the
+  // series that have points, wrapped to the plot's width; the chart grows by its rows.
+  struct LegendEntry {
+    const ChartSeries* series;
+    int x, row;
+  };
+  std::vector<LegendEntry> legend;
+  {
+    int x = kLeft, row = 0;
+    for (const auto& s : chart.series) {
+      const bool has_point =
+          std::any_of(s.points.begin(), s.points.end(), [&](const ChartPoint& p) {
+            return usable(p.x, chart.log_x) && usable(p.y, chart.log_y);
+          });
+      if (!has_point)
+        continue;
+      const int width = 14 + 6 * static_cast<int>(s.name.size()) + 12;
+      if (x > kLeft && x + width > chart.width - kRight) {
+        x = kLeft;
+        ++row;
+      }
+      legend.push_back({&s, x, row});
+      x += width;
+    }
+  }
+  const int legend_rows = legend.empty() ? 0 : legend.back().row + 1;
+  const int kTop = kTitle + kLegendRow * legend_rows;
+  const int w = chart.width, h = chart.height + kLegendRow * legend_rows;
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" +
                     std::to_string(w) + "\" height=\"" + std::to_string(h) + "\" viewBox=\"0 0 " +
                     std::to_string(w) + " " + std::to_string(h) + "\" role=\"img\" aria-label=\"" +
@@ -157,6 +213,15 @@ std::string render_svg(const LineChart& chart) {
       x_high = std::max(x_high, p.x);
       y_low = std::min(y_low, p.y);
       y_high = std::max(y_high, p.y);
+    }
+  }
+  // A horizontal reference (a target) is part of what the chart shows, reached or not.
+  if (std::isfinite(x_low)) {
+    for (const auto& marker : chart.y_markers) {
+      if (usable(marker.first, chart.log_y)) {
+        y_low = std::min(y_low, marker.first);
+        y_high = std::max(y_high, marker.first);
+      }
     }
   }
   Axis x{x_low, x_high, chart.log_x, double(kLeft), double(w - kRight)};
@@ -221,12 +286,18 @@ std::string render_svg(const LineChart& chart) {
            "\" class=\"marker-label\">" + xml_escape(label) + "</text>";
   }
 
-  // Series, thinned to a bounded number of points, then the legend (as wide as its names).
-  int legend_row = 0;
-  size_t longest_name = 0;
-  for (const auto& s : chart.series)
-    longest_name = std::max(longest_name, s.name.size());
-  const int legend_width = std::min(w / 2, 22 + 6 * static_cast<int>(longest_name));
+  for (const auto& [value, label] : chart.y_markers) {
+    if (!usable(value, chart.log_y) || value < y.low || value > y.high)
+      continue;
+    const std::string py = coordinate(y.to_pixel(value));
+    svg += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + std::to_string(w - kRight) +
+           "\" y1=\"" + py + "\" y2=\"" + py + "\" class=\"marker\"/>";
+    svg += "<text x=\"" + std::to_string(w - kRight - 4) + "\" y=\"" + py +
+           "\" dy=\"-3\" text-anchor=\"end\" class=\"marker-label\">" + xml_escape(label) +
+           "</text>";
+  }
+
+  // Series, thinned to a bounded number of points.
   for (const auto& s : chart.series) {
     std::vector<ChartPoint> kept;
     for (const auto& p : s.points) {
@@ -254,16 +325,14 @@ std::string render_svg(const LineChart& chart) {
                "</title></circle>";
       }
     }
-    const int ly = kTop + 10 + 14 * legend_row++;
-    // A pale backing keeps the legend readable over the lines it covers.
-    const int legend_x = w - kRight - legend_width;
-    svg += "<rect x=\"" + std::to_string(legend_x - 4) + "\" y=\"" + std::to_string(ly - 7) +
-           "\" width=\"" + std::to_string(legend_width) +
-           "\" height=\"14\" class=\"legend-back\"/>";
-    svg += "<rect x=\"" + std::to_string(legend_x) + "\" y=\"" + std::to_string(ly - 5) +
-           "\" width=\"10\" height=\"10\" fill=\"" + xml_escape(s.color) + "\"/>";
-    svg += "<text x=\"" + std::to_string(legend_x + 14) + "\" y=\"" + std::to_string(ly) +
-           "\" dominant-baseline=\"middle\" class=\"legend\">" + xml_escape(s.name) + "</text>";
+  }
+  for (const auto& entry : legend) {
+    const int ly = kTitle + kLegendRow * entry.row + 2;
+    svg += "<rect x=\"" + std::to_string(entry.x) + "\" y=\"" + std::to_string(ly - 5) +
+           "\" width=\"10\" height=\"10\" fill=\"" + xml_escape(entry.series->color) + "\"/>";
+    svg += "<text x=\"" + std::to_string(entry.x + 14) + "\" y=\"" + std::to_string(ly) +
+           "\" dominant-baseline=\"middle\" class=\"legend\">" + xml_escape(entry.series->name) +
+           "</text>";
   }
   svg += "</svg>";
   return svg;

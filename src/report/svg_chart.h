@@ -35,13 +35,20 @@ struct LineChart {
   std::vector<ChartSeries> series;
   // Vertical reference lines (e.g. a measured critical batch), labelled.
   std::vector<std::pair<double, std::string>> x_markers;
+  // Horizontal ones (e.g. a target accuracy).
+  std::vector<std::pair<double, std::string>> y_markers;
   int width = 560;
   int height = 300;
 };
 
 // Non-finite points, and non-positive ones on a log axis, are left out. A chart with no point
-// left renders a frame that says "no data".
+// left renders a frame that says "no data". The legend sits above the plot, never on the data
+// (the chart grows by its rows).
 std::string render_svg(const LineChart& chart);
+
+// A number on an axis or in a tooltip, as people write it: "40k", "1.5M", "0.25", "3e-5",
+// "1e25" (never "4e+04").
+std::string chart_number(double value);
 
 // Tick positions covering [low, high]: about `target` of them at 1, 2 or 5 x 10^k.
 std::vector<double> nice_ticks(double low, double high, int target = 5);

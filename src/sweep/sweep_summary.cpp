@@ -207,15 +207,28 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
     by_samples.series.push_back({name, chart_colour(i), r.curve_by_samples, true});
   }
 
+  const std::string target_text = format_significant(100 * target) + "%";
+  accuracy.y_markers.push_back({100 * target, "target " + target_text});
   std::string html = html_page_start(title) + "<h1>" + xml_escape(title) + "</h1>\n";
-  html +=
-      "<p>Shallue et al.'s three regimes read off the first chart: where updates halve with "
-      "each doubling of the batch (perfect scaling, the grey line), where they fall more "
-      "slowly (diminishing returns), and where they stop falling (maximal data "
-      "parallelism). The dashed line marks the measured gradient noise scale, an estimate "
-      "of the critical batch.</p>\n";
-  html += "<div class=\"charts\"><figure>" + render_svg(steps) + "</figure><figure>" +
-          render_svg(accuracy) + "</figure></div>\n";
+  if (first) {
+    html +=
+        "<p>Shallue et al.'s three regimes read off the first chart: where updates halve with "
+        "each doubling of the batch (perfect scaling, the grey line), where they fall more "
+        "slowly (diminishing returns), and where they stop falling (maximal data "
+        "parallelism). The dashed line marks the measured gradient noise scale, an estimate "
+        "of the critical batch.</p>\n";
+    html += "<div class=\"charts\"><figure>" + render_svg(steps) + "</figure><figure>" +
+            render_svg(accuracy) + "</figure></div>\n";
+  } else {
+    // Nothing to count updates to: the best each cell reached leads, against the target.
+    accuracy.title =
+        "best accuracy so far against the global batch (no cell reached " + target_text + ")";
+    html += "<p>No cell has reached the target of " + xml_escape(target_text) +
+            " yet, so there are no updates to it to compare: the chart shows the best accuracy "
+            "each cell reached, with the target dashed. Train longer (--epochs), or lower the "
+            "target.</p>\n";
+    html += "<div class=\"charts\"><figure>" + render_svg(accuracy) + "</figure></div>\n";
+  }
   html += "<div class=\"charts\"><figure>" + render_svg(by_updates) + "</figure><figure>" +
           render_svg(by_samples) + "</figure></div>\n";
   html +=

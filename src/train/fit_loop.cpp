@@ -69,7 +69,8 @@ bool Checkpointer::due() const {
 }
 
 bool Checkpointer::due_inside_window() const {
-  return run_.at.bad_in_a_row == 0 && cadence_.micro_steps > 0 && micro_steps_since_ >= cadence_.micro_steps;
+  return run_.at.bad_in_a_row == 0 && cadence_.micro_steps > 0 &&
+         micro_steps_since_ >= cadence_.micro_steps;
 }
 
 // A checkpoint's metrics lines reach the file before it does: a run killed after it resumes
@@ -321,9 +322,10 @@ void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, d
   std::string why;
   if (stats.loss_spike) {
     const double median = recent_loss_median(at.recent_losses);
-    why = "loss " + format_loss(stats.loss()) + " is " + format_significant(stats.loss() / median, 3) +
-          "x the median of the last " + std::to_string(at.recent_losses.size()) +
-          " applied updates (" + format_loss(median) + ")";
+    why = "loss " + format_loss(stats.loss()) + " is " +
+          format_significant(stats.loss() / median, 3) + "x the median of the last " +
+          std::to_string(at.recent_losses.size()) + " applied updates (" + format_loss(median) +
+          ")";
   } else {
     why = std::string(std::isfinite(stats.loss()) ? "gradient" : "loss") + " is not finite";
   }
@@ -633,6 +635,18 @@ void FitLoop::finish() {
     const bool tokens = per_sample > 0;
     const double batch = double(run_.resolved.plan.global_batch_size) * (tokens ? per_sample : 1);
     console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
+    // For the report: the estimate at the end, with its range and the run's average.
+    if (run_.metrics) {
+      run_.metrics->write(
+          {{"event", "noise_scale"},
+           {"step", at.step},
+           {"unit", tokens ? "tokens" : "samples"},
+           {"value", b_noise->value},
+           {"low", b_noise->low},
+           {"high", std::isfinite(b_noise->high) ? nlohmann::json(b_noise->high) : nullptr},
+           {"run_average", b_noise->run_average},
+           {"updates", b_noise->updates}});
+    }
   } else if (noise_.state().samples == 0) {
     console_.say(
         "gradient noise scale: not measured (it needs two batch sizes per update: "

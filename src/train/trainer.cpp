@@ -114,7 +114,21 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   }
 
   FitLoop loop(run, console);
-  loop.run();
+  try {
+    loop.run();
+  } catch (const Error& e) {
+    // A diverged run is the one whose charts are most needed: it gets its report too, which
+    // says so. The report cannot replace the error: one that fails is only mentioned.
+    if (e.kind() == ErrorKind::Diverged && run.metrics) {
+      run.metrics.reset();
+      try {
+        console.say("report: " + write_run_report(run.run_dir));
+      } catch (const std::exception& report_error) {
+        console.say(std::string("report not written: ") + report_error.what());
+      }
+    }
+    throw;
+  }
 
   const TrainingProgress& at = run.at;
   save_final_weights(run, at.step);

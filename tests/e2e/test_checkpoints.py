@@ -389,6 +389,11 @@ class CheckpointTest(unittest.TestCase):
         self.assertLess(max(r["loss"] for r in applied), 20)
         event = [e for e in metrics(run_dir) if e.get("event") == "diverged"][-1]
         self.assertEqual(event["checkpoint_step"], 59)
+        # The diverged run has its report, which says so first.
+        self.assertIn("report: " + os.path.join(run_dir, "report.html"), result.stderr)
+        report = read(os.path.join(run_dir, "report.html"))
+        self.assertIn("This run <b>diverged</b> at update", report)
+        self.assertIn("skipped updates</th><td>5 (5 loss spikes, 0 non-finite)", report)
         # The advice works: from the kept checkpoint at a quarter of the rate the run trains on.
         resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.0125"],
                                  capture_output=True, text=True)

@@ -9,11 +9,14 @@
 
 #include <unistd.h>
 
+#include "config/option_table.h"
+#include "config/train_config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html_report.h"
 #include "report/progress.h"
 #include "report/svg_chart.h"
+#include "sweep/sweep_summary.h"
 
 namespace bigbatch {
 namespace {
@@ -99,6 +102,52 @@ TEST(SvgChart, DrawsSeriesWithLegendTicksAndLabels) {
   EXPECT_GE(count(svg, "class=\"tick\""), 4u);
   EXPECT_NE(svg.find(">train</text>"), std::string::npos);
   EXPECT_EQ(svg.substr(svg.size() - 6), "</svg>");
+}
+
+TEST(SvgChart, NumbersReadAsPeopleWriteThem) {
+  // Issue 20: ticks read "4e+04".
+  EXPECT_EQ(chart_number(40000), "40k");
+  EXPECT_EQ(chart_number(15000), "15k");
+  EXPECT_EQ(chart_number(1.5e6), "1.5M");
+  EXPECT_EQ(chart_number(2.5e9), "2.5G");
+  EXPECT_EQ(chart_number(1000), "1000");
+  EXPECT_EQ(chart_number(0.25), "0.25");
+  EXPECT_EQ(chart_number(0), "0");
+  EXPECT_EQ(chart_number(3e-5), "3e-5");
+  EXPECT_EQ(chart_number(2.5e-7), "2.5e-7");
+  EXPECT_EQ(chart_number(1e25), "1e25");
+  EXPECT_EQ(chart_number(-40000), "-40k");
+  EXPECT_EQ(chart_number(9.9999e-5), "1e-4");  // the rounding carries into the exponent
+}
+
+TEST(SvgChart, TheLegendSitsAboveThePlotNeverOnTheData) {
+  LineChart chart;
+  chart.width = 300;
+  for (int i = 0; i < 5; ++i) {
+    chart.series.push_back({"a series named at length " + std::to_string(i),
+                            chart_colour(i),
+                            {{0, 1.0 * i}, {1, 2.0 * i}},
+                            false});
+  }
+  chart.series.push_back({"no points", "red", {}, false});  // not in the legend
+  const std::string svg = render_svg(chart);
+  // Every legend entry lies above the plot's frame, which starts below the legend's rows.
+  const auto frame = svg.find("class=\"frame\"");
+  const auto frame_y_at = svg.rfind("y=\"", frame) + 3;
+  const int frame_top = std::stoi(svg.substr(frame_y_at));
+  size_t at = 0;
+  int entries = 0;
+  while ((at = svg.find("class=\"legend\"", at)) != std::string::npos) {
+    const auto y_at = svg.rfind(" y=\"", at) + 4;
+    EXPECT_LT(std::stoi(svg.substr(y_at)), frame_top);
+    ++at;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 5);
+  EXPECT_GT(frame_top, 30 + 14 * 2);  // five long names wrap to several rows at 300 px
+  EXPECT_NE(svg.find("height=\"" + std::to_string(chart.height + (frame_top - 30)) + "\""),
+            std::string::npos);  // the chart grew by its legend rows
+  EXPECT_EQ(svg.find(">no points<"), std::string::npos);
 }
 
 TEST(SvgChart, LogAxisDropsWhatItCannotShowAndEmptyChartsSaySo) {
@@ -217,6 +266,68 @@ TEST_F(RunReportTest, LanguageModelRunsChartTokensAndBitsPerByte) {
     EXPECT_NE(html.find(text), std::string::npos) << text;
   }
   EXPECT_EQ(html.find("loss against samples"), std::string::npos);
+}
+
+TEST_F(RunReportTest, ADivergedRunSaysSoAndChartsItsLossOnALogAxis) {
+  std::string metrics;
+  for (int step = 1; step <= 12; ++step) {
+    const bool spike = step > 9;
+    metrics += "{\"step\":" + std::to_string(step) +
+               ",\"samples_seen\":" + std::to_string(step * 64) +
+               ",\"loss\":" + (spike ? "4.6e25" : "1.5") +
+               ",\"items\":64,\"skipped\":" + (spike ? "true" : "false") +
+               ",\"skipped_updates\":" + std::to_string(spike ? step - 9 : 0) +
+               (step == 10 ? ",\"loss_spike\":true" : "") + "}\n";
+  }
+  metrics +=
+      "{\"event\":\"diverged\",\"step\":12,\"samples_seen\":768,\"bad_updates_in_a_row\":3,"
+      "\"checkpoint_step\":8}\n";
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
+  // config.toml: what the run set comes first, the defaults it kept after.
+  TrainConfig config;
+  config.epochs = 5;
+  atomic_write_file((dir_ / "config.toml").string(), render_toml_config(config));
+  const std::string html = render_run_report(dir_.string());
+  EXPECT_NE(html.find("This run <b>diverged</b> at update 12: 3 updates in a row were skipped"),
+            std::string::npos);
+  EXPECT_NE(html.find("Its newest checkpoint is at update 8."), std::string::npos);
+  EXPECT_NE(html.find("skipped updates</th><td>3 (1 loss spikes, 2 non-finite)"),
+            std::string::npos);
+  EXPECT_NE(html.find("loss (log)"), std::string::npos);
+  EXPECT_NE(html.find(">1e25<"), std::string::npos);  // the spike's decade, plainly written
+  const auto set = html.find("Set for this run");
+  const auto kept = html.find("the defaults it kept");
+  ASSERT_NE(set, std::string::npos);
+  ASSERT_NE(kept, std::string::npos);
+  const auto epochs = html.find("epochs = 5");
+  EXPECT_GT(epochs, set);
+  EXPECT_LT(epochs, kept);
+  EXPECT_GT(html.find("adam-beta1 = 0.9"), kept);
+}
+
+TEST(SweepReport, WithNoCellAtTheTargetTheBestSoFarLeads) {
+  std::vector<CellResult> results;
+  for (int64_t batch : {128, 512}) {
+    CellResult r;
+    r.cell = {batch, "linear", "0"};
+    r.status = "done";
+    r.best_accuracy = batch == 128 ? 0.84 : 0.81;
+    r.curve_by_updates = {{10, 80}, {20, 84}};
+    r.curve_by_samples = {{1280, 80}, {2560, 84}};
+    results.push_back(r);
+  }
+  const std::string html = sweep_report_html(results, 0.9, "sweep");
+  EXPECT_EQ(html.find("no data"), std::string::npos);
+  EXPECT_NE(html.find("best accuracy so far against the global batch (no cell reached 90%)"),
+            std::string::npos);
+  EXPECT_NE(html.find("No cell has reached the target of 90%"), std::string::npos);
+  EXPECT_NE(html.find(">target 90%<"), std::string::npos);  // the target, dashed
+  EXPECT_EQ(html.find("updates to 90% against the global batch"), std::string::npos);
+  // Once a cell reaches it, the updates-to-target chart leads again.
+  results[0].reached = true;
+  results[0].updates_to_target = 20;
+  const std::string reached = sweep_report_html(results, 0.84, "sweep");
+  EXPECT_NE(reached.find("updates to 84% against the global batch"), std::string::npos);
 }
 
 TEST_F(RunReportTest, NoMetricsIsAClearError) {
