@@ -73,6 +73,8 @@ class SweepCommand final : public Subcommand {
         ->type_name("DIR");
     app().add_option("--jobs", jobs_, "cells run at once (default: CPUs / threads per cell)");
     add_config_option(app(), config_path_, "TOML file of train's keys shared by every cell");
+    app().add_flag("--dry-run", dry_run_,
+                   "list the cells and the command each would run, and stop (nothing is written)");
   }
 
   int run() override {
@@ -119,6 +121,25 @@ class SweepCommand final : public Subcommand {
                  static_cast<long long>(options.threads_per_cell),
                  format_significant(100 * target_accuracy_).c_str(),
                  static_cast<long long>(max_epochs_), options.out.c_str());
+    if (dry_run_) {
+      const auto cells = options.grid.cells();
+      for (size_t i = 0; i < cells.size(); ++i) {
+        const SweepCell& cell = cells[i];
+        std::printf("%-28s global batch %-6lld micro-batch %-5lld LR rule %-9s warmup %s\n",
+                    cell.name().c_str(), static_cast<long long>(cell.global_batch),
+                    static_cast<long long>(cell.micro_batch(options.micro_batch)),
+                    cell.lr_scaling.c_str(), cell.warmup.c_str());
+      }
+      std::string command;
+      for (const auto& word :
+           sweep_cell_command(options, cells.front(), options.out + "/" + cells.front().name()))
+        command += (command.empty() ? "" : " ") + word;
+      std::printf(
+          "each cell runs, in its own directory (the first shown; base.toml holds the flags all "
+          "cells share):\n  %s\n(dry run: nothing was trained or written)\n",
+          command.c_str());
+      return kExitOk;
+    }
     return run_sweep(options);
   }
 
@@ -132,6 +153,7 @@ class SweepCommand final : public Subcommand {
   int64_t max_epochs_ = 20;
   std::string out_;
   int64_t jobs_ = 0;
+  bool dry_run_ = false;
 };
 
 }  // namespace

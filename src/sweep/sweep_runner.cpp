@@ -22,10 +22,10 @@
 
 namespace bigbatch {
 
-namespace {
+namespace {}  // namespace
 
-std::vector<std::string> cell_arguments(const SweepOptions& o, const SweepCell& cell,
-                                        const std::string& dir) {
+std::vector<std::string> sweep_cell_command(const SweepOptions& o, const SweepCell& cell,
+                                            const std::string& dir) {
   if (path_exists(dir + "/checkpoints")) {
     // Continue where the interrupted cell left off (its own config.toml holds its settings).
     return {o.binary, "train", "--resume", dir, "--progress", "lines"};
@@ -55,6 +55,8 @@ std::vector<std::string> cell_arguments(const SweepOptions& o, const SweepCell& 
           "--out",
           dir};
 }
+
+namespace {
 
 pid_t start_cell(const std::vector<std::string>& args, const std::string& log_path) {
   std::vector<char*> argv;
@@ -189,8 +191,8 @@ int run_sweep(const SweepOptions& o) {
       const size_t i = pending[next++];
       const std::string dir = o.out + "/" + cells[i].name();
       const bool resumed = path_exists(dir + "/checkpoints");
-      const pid_t pid =
-          start_cell(cell_arguments(o, cells[i], dir), o.out + "/logs/" + cells[i].name() + ".log");
+      const pid_t pid = start_cell(sweep_cell_command(o, cells[i], dir),
+                                   o.out + "/logs/" + cells[i].name() + ".log");
       running[pid] = i;
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s (global batch %lld, %s)\n", i + 1, cells.size(),
                    cells[i].name().c_str(), resumed ? "resumed" : "started",

@@ -24,6 +24,10 @@ struct SweepOptions {
   std::string binary;  // the bigbatch executable the cells run
 };
 
+// The child command that trains `cell` in `dir` (a resume when `dir` has checkpoints).
+std::vector<std::string> sweep_cell_command(const SweepOptions& options, const SweepCell& cell,
+                                            const std::string& dir);
+
 // Returns the process exit code: 0 when every cell ran to its end (target reached or not),
 // else the first failing cell's code (128 + N after a signal). Writes summary.csv, summary.md
 // and report.html into `out` either way.

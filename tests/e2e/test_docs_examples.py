@@ -95,6 +95,33 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertGreater(float(result.stdout.split("test accuracy ")[1].split("%")[0]), 85.0)
 
 
+    def test_the_other_commands_run_as_written(self):
+        """verify, fit --json and the sweep (listed by --dry-run: 48 cells of 20 epochs are an
+        evening's work) exactly as the README gives them; evaluate and predict run on the
+        TorchScript run they name, in YourModelDocTest."""
+        by_command = {}
+        for words in readme_commands():
+            by_command.setdefault(words[1], []).append(words)
+        (verify,) = by_command["verify"]
+        result = subprocess.run([BINARY, *verify[1:]], capture_output=True, text=True, timeout=600, cwd=self.dir)
+        self.assertEqual(result.returncode, 0, " ".join(verify) + "\n" + result.stderr)
+        self.assertIn("exact to fp32 tolerance", result.stdout)
+        fit_json = [w for w in by_command["fit"] if "--json" in w]
+        self.assertEqual(len(fit_json), 1)
+        result = subprocess.run([BINARY, *fit_json[0][1:]], capture_output=True, text=True, timeout=600,
+                                cwd=self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertGreater(json.loads(result.stdout)["fastest_micro_batch"], 0)
+        (sweep,) = by_command["sweep"]
+        result = subprocess.run([BINARY, *sweep[1:], "--dry-run"], capture_output=True, text=True, timeout=120,
+                                cwd=self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("sweep: 48 cells (8 global batches x 3 LR rules x 2 warmups)", result.stderr)
+        self.assertEqual(len([line for line in result.stdout.splitlines() if line.startswith("gb")]), 48)
+        self.assertIn("(dry run: nothing was trained or written)", result.stdout)
+        self.assertEqual(os.listdir(self.dir), [])
+
+
 class YourModelDocTest(DocTestCase):
 
     def test_the_example_runs_as_written(self):
@@ -127,6 +154,20 @@ class YourModelDocTest(DocTestCase):
         result = subprocess.run(["/usr/bin/python3", use_results], cwd=self.dir, env=env, capture_output=True,
                                 text=True)
         self.assertEqual(result.returncode, 0, result.stderr)
+
+        # The README's evaluate and predict, on this run (runs/small_cnn), as written.
+        import numpy as np
+        np.save(os.path.join(self.dir, "x_new.npy"), np.random.default_rng(0).random((5, 28, 28), np.float32))
+        for words in readme_commands():
+            if words[1] in ("evaluate", "predict"):
+                result = subprocess.run([BINARY, *words[1:]], cwd=self.dir, capture_output=True, text=True,
+                                        timeout=600)
+                self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
+                if words[1] == "evaluate":
+                    self.assertIn("accuracy", json.loads(result.stdout))
+        probabilities = np.load(os.path.join(self.dir, "probabilities.npy"))
+        self.assertEqual(probabilities.shape, (5, 10))
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1, rtol=1e-5)
 
 
 class WeightsDocTest(DocTestCase):
