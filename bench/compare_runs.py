@@ -21,6 +21,9 @@ def records(run):
 
 
 def main():
+    if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr)
+        sys.exit(0 if len(sys.argv) == 2 else 2)
     a, b = sys.argv[1], sys.argv[2]
     problems = []
     weights_a = (pathlib.Path(a) / "weights.safetensors").read_bytes()

@@ -122,6 +122,28 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertEqual(os.listdir(self.dir), [])
 
 
+class BenchmarkCommandsTest(unittest.TestCase):
+    """docs/benchmarks.md says how each table was measured (`bench/NAME.py ARGS`); running them
+    takes hours, so this checks what can go stale: each script exists, answers --help, and has
+    every flag the text gives it."""
+
+    def test_every_benchmark_command_names_a_script_and_flags_it_has(self):
+        with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
+            commands = re.findall(r"`(bench/[a-z_]+\.py)([^`]*)`", f.read())
+        self.assertGreaterEqual(len(commands), 10)
+        helps = {}
+        for script, args in commands:
+            path = os.path.join(ROOT, script)
+            self.assertTrue(os.path.exists(path), script)
+            if script not in helps:
+                result = subprocess.run(["/usr/bin/python3", path, "--help"], capture_output=True, text=True,
+                                        timeout=120)
+                self.assertEqual(result.returncode, 0, script + "\n" + result.stderr)
+                helps[script] = result.stdout + result.stderr
+            for flag in re.findall(r"(?<!\S)--[a-z][a-z-]*", args):
+                self.assertIn(flag, helps[script], f"{script}{args}: {flag}")
+
+
 class YourModelDocTest(DocTestCase):
 
     def test_the_example_runs_as_written(self):
