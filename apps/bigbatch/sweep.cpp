@@ -1,5 +1,5 @@
 // `bigbatch sweep`: a grid of train runs over global batches, LR rules and warmups, each
-// trained to a target accuracy, with a summary and a report.
+// trained to a target (an accuracy, bits per byte, a loss), with a summary and a report.
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -15,6 +15,7 @@
 #include "subcommand.h"
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
+#include "sweep/sweep_summary.h"
 
 namespace bigbatch::cli {
 
@@ -22,9 +23,9 @@ namespace {
 
 // Options a sweep sets per cell, or for every cell itself.
 const std::set<std::string> kSweepOwnOptions = {
-    "global-batch", "lr-scaling",  "warmup",      "target-accuracy",  "epochs",
-    "out",          "resume",      "progress",    "checkpoint-every", "keep-checkpoints",
-    "accum-steps",  "max-updates", "save-weights"};
+    "global-batch",     "lr-scaling",  "warmup",      "target-accuracy", "target",
+    "epochs",           "out",         "resume",      "progress",        "checkpoint-every",
+    "keep-checkpoints", "accum-steps", "max-updates", "save-weights"};
 
 std::string self_executable() {
   std::error_code error;
@@ -48,7 +49,8 @@ class SweepCommand final : public Subcommand {
   explicit SweepCommand(CLI::App& parent)
       : Subcommand(parent, "sweep",
                    "grow the global batch with the learning rate scaled and watch validation "
-                   "accuracy: a grid of train runs, their updates to a target accuracy, "
+                   "accuracy: a grid of train runs, their updates to a target (accuracy, bits "
+                   "per byte, loss), "
                    "summary.csv/.md and report.html") {
     register_options(app(), kTrainCommand, flags_, kSweepOwnOptions);
     app()
@@ -64,8 +66,17 @@ class SweepCommand final : public Subcommand {
     app()
         .add_option("--warmup", warmups_, "warmups to compare, e.g. 0u,2e (default 0u)")
         ->type_name("LIST");
-    app().add_option("--target-accuracy", target_accuracy_,
-                     "validation accuracy each cell trains to (default 0.9)");
+    auto* target = app()
+                       .add_option("--target", target_,
+                                   "what each cell trains to, as train's --target: "
+                                   "val_accuracy>=0.9, val_bpb<=1.9, val_loss<=0.3 (default: "
+                                   "accuracy 0.9)")
+                       ->type_name("METRIC<=X|>=X");
+    app()
+        .add_option("--target-accuracy", target_accuracy_,
+                    "shorthand for --target accuracy>=X: validation accuracy (test without "
+                    "one) each cell trains to")
+        ->excludes(target);
     app().add_option("--max-epochs", max_epochs_,
                      "a cell stops here if it has not reached the target (default 20)");
     app()
@@ -92,6 +103,8 @@ class SweepCommand final : public Subcommand {
                       format_double(target_accuracy_),
                   "e.g. --target-accuracy 0.9");
     }
+    const StopTarget target =
+        target_.empty() ? StopTarget::accuracy(target_accuracy_) : StopTarget::parse(target_);
     if (jobs_ < 0)
       throw Error(ErrorKind::Config, "--jobs must be at least 1, got " + std::to_string(jobs_),
                   "e.g. --jobs 2, or leave it out for CPUs / threads per cell");
@@ -108,18 +121,17 @@ class SweepCommand final : public Subcommand {
     options.jobs = jobs_ > 0 ? jobs_ : std::max<int64_t>(1, cpus / options.threads_per_cell);
     base.threads = options.threads_per_cell;
     options.base_config = render_toml_config(base);
-    options.target_accuracy = target_accuracy_;
+    options.target = target;
     options.max_epochs = max_epochs_;
     options.out = out_.empty() ? default_sweep_directory() : out_;
     options.binary = self_executable();
     std::fprintf(stderr,
                  "sweep: %zu cells (%zu global batches x %zu LR rules x %zu warmups), %lld at a "
-                 "time with %lld thread(s) each, target %s%% in at most %lld epochs, in %s\n",
+                 "time with %lld thread(s) each, target %s in at most %lld epochs, in %s\n",
                  options.grid.cells().size(), options.grid.global_batches.size(),
                  options.grid.lr_scalings.size(), options.grid.warmups.size(),
                  static_cast<long long>(options.jobs),
-                 static_cast<long long>(options.threads_per_cell),
-                 format_significant(100 * target_accuracy_).c_str(),
+                 static_cast<long long>(options.threads_per_cell), target_text(target).c_str(),
                  static_cast<long long>(max_epochs_), options.out.c_str());
     if (dry_run_) {
       const auto cells = options.grid.cells();
@@ -150,6 +162,7 @@ class SweepCommand final : public Subcommand {
   std::string lr_scalings_ = "auto";
   std::string warmups_ = "0u";
   double target_accuracy_ = 0.9;
+  std::string target_;
   int64_t max_epochs_ = 20;
   std::string out_;
   int64_t jobs_ = 0;

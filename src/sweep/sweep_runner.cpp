@@ -44,8 +44,8 @@ std::vector<std::string> sweep_cell_command(const SweepOptions& o, const SweepCe
           cell.warmup,
           "--epochs",
           std::to_string(o.max_epochs),
-          "--target-accuracy",
-          format_double(o.target_accuracy),
+          "--target",
+          o.target.to_string(),
           "--checkpoint-every",
           "1e",
           "--threads",
@@ -93,12 +93,12 @@ int exit_code_of(int status) {
   return 1;
 }
 
-std::string describe(const CellResult& r) {
+std::string describe(const CellResult& r, const StopTarget& target) {
   std::string text = r.reached ? "reached after " + std::to_string(r.updates_to_target) +
                                      " updates (" + human_duration(r.seconds_to_target) + ")"
                                : "target not reached";
-  if (r.best_accuracy)
-    text += ", best " + format_significant(100 * *r.best_accuracy) + "%";
+  if (r.best)
+    text += ", best " + metric_text(target, *r.best);
   return text;
 }
 
@@ -108,15 +108,15 @@ void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
                      const std::map<size_t, int>& failures) {
   std::vector<CellResult> results;
   for (size_t i = 0; i < cells.size(); ++i) {
-    results.push_back(read_cell_result(cells[i], o.out + "/" + cells[i].name()));
+    results.push_back(read_cell_result(cells[i], o.out + "/" + cells[i].name(), o.target));
     if (const auto f = failures.find(i); f != failures.end() && results.back().status != "diverged")
       results.back().status = "failed (exit " + std::to_string(f->second) + ")";
   }
   atomic_write_file(o.out + "/summary.csv", summary_csv(results));
-  const std::string markdown = summary_markdown(results, o.target_accuracy);
+  const std::string markdown = summary_markdown(results, o.target);
   atomic_write_file(o.out + "/summary.md", markdown);
   atomic_write_file(o.out + "/report.html",
-                    sweep_report_html(results, o.target_accuracy, "bigbatch sweep: " + o.out));
+                    sweep_report_html(results, o.target, "bigbatch sweep: " + o.out));
   std::printf("%s", markdown.c_str());
   std::printf("sweep: wrote %s/summary.csv, summary.md and report.html\n", o.out.c_str());
 }
@@ -129,7 +129,7 @@ std::string grid_json(const SweepOptions& o) {
                      {"lr_scaling", cell.lr_scaling},
                      {"warmup", cell.warmup}});
   }
-  return nlohmann::json{{"target_accuracy", o.target_accuracy}, {"cells", cells}}.dump(2) + "\n";
+  return nlohmann::json{{"target", o.target.to_string()}, {"cells", cells}}.dump(2) + "\n";
 }
 
 }  // namespace
@@ -144,7 +144,10 @@ bool rewrite_sweep_report(const std::string& dir) {
   SweepOptions o;
   o.out = dir;
   try {
-    o.target_accuracy = grid.at("target_accuracy").get<double>();
+    // A sweep.json from before general targets holds the accuracy alone.
+    o.target = grid.contains("target")
+                   ? StopTarget::parse(grid.at("target").get<std::string>())
+                   : StopTarget::accuracy(grid.at("target_accuracy").get<double>());
     for (const auto& c : grid.at("cells")) {
       cells.push_back({c.at("global_batch").get<int64_t>(), c.at("lr_scaling").get<std::string>(),
                        c.at("warmup").get<std::string>()});
@@ -169,7 +172,7 @@ int run_sweep(const SweepOptions& o) {
   std::vector<size_t> pending;
   for (size_t i = 0; i < cells.size(); ++i) {
     const std::string dir = o.out + "/" + cells[i].name();
-    const std::string earlier = read_cell_result(cells[i], dir).status;
+    const std::string earlier = read_cell_result(cells[i], dir, o.target).status;
     if (earlier == "done" || earlier == "diverged") {
       // A diverged cell would diverge again from its checkpoint: its result is the divergence.
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s earlier, kept\n", i + 1, cells.size(),
@@ -216,10 +219,10 @@ int run_sweep(const SweepOptions& o) {
     const size_t i = found->second;
     running.erase(found);
     const int code = exit_code_of(status);
-    const CellResult r = read_cell_result(cells[i], o.out + "/" + cells[i].name());
+    const CellResult r = read_cell_result(cells[i], o.out + "/" + cells[i].name(), o.target);
     if (code == 0) {
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: %s\n", i + 1, cells.size(),
-                   cells[i].name().c_str(), describe(r).c_str());
+                   cells[i].name().c_str(), describe(r, o.target).c_str());
     } else if (code > 128 && interrupts.requested()) {
       // Stopped with the sweep (Ctrl-C reaches the cells too): it checkpointed, not failed.
       std::fprintf(stderr, "sweep: [%zu/%zu] %s: stopped by signal %d after checkpointing\n", i + 1,

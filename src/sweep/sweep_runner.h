@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/stop_target.h"
 #include "sweep/sweep_grid.h"
 
 namespace bigbatch {
@@ -17,7 +18,7 @@ struct SweepOptions {
   std::string out;           // the sweep directory
   std::string base_config;   // TOML of everything the cells share (written to out/base.toml)
   int64_t micro_batch = 32;  // per cell: SweepCell::micro_batch (at most the global batch)
-  double target_accuracy = 0.9;
+  StopTarget target = StopTarget::accuracy(0.9);  // what each cell trains to
   int64_t max_epochs = 20;
   int64_t jobs = 1;
   int64_t threads_per_cell = 1;

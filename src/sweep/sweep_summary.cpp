@@ -31,9 +31,32 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Charts show accuracies in percent.
+double chart_scale(const StopTarget& target) {
+  return target.metric == "accuracy" ? 100 : 1;
+}
+
+// "best accuracy", "best validation bits per byte": a chart's words for the metric.
+std::string metric_words(const StopTarget& target) {
+  return target.metric == "bpb" ? "bits per byte" : target.metric;
+}
+
 }  // namespace
 
-CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir) {
+std::string target_text(const StopTarget& target) {
+  if (target.metric == "accuracy" && target.split.empty())
+    return format_significant(100 * target.value) + "%";
+  return target.to_string();
+}
+
+std::string metric_text(const StopTarget& target, double value) {
+  if (target.metric == "accuracy")
+    return optional_number(100 * value, 2) + "%";
+  return optional_number(value);
+}
+
+CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir,
+                            const StopTarget& target) {
   CellResult result;
   result.cell = cell;
   result.status = "not run";
@@ -68,26 +91,30 @@ CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir) 
       result.seconds_to_target = e.value("train_seconds", 0.0);
     }
   }
-  const bool has_validation = !r.epochs.empty() && r.epochs.front().contains("val_accuracy");
-  result.accuracy_metric = has_validation ? "val_accuracy" : "test_accuracy";
-  const char* metric = has_validation ? "val_accuracy" : "test_accuracy";
+  // The split the target reads: the validation one when the run has it (as train decides).
+  const bool has_validation = !r.epochs.empty() && r.epochs.front().contains("val_loss");
+  result.metric = target.metric_in(has_validation);
+  const char* metric = result.metric.c_str();
   for (const auto& e : r.epochs) {
-    const double accuracy = e.value(metric, 0.0);
-    if (!result.best_accuracy || accuracy > *result.best_accuracy)
-      result.best_accuracy = accuracy;
+    const auto value = e.value(metric, nlohmann::json());
+    if (value.is_number()) {
+      const double v = value.get<double>();
+      if (!result.best || (target.at_least ? v > *result.best : v < *result.best))
+        result.best = v;
+    }
     result.final_train_loss = e.value("train_loss", nlohmann::json()).is_number()
                                   ? std::optional<double>(e.at("train_loss").get<double>())
                                   : std::nullopt;
   }
-  result.curve_by_updates = record_points(r.epochs, "step", metric, 100);
-  result.curve_by_samples = record_points(r.epochs, "samples_seen", metric, 100);
+  result.curve_by_updates = record_points(r.epochs, "step", metric, chart_scale(target));
+  result.curve_by_samples = record_points(r.epochs, "samples_seen", metric, chart_scale(target));
   return result;
 }
 
 std::string summary_csv(const std::vector<CellResult>& results) {
   std::string out =
       "cell,global_batch,lr_scaling,warmup,peak_lr,status,reached,updates_to_target,"
-      "samples_to_target,seconds_to_target,best_accuracy,accuracy_metric,final_train_loss,"
+      "samples_to_target,seconds_to_target,best,metric,final_train_loss,"
       "mean_noise_scale,updates,samples\n";
   for (const auto& r : results) {
     char line[512];
@@ -98,7 +125,7 @@ std::string summary_csv(const std::vector<CellResult>& results) {
         r.reached ? "true" : "false", r.reached ? std::to_string(r.updates_to_target).c_str() : "",
         r.reached ? std::to_string(r.samples_to_target).c_str() : "",
         r.reached ? optional_number(r.seconds_to_target, 2).c_str() : "",
-        optional_number(r.best_accuracy).c_str(), r.accuracy_metric.c_str(),
+        r.best ? format_significant(*r.best).c_str() : "", r.metric.c_str(),
         optional_number(r.final_train_loss).c_str(), optional_number(r.mean_noise_scale, 1).c_str(),
         static_cast<long long>(r.updates), static_cast<long long>(r.samples));
     out += line;
@@ -106,11 +133,11 @@ std::string summary_csv(const std::vector<CellResult>& results) {
   return out;
 }
 
-std::string summary_markdown(const std::vector<CellResult>& results, double target) {
+std::string summary_markdown(const std::vector<CellResult>& results, const StopTarget& target) {
   std::string out =
-      "| global batch | LR rule | warmup | peak LR | updates to " +
-      format_significant(100 * target) +
-      "% | samples to target | time to target | best accuracy | final train loss "
+      "| global batch | LR rule | warmup | peak LR | updates to " + target_text(target) +
+      " | samples to target | time to target | best " + metric_words(target) +
+      " | final train loss "
       "| mean noise scale | status |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& r : results) {
     char line[512];
@@ -121,7 +148,7 @@ std::string summary_markdown(const std::vector<CellResult>& results, double targ
         r.reached ? std::to_string(r.updates_to_target).c_str() : "not reached",
         r.reached ? human_count(double(r.samples_to_target)).c_str() : "-",
         r.reached ? human_duration(r.seconds_to_target).c_str() : "-",
-        r.best_accuracy ? (optional_number(100 * *r.best_accuracy, 2) + "%").c_str() : "-",
+        r.best ? metric_text(target, *r.best).c_str() : "-",
         optional_number(r.final_train_loss).c_str(),
         r.mean_noise_scale ? human_count(*r.mean_noise_scale).c_str() : "-", r.status.c_str());
     out += line;
@@ -129,8 +156,11 @@ std::string summary_markdown(const std::vector<CellResult>& results, double targ
   return out;
 }
 
-std::string sweep_report_html(const std::vector<CellResult>& results, double target,
+std::string sweep_report_html(const std::vector<CellResult>& results, const StopTarget& target,
                               const std::string& title) {
+  const double scale = chart_scale(target);
+  const std::string words = metric_words(target);
+  const std::string unit = target.metric == "accuracy" ? " (%)" : "";
   // Cells grouped into series by LR rule and warmup, in grid order.
   std::vector<std::string> series_order;
   std::map<std::string, std::vector<const CellResult*>> by_series;
@@ -145,14 +175,14 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
   }
 
   LineChart steps;
-  steps.title = "updates to " + format_significant(100 * target) + "% against the global batch";
+  steps.title = "updates to " + target_text(target) + " against the global batch";
   steps.x_label = "global batch";
   steps.y_label = "updates to target";
   steps.log_x = steps.log_y = true;
   LineChart accuracy;
-  accuracy.title = "best accuracy against the global batch";
+  accuracy.title = "best " + words + " against the global batch";
   accuracy.x_label = "global batch";
-  accuracy.y_label = "best accuracy (%)";
+  accuracy.y_label = "best " + words + unit;
   accuracy.log_x = true;
   for (size_t i = 0; i < series_order.size(); ++i) {
     ChartSeries reached{series_order[i], chart_colour(i), {}, true};
@@ -160,8 +190,8 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
     for (const CellResult* r : by_series[series_order[i]]) {
       if (r->reached)
         reached.points.push_back({double(r->cell.global_batch), double(r->updates_to_target)});
-      if (r->best_accuracy)
-        best.points.push_back({double(r->cell.global_batch), 100 * *r->best_accuracy});
+      if (r->best)
+        best.points.push_back({double(r->cell.global_batch), scale * *r->best});
     }
     steps.series.push_back(reached);
     accuracy.series.push_back(best);
@@ -192,12 +222,13 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
   }
 
   LineChart by_updates, by_samples;
-  by_updates.title = "validation accuracy against updates";
+  const std::string curve_name = results.empty() ? words : results.front().metric;
+  by_updates.title = curve_name + " against updates";
   by_updates.x_label = "updates";
   by_updates.log_x = true;
-  by_samples.title = "validation accuracy against samples";
+  by_samples.title = curve_name + " against samples";
   by_samples.x_label = "samples";
-  by_updates.y_label = by_samples.y_label = "accuracy (%)";
+  by_updates.y_label = by_samples.y_label = words + unit;
   by_updates.width = by_samples.width = 720;
   by_updates.height = by_samples.height = 380;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -207,8 +238,8 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
     by_samples.series.push_back({name, chart_colour(i), r.curve_by_samples, true});
   }
 
-  const std::string target_text = format_significant(100 * target) + "%";
-  accuracy.y_markers.push_back({100 * target, "target " + target_text});
+  const std::string target_words = target_text(target);
+  accuracy.y_markers.push_back({scale * target.value, "target " + target_words});
   std::string html = html_page_start(title) + "<h1>" + xml_escape(title) + "</h1>\n";
   if (first) {
     html +=
@@ -222,19 +253,20 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
   } else {
     // Nothing to count updates to: the best each cell reached leads, against the target.
     accuracy.title =
-        "best accuracy so far against the global batch (no cell reached " + target_text + ")";
-    html += "<p>No cell has reached the target of " + xml_escape(target_text) +
-            " yet, so there are no updates to it to compare: the chart shows the best accuracy "
-            "each cell reached, with the target dashed. Train longer (--epochs), or lower the "
-            "target.</p>\n";
+        "best " + words + " so far against the global batch (no cell reached " + target_words + ")";
+    html += "<p>No cell has reached the target of " + xml_escape(target_words) +
+            " yet, so there are no updates to it to compare: the chart shows the best " +
+            xml_escape(words) +
+            " each cell reached, with the target dashed. Train longer (--max-epochs), or ease "
+            "the target.</p>\n";
     html += "<div class=\"charts\"><figure>" + render_svg(accuracy) + "</figure></div>\n";
   }
   html += "<div class=\"charts\"><figure>" + render_svg(by_updates) + "</figure><figure>" +
           render_svg(by_samples) + "</figure></div>\n";
   html +=
       "<h2>cells</h2><table><tr><th>global batch</th><th>LR rule</th><th>warmup</th>"
-      "<th>peak LR</th><th>updates to target</th><th>samples to target</th><th>best "
-      "accuracy</th><th>mean noise scale</th><th>status</th></tr>";
+      "<th>peak LR</th><th>updates to target</th><th>samples to target</th><th>best " +
+      xml_escape(words) + "</th><th>mean noise scale</th><th>status</th></tr>";
   for (const auto& r : results) {
     char row[512];
     std::snprintf(
@@ -245,7 +277,7 @@ std::string sweep_report_html(const std::vector<CellResult>& results, double tar
         xml_escape(r.cell.warmup).c_str(), r.peak_lr,
         r.reached ? std::to_string(r.updates_to_target).c_str() : "not reached",
         r.reached ? human_count(double(r.samples_to_target)).c_str() : "-",
-        r.best_accuracy ? (optional_number(100 * *r.best_accuracy, 2) + "%").c_str() : "-",
+        r.best ? metric_text(target, *r.best).c_str() : "-",
         r.mean_noise_scale ? human_count(*r.mean_noise_scale).c_str() : "-",
         xml_escape(r.status).c_str());
     html += row;

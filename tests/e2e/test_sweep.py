@@ -54,7 +54,8 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(row["status"], "done")
             records = metrics(cell)
             epochs = [r for r in records if "val_accuracy" in r]
-            self.assertAlmostEqual(float(row["best_accuracy"]), max(e["val_accuracy"] for e in epochs), places=4)
+            self.assertEqual(row["metric"], "val_accuracy")
+            self.assertAlmostEqual(float(row["best"]), max(e["val_accuracy"] for e in epochs), places=4)
             reached = [r for r in records if r.get("event") == "target_reached"]
             self.assertEqual(row["reached"], "true" if reached else "false")
             if reached:
@@ -130,6 +131,48 @@ class SweepTest(unittest.TestCase):
         first = [r for r in metrics(os.path.join(out, rows[32]["cell"])) if "loss" in r][0]
         self.assertEqual((first["micro_batch"], first["micro_steps"]), (16, 2))
         self.assertIn("lr_gain", first)
+
+    def test_a_language_model_sweep_trains_to_a_bits_per_byte_target(self):
+        corpus = os.path.join(self.root, "corpus")
+        with open(corpus, "w") as f:
+            f.write("\n%\n".join(("the quick brown fox %d " % i) * (1 + i % 7) for i in range(120)) + "\n%\n")
+        out = os.path.join(self.root, "lm")
+        tiny = ["--dataset", f"text:{corpus}", "--model", "gpt", "--layers", "1", "--d-model", "32", "--heads", "2",
+                "--seq-len", "64", "--optimizer", "adamw", "--lr", "3e-3", "--micro-batch", "8", "--val-size", "16"]
+        result = bigbatch("sweep", *tiny, "--global-batch", "16,32", "--target", "val_bpb<=7.5", "--max-epochs", "3",
+                          "--jobs", "2", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("target val_bpb<=7.5 in at most 3 epochs", result.stderr)
+        rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            records = metrics(os.path.join(out, row["cell"]))
+            epochs = [r for r in records if "val_bpb" in r]
+            self.assertEqual(row["metric"], "val_bpb")
+            # The best of bits per byte is its lowest.
+            self.assertAlmostEqual(float(row["best"]), min(e["val_bpb"] for e in epochs), places=4)
+            reached = [r for r in records if r.get("event") == "target_reached"]
+            self.assertEqual(row["reached"], "true" if reached else "false")
+            if reached:
+                self.assertEqual(reached[0]["condition"], "val_bpb<=7.5")
+                self.assertLessEqual(reached[0]["value"], 7.5)
+                self.assertEqual(int(row["updates_to_target"]), reached[0]["step"])
+        self.assertTrue(any(r["reached"] == "true" for r in rows))
+        table = open(os.path.join(out, "summary.md")).read()
+        self.assertIn("updates to val_bpb<=7.5 | samples to target | time to target | best bits per byte |", table)
+        report = open(os.path.join(out, "report.html")).read()
+        self.assertIn("val_bpb against updates", report)
+        # The target travels with the grid: the report rebuilds from sweep.json alone.
+        self.assertEqual(json.load(open(os.path.join(out, "sweep.json")))["target"], "val_bpb<=7.5")
+        again = bigbatch("report", out)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(open(os.path.join(out, "summary.md")).read(), table)
+        # A target the cells cannot report is train's one-line error, before any cell trains.
+        bad = bigbatch("sweep", *tiny, "--global-batch", "16", "--target", "val_bpb>=7.5", "--out",
+                       os.path.join(self.root, "bad"))
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("would stop at once", bad.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "bad")))
 
     def test_a_diverged_cell_is_labelled_diverged_and_kept(self):
         out = os.path.join(self.root, "diverged")

@@ -311,12 +311,13 @@ TEST(SweepReport, WithNoCellAtTheTargetTheBestSoFarLeads) {
     CellResult r;
     r.cell = {batch, "linear", "0"};
     r.status = "done";
-    r.best_accuracy = batch == 128 ? 0.84 : 0.81;
+    r.best = batch == 128 ? 0.84 : 0.81;
+    r.metric = "val_accuracy";
     r.curve_by_updates = {{10, 80}, {20, 84}};
     r.curve_by_samples = {{1280, 80}, {2560, 84}};
     results.push_back(r);
   }
-  const std::string html = sweep_report_html(results, 0.9, "sweep");
+  const std::string html = sweep_report_html(results, StopTarget::accuracy(0.9), "sweep");
   EXPECT_EQ(html.find("no data"), std::string::npos);
   EXPECT_NE(html.find("best accuracy so far against the global batch (no cell reached 90%)"),
             std::string::npos);
@@ -326,8 +327,27 @@ TEST(SweepReport, WithNoCellAtTheTargetTheBestSoFarLeads) {
   // Once a cell reaches it, the updates-to-target chart leads again.
   results[0].reached = true;
   results[0].updates_to_target = 20;
-  const std::string reached = sweep_report_html(results, 0.84, "sweep");
+  const std::string reached = sweep_report_html(results, StopTarget::accuracy(0.84), "sweep");
   EXPECT_NE(reached.find("updates to 84% against the global batch"), std::string::npos);
+
+  // A language model's sweep: bits per byte, lower is better, shown as they are.
+  for (auto& r : results) {
+    r.reached = false;
+    r.metric = "val_bpb";
+    r.best = r.cell.global_batch == 128 ? 2.31 : 2.45;
+  }
+  const StopTarget bpb = StopTarget::parse("val_bpb<=1.9");
+  const std::string lm = sweep_report_html(results, bpb, "sweep");
+  EXPECT_NE(lm.find("best bits per byte so far against the global batch (no cell reached "
+                    "val_bpb&lt;=1.9)"),
+            std::string::npos);
+  EXPECT_NE(lm.find("val_bpb against updates"), std::string::npos);
+  EXPECT_NE(lm.find("<td>2.31</td>"), std::string::npos);
+  EXPECT_EQ(lm.find("%</td>"), std::string::npos);
+  const std::string markdown = summary_markdown(results, bpb);
+  EXPECT_NE(markdown.find("updates to val_bpb<=1.9"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("best bits per byte"), std::string::npos) << markdown;
+  EXPECT_NE(summary_csv(results).find(",2.31,val_bpb,"), std::string::npos);
 }
 
 TEST_F(RunReportTest, NoMetricsIsAClearError) {
