@@ -46,6 +46,29 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
   return {};
 }
 
+// CLI11 lists the arguments it did not expect last one first ("cuda --device"): say them in
+// the order they were typed.
+std::string unexpected_arguments(int argc, char** argv, const CLI::App& app) {
+  std::vector<std::string> left;
+  for (const auto* command : app.get_subcommands({})) {
+    for (const auto& arg : command->remaining())
+      left.push_back(arg);
+  }
+  for (const auto& arg : app.remaining())
+    left.push_back(arg);
+  std::string ordered;
+  for (int i = 1; i < argc && !left.empty(); ++i) {
+    const auto at = std::find(left.begin(), left.end(), std::string(argv[i]));
+    if (at == left.end())
+      continue;
+    ordered += (ordered.empty() ? "" : " ") + *at;
+    left.erase(at);
+  }
+  for (const auto& arg : left)  // none expected: whatever CLI11 kept that argv did not show
+    ordered += (ordered.empty() ? "" : " ") + arg;
+  return "arguments not expected: " + ordered;
+}
+
 // Help that fits the terminal: each description word-wrapped beside the flags' column
 // (CLI11 2.1 prints it as one line, 43 of train's 62 flags wider than 80 columns).
 class WrappingFormatter final : public CLI::Formatter {
@@ -208,7 +231,8 @@ int run(int argc, char** argv) {
     const Subcommand* command = parsed();
     // A flag that is not known gets the likely one; a known flag with a bad value does not.
     const bool unknown = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
-    std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", e.what(),
+    const std::string what = unknown ? unexpected_arguments(argc, argv, app) : e.what();
+    std::fprintf(stderr, "bigbatch: error[usage]: %s; %ssee 'bigbatch %s--help'\n", what.c_str(),
                  unknown ? unknown_flag_hint(argc, argv, app).c_str() : "",
                  command ? (command->name() + " ").c_str() : "");
     return kExitBadInput;

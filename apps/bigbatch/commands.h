@@ -6,10 +6,10 @@
 //   0 success, 1 internal error (a bug: please report), 2 bad input (flags, config, plan,
 //   data, model or weight files, checkpoints, run directory), 3 a data-parallel job failed
 //   (launcher environment, rendezvous, a peer rank that died or timed out), 4 training diverged
-//   (non-finite losses or gradients --max-bad-updates times in a row; a checkpoint is
-//   written), 5 out of memory (the budget cannot hold a micro-batch of 1, or an allocation
-//   outside the micro-steps failed), 128 + N stopped by signal N (SIGINT 130,
-//   SIGTERM 143) after writing a checkpoint. `launch` returns its failing worker's code.
+//   (--max-bad-updates skipped updates in a row: non-finite, or loss spikes; the newest good
+//   checkpoint is kept, or one is written), 5 out of memory (the budget cannot hold a micro-batch
+//   of 1, or an allocation outside the micro-steps failed), 128 + N stopped by signal N (SIGINT
+//   130, SIGTERM 143) after writing a checkpoint. `launch` returns its failing worker's code.
 namespace bigbatch::cli {
 
 inline constexpr int kExitOk = 0;

@@ -66,7 +66,8 @@ nlohmann::json progress_json(const TrainingProgress& p) {
             {"product_ema", p.noise.product_ema},
             {"weight_sq", p.noise.weight_sq},
             {"gradient_sq_sum", p.noise.gradient_sq_sum},
-            {"trace_sum", p.noise.trace_sum}}},
+            {"trace_sum", p.noise.trace_sum},
+            {"spread_samples", p.noise.spread_samples}}},
           {"scale_invariant_step", p.scale_invariant_step},
           {"metrics_bytes", p.metrics_bytes},
           {"recorded_epoch_step", p.recorded_epoch_step},
@@ -170,17 +171,20 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
     p.noise.trace_ema = n.amount("trace_ema", std::nullopt, /*signed_value=*/true);
     p.noise.weight = n.amount("weight");
     p.noise.samples = n.count("samples");
-    if (j.at("noise").contains("weight_sq")) {
+    if (j.at("noise").contains("spread_samples")) {
+      p.noise.spread_samples = n.count("spread_samples");
       p.noise.gradient_sq_sq_ema = n.amount("gradient_sq_sq_ema");
       p.noise.trace_sq_ema = n.amount("trace_sq_ema");
       p.noise.product_ema = n.amount("product_ema", std::nullopt, /*signed_value=*/true);
       p.noise.weight_sq = n.amount("weight_sq");
       p.noise.gradient_sq_sum = n.amount("gradient_sq_sum", std::nullopt, /*signed_value=*/true);
       p.noise.trace_sum = n.amount("trace_sum", std::nullopt, /*signed_value=*/true);
-    } else {
-      // From before the estimate's spread was kept: it starts afresh (a few updates' loss).
-      p.noise = NoiseScaleState{};
+      if (p.noise.spread_samples > p.noise.samples)
+        n.bad("spread_samples",
+              "is past progress.noise.samples " + std::to_string(p.noise.samples));
     }
+    // Absent (a checkpoint from before the spread was kept): the averages continue, AdaScale's
+    // gain with them; the spread stays unknown for this run (spread_samples < samples).
   }
   p.scale_invariant_step = f.amount("scale_invariant_step", 0.0);
   p.metrics_bytes = f.count("metrics_bytes", -1, -1);

@@ -19,15 +19,17 @@ constexpr int kLegendRow = 14;
 std::string chart_number(double v) {
   char buffer[48];
   const double magnitude = std::fabs(v);
-  if (v == 0 || (magnitude >= 1e-3 && magnitude < 1e4)) {
+  // 9999.6 would print as 1e+04 in %.4g: it belongs to the next branch ("10k").
+  if (v == 0 || (magnitude >= 1e-3 && magnitude < 9999.5)) {
     std::snprintf(buffer, sizeof buffer, "%.4g", v);
     return buffer;
   }
-  if (magnitude >= 1e4 && magnitude < 1e15) {
+  if (magnitude >= 9999.5 && magnitude < 999.5e12) {
     static const char* const suffixes[] = {"k", "M", "G", "T"};
     int power = 0;
     double scaled = v / 1e3;
-    while (std::fabs(scaled) >= 1e3 && power < 3) {
+    // 999.95k prints as 1e+03k in %.3g: carry it into the next suffix ("1M").
+    while (std::fabs(scaled) >= 999.5 && power < 3) {
       scaled /= 1e3;
       ++power;
     }

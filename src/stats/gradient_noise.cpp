@@ -22,7 +22,10 @@ NoiseEstimate estimate_noise(const NoiseSample& s) {
 
 void NoiseScaleTracker::add(const NoiseSample& sample) {
   const NoiseEstimate e = estimate_noise(sample);
-  if (!std::isfinite(e.gradient_sq) || !std::isfinite(e.trace))
+  // The squares overflow long before the values do: a sample whose spread cannot be held is
+  // left out whole, so the state stays finite (and a checkpoint readable).
+  if (!std::isfinite(e.gradient_sq * e.gradient_sq) || !std::isfinite(e.trace * e.trace) ||
+      !std::isfinite(e.trace * e.gradient_sq))
     return;
   state_.gradient_sq_ema = beta_ * state_.gradient_sq_ema + (1 - beta_) * e.gradient_sq;
   state_.trace_ema = beta_ * state_.trace_ema + (1 - beta_) * e.trace;
@@ -35,6 +38,7 @@ void NoiseScaleTracker::add(const NoiseSample& sample) {
   state_.gradient_sq_sum += e.gradient_sq;
   state_.trace_sum += e.trace;
   ++state_.samples;
+  ++state_.spread_samples;
 }
 
 std::optional<NoiseScaleSummary> NoiseScaleTracker::summary() const {
@@ -44,6 +48,10 @@ std::optional<NoiseScaleSummary> NoiseScaleTracker::summary() const {
   NoiseScaleSummary s;
   s.value = *value;
   s.updates = state_.samples;
+  // A run resumed from a checkpoint that kept no spread has neither it nor the run's sums
+  // for its earlier updates.
+  if (state_.spread_samples != state_.samples)
+    return s;
   if (state_.gradient_sq_sum > 0 && state_.trace_sum >= 0)
     s.run_average = state_.trace_sum / state_.gradient_sq_sum;
   // The variance of a weighted mean of independent draws: the draws' variance times
@@ -104,11 +112,14 @@ enum class BatchVerdict { WellBelow, Near, FarAbove };
 BatchVerdict verdict_of(double batch, double noise_scale) {
   const double ratio = batch / noise_scale;
   return ratio < 0.25 ? BatchVerdict::WellBelow
-                      : ratio <= 4 ? BatchVerdict::Near : BatchVerdict::FarAbove;
+         : ratio <= 4 ? BatchVerdict::Near
+                      : BatchVerdict::FarAbove;
 }
 
 const char* verdict_words(BatchVerdict v) {
-  return v == BatchVerdict::WellBelow ? "well below" : v == BatchVerdict::Near ? "near" : "far above";
+  return v == BatchVerdict::WellBelow ? "well below"
+         : v == BatchVerdict::Near    ? "near"
+                                      : "far above";
 }
 
 // "over the last ~100 of 235 updates", or "over all 40 updates" (the EMA's memory is ~100).
@@ -123,7 +134,7 @@ std::string noise_range(const NoiseScaleSummary& s, const char* unit) {
   if (s.high <= 0)
     return {};
   if (std::isinf(s.high)) {
-    return "at least " + human_count(s.low) + " " + unit +
+    return (s.low > 0 ? "at least " + human_count(s.low) + " " + unit : std::string("unbounded")) +
            " within two standard errors, as |G|^2 is not clearly above zero";
   }
   return human_count(s.low) + "-" + human_count(s.high) + " " + unit +
@@ -156,17 +167,18 @@ std::string critical_batch_verdict(double batch, const NoiseScaleSummary& noise,
     return line;
   }
   // The range's ends judge the batch differently: the estimate cannot tell which is right.
-  const BatchVerdict at_low = verdict_of(batch, noise.low > 0 ? noise.low : noise_scale);
-  const BatchVerdict at_high = verdict_of(batch, noise.high > 0 ? noise.high : noise_scale);
+  // (A known spread has high > 0; its low end may be 0, which judges any batch far above.)
+  const bool spread = noise.high > 0;
+  const BatchVerdict at_low = verdict_of(batch, spread ? noise.low : noise_scale);
+  const BatchVerdict at_high = verdict_of(batch, spread ? noise.high : noise_scale);
   if (noise_scale >= 1 && at_low != at_high) {
     std::snprintf(line, sizeof line,
                   "gradient noise scale: B_noise ~ %s %s %s, too noisy to judge whether the "
                   "global batch of %s %s is %s or %s the critical batch (%s%s%s); more "
                   "accumulation steps per update narrow it",
                   human_count(noise_scale).c_str(), u, averaged_over(noise.updates).c_str(),
-                  human_count(batch).c_str(), u,
-                  verdict_words(at_high), verdict_words(at_low), range.c_str(),
-                  average.empty() ? "" : "; ", average.c_str());
+                  human_count(batch).c_str(), u, verdict_words(at_high), verdict_words(at_low),
+                  range.c_str(), average.empty() ? "" : "; ", average.c_str());
     return line;
   }
   if (noise_scale < 1) {
@@ -200,8 +212,8 @@ std::string critical_batch_verdict(double batch, const NoiseScaleSummary& noise,
                 "B_noise ~ %s %s, averaged %s%s): reaching a loss takes %.2fx the minimum "
                 "updates and %.2fx the minimum %s; %s",
                 human_count(batch).c_str(), u, where, human_count(noise_scale).c_str(), u,
-                averaged_over(noise.updates).c_str(),
-                details.c_str(), t.steps_factor, t.samples_factor, u, tail);
+                averaged_over(noise.updates).c_str(), details.c_str(), t.steps_factor,
+                t.samples_factor, u, tail);
   return line;
 }
 

@@ -55,13 +55,17 @@ struct NoiseScaleState {
   // Plain sums over every measured update of the run: its average noise scale.
   double gradient_sq_sum = 0;
   double trace_sum = 0;
+  // The samples that entered the spread (fewer than `samples` after a resume from a
+  // checkpoint that did not keep it: the spread is then unknown for the rest of the run).
+  int64_t spread_samples = 0;
 };
 
 // The estimate as reported: its value, how sure it is, and the run's average.
 struct NoiseScaleSummary {
   double value = 0;  // tr(Sigma) / |G|^2 from the averages over ~100 updates
   // Two standard errors either way (delta method on the ratio of the two averages); high is
-  // infinite when |G|^2 is within two standard errors of zero.
+  // infinite when |G|^2 is within two standard errors of zero; both 0 when the spread is not
+  // known.
   double low = 0;
   double high = 0;
   double run_average = 0;  // sum tr(Sigma) / sum |G|^2 over the run (0: not positive)

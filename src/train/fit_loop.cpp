@@ -51,7 +51,7 @@ Checkpointer::Checkpointer(TrainingRun& run)
                                                    : Cadence::parse(run.config.checkpoint_every)),
       last_step_(run.at.step),
       last_time_(Clock::now()),
-      has_one_(run.resuming) {
+      last_clean_step_(run.resuming && run.at.bad_in_a_row == 0 ? run.at.step : -1) {
   if (cadence_.amount) {
     cadence_updates_ =
         std::max<int64_t>(1, cadence_.amount->to_updates(run.resolved.plan, run.resolved.epoch));
@@ -91,7 +91,11 @@ void Checkpointer::write() {
   last_step_ = run_.at.step;
   last_time_ = Clock::now();
   micro_steps_since_ = 0;
-  has_one_ = true;
+  note_written();
+}
+
+void Checkpointer::note_written() {
+  last_clean_step_ = run_.at.bad_in_a_row == 0 ? run_.at.step : -1;
 }
 
 // Only a single process checkpoints inside a window (ranks meet at update boundaries only).
@@ -111,6 +115,7 @@ void Checkpointer::write_inside_window() {
   if (run_.window_bn)
     run_.window_bn->resume();
   micro_steps_since_ = 0;
+  note_written();
 }
 
 // --- FitLoop: the epochs ----------------------------------------------------------------------
@@ -338,11 +343,16 @@ void FitLoop::check_divergence() {
   if (at.bad_in_a_row < run_.config.max_bad_updates)
     return;
   const int64_t first_bad = at.step - at.bad_in_a_row + 1;
-  // Checkpoints wait while updates are skipped (Checkpointer::due), so one written before is
-  // from before them: it is kept as the newest, to resume from. Without one, the weights as
-  // they stand (no skipped update touched them) are written.
-  const bool kept = checkpoints_.has_one();
+  // An update's loss is that of the weights the update before it left, so the weights of
+  // step first_bad - 1 are the first whose loss spiked; a checkpoint of step first_bad - 2 or
+  // earlier, written outside a streak, is from before the trouble. Checkpoints on the cadence
+  // wait while updates are skipped (Checkpointer::due), so the newest is such a one or none:
+  // it is kept, to resume from. Otherwise the weights as they stand (no skipped update touched
+  // them) are written.
+  const int64_t clean = checkpoints_.last_clean_step();
+  const bool kept = clean >= 0 && clean + 1 < first_bad;
   const int64_t bad_in_a_row = at.bad_in_a_row;
+  const int64_t resume_step = kept ? clean : at.step;
   if (!kept) {
     // Resuming it is a decision to go on from these weights (with a lower rate): the guard
     // then judges the resumed run by its own losses, not by the streak that stopped this one.
@@ -351,11 +361,13 @@ void FitLoop::check_divergence() {
     checkpoints_.write();
   }
   // Said in the metrics too, so a sweep's summary can tell a diverged cell from a stopped one.
-  run_.metrics->write({{"event", "diverged"},
-                       {"step", at.step},
-                       {"samples_seen", at.samples_seen},
-                       {"bad_updates_in_a_row", bad_in_a_row},
-                       {"checkpoint_step", checkpoints_.last_step()}});
+  if (run_.metrics) {  // rank 0's
+    run_.metrics->write({{"event", "diverged"},
+                         {"step", at.step},
+                         {"samples_seen", at.samples_seen},
+                         {"bad_updates_in_a_row", bad_in_a_row},
+                         {"checkpoint_step", resume_step}});
+  }
   // What helps, in this run's numbers: the rate that diverged and how it was reached.
   const LrSchedule& schedule = run_.resolved.schedule;
   const LrScheduleConfig& lr = schedule.config();
@@ -373,7 +385,7 @@ void FitLoop::check_divergence() {
   if (run_.config.clip_norm <= 0)
     fix += "; clip gradients (--clip-norm 1)";
   fix += ". Then 'bigbatch train --resume " + run_.run_dir + " --lr " + format_significant(lower) +
-         "' continues from update " + std::to_string(checkpoints_.last_step()) +
+         "' continues from update " + std::to_string(resume_step) +
          (kept ? "" : " (whose loss had already risen: a new run is the safer fix)");
   const std::string what =
       std::to_string(bad_in_a_row) + " updates in a row were skipped (" +
@@ -383,10 +395,13 @@ void FitLoop::check_divergence() {
                  format_significant(run_.config.spike_factor) + "x the recent median"
            : std::string("a non-finite loss or gradient")) +
       "); " +
-      (kept ? "the newest checkpoint, at update " + std::to_string(checkpoints_.last_step()) +
+      (kept ? "the newest checkpoint, at update " + std::to_string(resume_step) +
                   ", is from before them and is kept"
-            : "no checkpoint came before them, so the weights before update " +
-                  std::to_string(first_bad) + " (untouched by the skipped ones) are checkpointed");
+            : std::string(clean >= 0 ? "the newest checkpoint holds weights whose loss had "
+                                       "already risen"
+                                     : "no checkpoint came before them") +
+                  ", so the weights before update " + std::to_string(first_bad) +
+                  " (untouched by the skipped ones) are checkpointed");
   throw Error(ErrorKind::Diverged, what, fix);
 }
 

@@ -37,18 +37,21 @@ class Checkpointer {
   void write_inside_window();  // run.at.micro_step micro-steps into the next update
   int64_t last_step() const { return last_step_; }
   bool has_cadence() const { return cadence_.is_set(); }
-  // Whether the run has a checkpoint: written by this process, or the one it resumed from.
-  bool has_one() const { return has_one_; }
+  // The step of the newest checkpoint (written by this process, or the one it resumed from)
+  // when it was written outside a streak of skipped updates; -1 when there is none, or the
+  // newest was written inside one (a signal or the run's end can stop a run there).
+  int64_t last_clean_step() const { return last_clean_step_; }
 
  private:
   void flush_metrics();
+  void note_written();
   TrainingRun& run_;
   Cadence cadence_;
   int64_t cadence_updates_ = 0;
   int64_t last_step_ = 0;
   std::chrono::steady_clock::time_point last_time_;
   int64_t micro_steps_since_ = 0;
-  bool has_one_ = false;
+  int64_t last_clean_step_ = -1;
 };
 
 class FitLoop {

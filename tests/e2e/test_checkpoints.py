@@ -400,6 +400,20 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertIn("resumed from " + os.path.join(run_dir, "checkpoints", "step_000059"), resumed.stderr)
         self.assertGreater([e for e in metrics(run_dir) if "test_accuracy" in e][-1]["test_accuracy"], 0.8)
+        # A checkpoint at the update just before the first spike holds the weights whose loss
+        # spiked (an update's loss is that of the weights before it): it is not called good, and
+        # the untouched weights are written with the guard's memory cleared.
+        just_before = self.path("just-before")
+        result = subprocess.run([BINARY, "train", *diverging[:-1], "68u", "--out", just_before],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("(69 to 73:", result.stderr)
+        self.assertIn("the newest checkpoint holds weights whose loss had already risen, so the weights before "
+                      "update 69 (untouched by the skipped ones) are checkpointed", result.stderr)
+        self.assertEqual(checkpoints(just_before), ["step_000068", "step_000073"])
+        state = json.loads(read(os.path.join(just_before, "checkpoints", "step_000073", "state.json")))
+        self.assertEqual((state["progress"]["bad_in_a_row"], state["progress"]["recent_losses"]), (0, []))
+        self.assertEqual(state["progress"]["skipped_updates"], 5)
         # Without the guard the same run runs on until the loss is not finite.
         unguarded = self.path("unguarded")
         result = subprocess.run([BINARY, "train", *diverging, "--spike-factor", "0", "--out", unguarded],

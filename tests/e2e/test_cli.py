@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 BINARY = None
@@ -134,6 +135,11 @@ class TrainTest(CliTestCase):
                      env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertIn("threads: 1 (one CPU available to this process", result.stderr)
         self.assertNotIn("measured per micro-step:)", result.stderr)
+        # And as it was found: under the launcher itself, which gives each worker one thread.
+        launched = run("launch", "--nproc", "2", "--", BINARY, "train", *small, "--out", self.path("launched"),
+                       check=True)
+        self.assertIn("[rank 0] threads: 1 (one CPU available to this process", launched.stderr)
+        self.assertNotIn("measured per micro-step:)", launched.stderr)
 
     def test_help_comes_in_sections_fits_80_columns_and_shows_every_default(self):
         # Issue 20: one flat list of 62 flags, 43 lines wider than 80 columns, defaults missing.
@@ -149,6 +155,9 @@ class TrainTest(CliTestCase):
                         "(default: none; --epochs decides)", "(default: none; one at the end of a resumed run)"]:
             self.assertIn(default, flat)
         self.assertIn("bigbatch's default, not PyTorch's", flat)  # --nesterov says so
+        # --threads says what auto measures: 1 against all the CPUs, by a timed micro-step.
+        self.assertIn("(0: auto, 1 or all the CPUs this process may use, whichever a timed micro-step finds "
+                      "faster; never more than those CPUs)", flat)
 
     def test_help_and_misspelt_subcommands(self):
         self.assertIn("Usage:", run("help", check=True).stdout)
@@ -157,6 +166,13 @@ class TrainTest(CliTestCase):
             result = run(*words)
             self.assertEqual(result.returncode, 2)
             self.assertIn("'trian' is not a subcommand; did you mean 'train'?", result.stderr)
+        # Arguments it does not take are named in the order they were typed (CLI11 reverses them).
+        result = run("train", "--device", "cuda")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("bigbatch: error[usage]: arguments not expected: --device cuda;", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+        result = run("plan", "--model", "mlp", "extra1", "--global-batch", "64", "extra2")
+        self.assertIn("arguments not expected: extra1 extra2;", result.stderr)
 
     def test_launch_takes_torchruns_spellings(self):
         result = run("launch", "--nproc-per-node", "2", "--rdzv-endpoint", "127.0.0.1:29557", "--", "/bin/sh",
@@ -361,6 +377,59 @@ class TrainTest(CliTestCase):
         self.assertIn("epoch 2/2 update 4/4", result.stderr)
         self.assertNotIn("\r", result.stderr)
         self.assertIn("lr 0.05 @ 128 -> 0.05 @ 128 (linear; auto for sgd)", result.stderr)
+        # Each line carries its elapsed time (Slurm logs have no clock of their own).
+        self.assertRegex(result.stderr, r"epoch 2/2 update 4/4 loss [\d.]+ .* elapsed \d+s ETA")
+        # The start line says the optimizer in full, Nesterov's default included (issue 20).
+        self.assertIn("optimizer: sgd, momentum 0.9, Nesterov (bigbatch's default; PyTorch's SGD default is plain "
+                      "momentum: --no-nesterov), weight decay 0.0005", result.stderr)
+
+    def test_the_bar_fits_the_terminal_and_follows_a_resize(self):
+        # Issue 20: below ~110 columns each redraw wrapped and the screen filled with bars. A
+        # terminal of 100 columns, narrowed to 60 while training: every bar fits the width it
+        # was drawn at.
+        import fcntl
+        import pty
+        import re
+        import select
+        import termios
+
+        def set_width(fd, columns):
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal, so it gets SIGWINCH
+            os.execv(BINARY, [BINARY, "train", "--model", "mlp", "--train-subset", "8192", "--global-batch", "64",
+                              "--epochs", "12", "--threads", "1", "--progress", "bar", "--out", self.path("tty")])
+        set_width(fd, 100)
+        out, narrowed_at, start = b"", None, time.time()
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # the child has exited and closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if narrowed_at is None and b"] epoch" in out and time.time() - start > 1.0:
+                set_width(fd, 60)
+                narrowed_at = len(out)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, out[-2000:])
+        self.assertIsNotNone(narrowed_at, "the run ended before the terminal was narrowed")
+
+        def bars(raw):
+            text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw.decode(errors="replace"))
+            return [s for s in re.split(r"[\r\n]", text) if s.startswith("[") and "] epoch" in s]
+
+        before, after = bars(out[:narrowed_at]), bars(out[narrowed_at:])
+        self.assertGreater(len(before), 0)
+        self.assertGreater(len(after), 10)
+        self.assertLessEqual(max(len(b) for b in before), 100)
+        # The first redraws after the resize may have been on their way already.
+        self.assertLessEqual(max(len(b) for b in after[2:]), 60, after[-1])
+        self.assertIn("epoch 12/12 update 128/128", after[-1])
 
     def test_batchnorm_under_accumulation_is_announced(self):
         result = run("train", "--model", "cnn-bn", "--train-subset", "128", "--global-batch", "64",

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -134,6 +135,24 @@ TEST(GradientNoise, AnEstimateWhoseGradientIsLostInItsNoiseIsTooNoisyToJudge) {
   EXPECT_NE(verdict.find("at least"), std::string::npos) << verdict;
   EXPECT_NE(verdict.find("is well below or near the critical batch"), std::string::npos) << verdict;
   EXPECT_EQ(verdict.find("minimum updates"), std::string::npos) << verdict;
+  // A range from 0 to infinity judges nothing, however small the batch.
+  NoiseScaleSummary unbounded;
+  unbounded.value = 100;
+  unbounded.low = 0;
+  unbounded.high = std::numeric_limits<double>::infinity();
+  unbounded.updates = 50;
+  const std::string none = critical_batch_verdict(8, unbounded);
+  EXPECT_NE(none.find("too noisy to judge"), std::string::npos) << none;
+  EXPECT_NE(none.find("unbounded within two standard errors"), std::string::npos) << none;
+  // A run resumed from a checkpoint without the spread: the value, but no range or average.
+  NoiseScaleState old = tracker.state();
+  old.spread_samples = 0;
+  NoiseScaleTracker from_old;
+  from_old.restore(old);
+  EXPECT_EQ(from_old.summary()->high, 0);
+  EXPECT_EQ(from_old.summary()->run_average, 0);
+  EXPECT_EQ(critical_batch_verdict(256, *from_old.summary()).find("standard errors"),
+            std::string::npos);
   // A resumed run continues the same estimate, spread included.
   NoiseScaleTracker resumed;
   resumed.restore(tracker.state());

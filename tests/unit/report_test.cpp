@@ -118,6 +118,9 @@ TEST(SvgChart, NumbersReadAsPeopleWriteThem) {
   EXPECT_EQ(chart_number(1e25), "1e25");
   EXPECT_EQ(chart_number(-40000), "-40k");
   EXPECT_EQ(chart_number(9.9999e-5), "1e-4");  // the rounding carries into the exponent
+  EXPECT_EQ(chart_number(9999.6), "10k");      // and into the suffix
+  EXPECT_EQ(chart_number(999950), "1M");
+  EXPECT_EQ(chart_number(999.96e12), "1e15");
 }
 
 TEST(SvgChart, TheLegendSitsAboveThePlotNeverOnTheData) {
