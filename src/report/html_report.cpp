@@ -85,38 +85,44 @@ std::string summary(const RunRecords& r) {
   }
   int backoffs = 0;
   const nlohmann::json* diverged = nullptr;
-  const nlohmann::json* noise = nullptr;
   const nlohmann::json* target = nullptr;
   for (const auto& e : r.events) {
     const auto& name = e.at("event");  // events always name themselves
     backoffs += name == "oom_backoff" ? 1 : 0;
     if (name == "diverged")
       diverged = &e;
-    if (name == "noise_scale")
-      noise = &e;
     if (name == "target_reached")
       target = &e;
   }
-  if (noise && noise->value("value", 0.0) > 0) {
-    const std::string unit = noise->value("unit", std::string("samples"));
-    std::string value =
-        human_count(noise->value("value", 0.0)) + " " + unit + " over the last ~" +
-        std::to_string(std::min<int64_t>(100, noise->value("updates", int64_t{0}))) + " updates";
-    const nlohmann::json high = noise->value("high", nlohmann::json());
+  // The noise scale as the last epoch record states it: its range and the run's average.
+  const nlohmann::json* noise = nullptr;
+  for (auto e = r.epochs.rbegin(); e != r.epochs.rend() && !noise; ++e) {
+    if (e->value("grad_noise_scale", nlohmann::json()).is_number())
+      noise = &*e;
+  }
+  const std::string unit = tokens ? "tokens" : "samples";
+  if (noise) {
+    const int64_t updates = noise->value("grad_noise_scale_updates", int64_t{0});
+    std::string value = human_count(noise->value("grad_noise_scale", 0.0)) + " " + unit;
+    if (updates > 0)
+      value += " over the last ~" + std::to_string(std::min<int64_t>(100, updates)) + " updates";
+    const nlohmann::json high = noise->value("grad_noise_scale_high", nlohmann::json());
+    const double low = noise->value("grad_noise_scale_low", 0.0);
     if (high.is_number()) {
-      value += "; " + human_count(noise->value("low", 0.0)) + "-" +
-               human_count(high.get<double>()) + " within two standard errors";
-    } else if (noise->value("low", 0.0) > 0) {
-      value +=
-          "; at least " + human_count(noise->value("low", 0.0)) + " within two standard errors";
+      value += "; " + human_count(low) + "-" + human_count(high.get<double>()) +
+               " within two standard errors";
+    } else if (noise->contains("grad_noise_scale_high")) {
+      value += low > 0 ? "; at least " + human_count(low) + " within two standard errors"
+                       : std::string("; unbounded within two standard errors");
     }
-    if (noise->value("run_average", 0.0) > 0)
-      value += "; " + human_count(noise->value("run_average", 0.0)) + " averaged over the run";
-    row("gradient noise scale (at the end)", value);
+    if (noise->value("grad_noise_scale_run_average", 0.0) > 0)
+      value += "; " + human_count(noise->value("grad_noise_scale_run_average", 0.0)) +
+               " averaged over the run";
+    row("gradient noise scale (last epoch)", value);
   } else if (!r.updates.empty() && r.updates.back().contains("grad_noise_scale") &&
              r.updates.back()["grad_noise_scale"].is_number()) {
     row("gradient noise scale (last update)",
-        human_count(r.updates.back()["grad_noise_scale"].get<double>()));
+        human_count(r.updates.back()["grad_noise_scale"].get<double>()) + " " + unit);
   }
   if (target) {
     row("target reached", target->value("condition", std::string()) + " at update " +

@@ -529,6 +529,15 @@ void FitLoop::record_epoch(bool ends_inside) {
       {"micro_batch", run_.resolved.plan.micro_batch_size},
       {"oom_backoffs", at.oom_backoffs},
       {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
+  // The estimate's range within two standard errors (high null: unbounded) and the run's
+  // average, when the spread is known: what the report's summary states.
+  if (const auto summary = noise_.summary(); summary && summary->high > 0) {
+    record["grad_noise_scale_low"] = summary->low;
+    record["grad_noise_scale_high"] =
+        std::isfinite(summary->high) ? nlohmann::json(summary->high) : nlohmann::json(nullptr);
+    record["grad_noise_scale_run_average"] = summary->run_average;
+    record["grad_noise_scale_updates"] = summary->updates;
+  }
   if (computes_own_loss(*run_.model) || run_.data.train.is_regression())
     record.erase("train_accuracy");  // its own loss, or values: no predictions were scored
   if (run_.data.train.is_regression() && !computes_own_loss(*run_.model) && counts.items > 0)
@@ -650,18 +659,7 @@ void FitLoop::finish() {
     const bool tokens = per_sample > 0;
     const double batch = double(run_.resolved.plan.global_batch_size) * (tokens ? per_sample : 1);
     console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
-    // For the report: the estimate at the end, with its range and the run's average.
-    if (run_.metrics) {
-      run_.metrics->write(
-          {{"event", "noise_scale"},
-           {"step", at.step},
-           {"unit", tokens ? "tokens" : "samples"},
-           {"value", b_noise->value},
-           {"low", b_noise->low},
-           {"high", std::isfinite(b_noise->high) ? nlohmann::json(b_noise->high) : nullptr},
-           {"run_average", b_noise->run_average},
-           {"updates", b_noise->updates}});
-    }
+
   } else if (noise_.state().samples == 0) {
     console_.say(
         "gradient noise scale: not measured (it needs two batch sizes per update: "

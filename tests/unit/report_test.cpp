@@ -211,7 +211,9 @@ TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
   metrics +=
       "{\"epoch\":1,\"step\":20,\"samples_seen\":5120,\"train_loss\":0.5,"
       "\"train_accuracy\":0.8,\"test_loss\":0.6,\"test_accuracy\":0.78,"
-      "\"train_seconds\":2.0}\n";
+      "\"train_seconds\":2.0,\"grad_noise_scale\":300,\"grad_noise_scale_low\":210,"
+      "\"grad_noise_scale_high\":390,\"grad_noise_scale_run_average\":350,"
+      "\"grad_noise_scale_updates\":20}\n";
   metrics += "{\"step\":21,\"loss\":";  // a line cut short by a crash is skipped
   atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
   atomic_write_file((dir_ / "plan.txt").string(), "batch plan\n  global batch 256 <x>\n");
@@ -226,6 +228,9 @@ TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
   }
   EXPECT_EQ(count(html, "<svg "), 9u);
   EXPECT_NE(html.find("78.00%"), std::string::npos);
+  EXPECT_NE(html.find("gradient noise scale (last epoch)</th><td>300 samples over the last ~20 "
+                      "updates; 210-390 within two standard errors; 350 averaged over the run"),
+            std::string::npos);
   EXPECT_NE(html.find("global batch 256 &lt;x&gt;"), std::string::npos);
   EXPECT_NE(html.find("(not found)"), std::string::npos);  // no config.toml in this directory
   // Nothing is fetched: no scripts, links, images or sources.
