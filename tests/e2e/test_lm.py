@@ -5,10 +5,13 @@ metrics and bits per byte, resume, and the bad inputs of text datasets.
 Usage: test_lm.py BIGBATCH_BINARY [unittest arguments]."""
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -317,6 +320,46 @@ class TokenFilesTest(LmTestCase):
         b = [x for x in text if "val_loss" in x][-1]
         self.assertAlmostEqual(a["val_loss"], b["val_loss"], delta=1e-6)
         self.assertEqual(a["tokens_seen"], b["tokens_seen"])
+
+    def test_a_token_file_run_killed_anywhere_resumes_bit_identical(self):
+        # kill -9 at random points of a run on an llm.c shard, checkpointing inside windows too:
+        # each resume continues exactly, and the run ends where the uninterrupted one does.
+        token_files.write_llmc(self.path("shard.bin"), self.stream)
+        flags = ["--dataset", f"tokens:{self.path('shard.bin')}", *TINY_GPT, "--global-batch", "16", "--micro-batch",
+                 "4", "--val-size", "10", "--epochs", "3", "--checkpoint-every", "3micro", "--keep-checkpoints", "2"]
+        whole = self.path("whole")
+        self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
+        killed = self.path("killed")
+        rng = random.Random(11)
+        process = subprocess.Popen([BINARY, "train", *flags, "--out", killed], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        kills = 0
+        while True:
+            deadline = time.monotonic() + 120
+            while process.poll() is None and time.monotonic() < deadline and kills < 3 and not (
+                    os.path.isdir(os.path.join(killed, "checkpoints"))
+                    and any(d.startswith("step_") for d in os.listdir(os.path.join(killed, "checkpoints")))):
+                time.sleep(0.01)
+            if kills < 3 and process.poll() is None:
+                time.sleep(0 if kills == 0 else rng.uniform(0.0, 0.4))  # the first at once: at least one
+                if process.poll() is None:
+                    process.kill()
+                    kills += 1
+            _, stderr = process.communicate(timeout=300)
+            if process.returncode == 0:
+                break
+            self.assertEqual(process.returncode, -signal.SIGKILL, stderr)
+            process = subprocess.Popen([BINARY, "train", "--resume", killed], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True)
+        self.assertGreaterEqual(kills, 1)
+        with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
+                open(os.path.join(killed, "weights.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        machine = {"wall_s", "samples_per_s", "updates_per_s", "tokens_per_s", "train_seconds", "rss_peak_bytes",
+                   "rss_bytes", "peak_bytes", "tensor_bytes"}
+        def comparable(lines):
+            return [{k: v for k, v in r.items() if k not in machine} for r in lines if r.get("event") != "train_start"]
+        self.assertEqual(comparable(records(killed)), comparable(records(whole)))
 
     def test_bad_token_files_are_one_line_errors(self):
         def train(*args):
