@@ -83,8 +83,10 @@ class TrainCommand final : public Subcommand {
     const std::string checkpoint = find_latest_checkpoint(flags_.text.at("resume"));
     const std::string run_dir = run_directory_of_checkpoint(checkpoint);
     TrainConfig config;
-    if (path_exists(run_dir + "/config.toml"))
+    if (path_exists(run_dir + "/config.toml")) {
       load_toml_config(config, run_dir + "/config.toml");
+      config.complete_older_run();  // the images as the run normalised them
+    }
     if (!config_path_.empty())
       load_toml_config(config, config_path_);
     apply_flags(config, kTrainCommand, flags_);

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"     // the normalisation bigbatch uses
-#include "data/idx_reader.h"  // .gz IDX files
+#include "config/train_config.h"  // the normalisation bigbatch uses on Fashion-MNIST
+#include "data/idx_reader.h"      // .gz IDX files
 
 namespace {
 
@@ -129,8 +129,8 @@ int main(int argc, char** argv) {
     images = torch::from_blob(pixels.data.data(), {pixels.count(), 1, 28, 28}, torch::kUInt8)
                  .to(torch::kFloat32)
                  .div_(255.0)
-                 .sub_(bigbatch::kPixelMean)
-                 .div_(bigbatch::kPixelStd);
+                 .sub_(bigbatch::kFashionMnistPixelMean)
+                 .div_(bigbatch::kFashionMnistPixelStd);
     labels =
         torch::from_blob(classes.data.data(), {classes.count()}, torch::kUInt8).to(torch::kInt64);
   }

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 FASHION = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530  # bigbatch's data/dataset.h
+MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's; bigbatch measures 0.286041, 0.353024 on it
 
 
 def read_idx(name):

@@ -193,6 +193,12 @@ std::vector<OptionSpec> build_table() {
                          "tokens:PATH: the vocabulary the model predicts over (every id must be "
                          "below it; 0: the largest id in the data + 1)",
                          &TrainConfig::vocab_size, data));
+  t.push_back(double_option("pixel-mean",
+                            "idx:DIR: images enter as (pixel / 255 - mean) / std; 0 (with "
+                            "--pixel-std 0): measured on the training images",
+                            &TrainConfig::pixel_mean, data));
+  t.push_back(double_option("pixel-std", "idx:DIR: see --pixel-mean (0: measured)",
+                            &TrainConfig::pixel_std, data));
   t.push_back(int_option("seq-len", "tokens per sample (and the gpt's positions)",
                          &TrainConfig::seq_len, data));
   t.push_back(int_option("layers", "gpt: transformer blocks", &TrainConfig::layers, train_and_fit));

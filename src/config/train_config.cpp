@@ -8,6 +8,14 @@
 
 namespace bigbatch {
 
+void TrainConfig::complete_older_run() {
+  const bool idx = !is_sequence_dataset() && !is_npy_dataset() && !is_custom(dataset);
+  if (idx && pixel_std == 0) {
+    pixel_mean = kFashionMnistPixelMean;
+    pixel_std = kFashionMnistPixelStd;
+  }
+}
+
 void TrainConfig::validate() const {
   if (is_custom(model)) {
     // A C++ program's own model (train/custom_problem.h).
@@ -152,6 +160,12 @@ void TrainConfig::validate() const {
   check_config(spike_factor == 0 || (spike_factor > 1 && std::isfinite(spike_factor)),
                "--spike-factor must be 0 (off) or above 1, got " + format_significant(spike_factor),
                "e.g. --spike-factor 10 (the default), or 0 to skip only non-finite updates");
+  check_config((pixel_mean == 0 && pixel_std == 0) || (pixel_std > 0 && std::isfinite(pixel_std) &&
+                                                       pixel_mean >= 0 && pixel_mean <= 1),
+               "--pixel-mean " + format_significant(pixel_mean) + " and --pixel-std " +
+                   format_significant(pixel_std) +
+                   " do not describe pixels / 255 (a mean in [0, 1], a positive deviation)",
+               "give both, e.g. --pixel-mean 0.286 --pixel-std 0.353, or neither to measure them");
   check_config(keep_checkpoints >= 1, "--keep-checkpoints must be at least 1",
                "e.g. --keep-checkpoints 3");
   check_config(dist_timeout > 0, "--dist-timeout must be positive seconds",

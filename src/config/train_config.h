@@ -17,6 +17,10 @@
 namespace bigbatch {
 
 inline constexpr const char* kFashionMnistDirectory = "/usr/share/datasets/fashion-mnist";
+// Fashion-MNIST's training-set pixel mean and standard deviation (of pixel / 255): what runs
+// from before the normalisation was measured and recorded used for every IDX dataset.
+inline constexpr double kFashionMnistPixelMean = 0.2860;
+inline constexpr double kFashionMnistPixelStd = 0.3530;
 
 struct TrainConfig {
   // Model and data.
@@ -39,6 +43,10 @@ struct TrainConfig {
   // vocabulary (0: the largest id + 1).
   TokenDtype token_dtype = TokenDtype::Auto;
   int64_t vocab_size = 0;
+  // IDX images enter as (pixel / 255 - pixel_mean) / pixel_std; 0, 0: measured on the training
+  // images, and recorded in config.toml (so reruns, resumes and evaluation feed the same).
+  double pixel_mean = 0;
+  double pixel_std = 0;
   // Text (text:PATH, jsonl:FILE): "byte", or "sentencepiece:FILE.model" (data/tokenizer.h).
   std::string tokenizer = "byte";
   // gpt (models/gpt.h).
@@ -134,6 +142,9 @@ struct TrainConfig {
 
   // Throws bigbatch::Error (Config) on values that cannot work, naming the fix.
   void validate() const;
+  // A run's own config.toml, read to resume or evaluate it: one from before the IDX
+  // normalisation was recorded gets the constants that run trained with (not a measurement).
+  void complete_older_run();
 
   BatchRequest batch_request(int64_t world_size) const;
   // The dataset directory named by `dataset` (fashion-mnist, idx:DIR, npy:DIR).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "data/idx_reader.h"
 #include "data/npy_format.h"
 #include "data/npz_format.h"
@@ -104,23 +105,26 @@ TensorDataset load_split(const std::string& directory, const std::string& prefix
     throw Error(ErrorKind::Data, "IDX file '" + image_path + "' holds no pixels",
                 "use a non-empty dataset");
   }
-  for (size_t i = 0; i < labels.data.size(); ++i) {
-    if (labels.data[i] >= kIdxClasses) {
-      throw Error(ErrorKind::Data,
-                  "label " + std::to_string(labels.data[i]) + " of sample " + std::to_string(i) +
-                      " in '" + label_path + "' is out of range (classes are 0 to " +
-                      std::to_string(kIdxClasses - 1) + ")",
-                  "the labels file is corrupt or belongs to another dataset");
-    }
-  }
   const int64_t n = images.count();
   auto pixels =
       torch::from_blob(images.data.data(), {n, 1, images.dims[1], images.dims[2]}, torch::kUInt8);
   TensorDataset out;
-  out.inputs = pixels.to(torch::kFloat32).div_(255.0).sub_(kPixelMean).div_(kPixelStd);
+  out.inputs = pixels.to(torch::kFloat32).div_(255.0);  // normalised once the splits are cut
   out.targets = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
-  out.classes = kIdxClasses;
+  // Labels are bytes: 1 to 256 classes, as many as the largest says (load_idx_dataset takes
+  // the largest of both files).
+  out.classes = 1 + *std::max_element(labels.data.begin(), labels.data.end());
   return out;
+}
+
+// The training images' mean and standard deviation of pixel / 255, summed in double (60,000
+// images of 784 pixels lose digits in float).
+PixelNormalisation measure_pixels(const torch::Tensor& images) {
+  const torch::Tensor x = images.to(torch::kFloat64);
+  PixelNormalisation p;
+  p.mean = x.mean().item<double>();
+  p.std = x.std(/*unbiased=*/false).item<double>();
+  return p;
 }
 
 // --train-subset keeps the first N training samples; then --val-size holds out the last of them.
@@ -348,15 +352,41 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
   return splits;
 }
 
-DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
-                               int64_t val_size) {
+DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
+                               PixelNormalisation pixels) {
   DatasetSplits splits;
   splits.train = load_split(directory, "train");
   splits.test = load_split(directory, "t10k");
   check_split_shapes(splits, directory,
                      "the t10k and train images must have the same height and width");
+  // As for npy arrays: the largest label of any split + 1, and at least two.
+  const int64_t classes = std::max<int64_t>({splits.train.classes, splits.test.classes, 2});
+  splits.train.classes = splits.test.classes = classes;
   take_subset_and_validation(splits, train_subset, val_size);
+  const bool measured = !pixels.known();
+  if (measured) {
+    pixels = measure_pixels(splits.train.inputs);
+    if (!(pixels.std > 0)) {
+      throw Error(ErrorKind::Data,
+                  "the training images of '" + directory + "' are all one shade (pixel / 255 = " +
+                      format_significant(pixels.mean) + "): nothing to normalise or learn from",
+                  "check the images file, or give --pixel-mean and --pixel-std");
+    }
+  }
+  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
+    if (split->inputs.defined())
+      split->inputs.sub_(pixels.mean).div_(pixels.std);
+  }
+  splits.pixels = pixels;
+  splits.description = std::to_string(splits.train.size()) + " samples of shape " +
+                       shape_text(splits.train.inputs) + " in " + std::to_string(classes) +
+                       " classes, normalised " + pixels.describe() +
+                       (measured ? " (measured on the training images)" : " (as given)");
   return splits;
+}
+
+std::string PixelNormalisation::describe() const {
+  return "(pixel / 255 - " + format_significant(mean) + ") / " + format_significant(std);
 }
 
 TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary) {

@@ -4,6 +4,7 @@
 // allocation per micro-step).
 //
 //   DatasetSplits data = load_idx_dataset(dir, /*train_subset=*/0, /*val_size=*/5000);
+//   data.pixels.describe();                 // "(pixel / 255 - 0.286041) / 0.353024"
 //   BatchAssembler assembler(data.train, /*capacity=*/32);
 //   Batch batch = assembler.gather(order, /*begin=*/0, /*count=*/32);
 #include <torch/torch.h>
@@ -22,10 +23,14 @@
 
 namespace bigbatch {
 
-// Fashion-MNIST's training-set pixel mean and standard deviation (of pixel / 255).
-inline constexpr double kPixelMean = 0.2860;
-inline constexpr double kPixelStd = 0.3530;
-inline constexpr int64_t kIdxClasses = 10;
+// IDX images enter the model as (pixel / 255 - mean) / std. {0, 0}: not measured (yet).
+struct PixelNormalisation {
+  double mean = 0;
+  double std = 0;
+  bool known() const { return std > 0; }
+  // "(pixel / 255 - 0.286041) / 0.353024"
+  std::string describe() const;
+};
 
 struct TensorDataset {
   torch::Tensor inputs;   // [N, 1, H, W] float32 images, normalised; or [N, T] int64 tokens
@@ -63,15 +68,19 @@ double items_per_sample(const TensorDataset& data);
 
 struct DatasetSplits {
   TensorDataset train;
-  TensorDataset validation;  // empty unless val_size > 0
-  TensorDataset test;        // empty for text corpora: validation is their held-out split
-  std::string description;   // what was read, for the start of a run (text corpora)
+  TensorDataset validation;   // empty unless val_size > 0
+  TensorDataset test;         // empty for text corpora: validation is their held-out split
+  std::string description;    // what was read, for the start of a run (text corpora)
+  PixelNormalisation pixels;  // IDX images: the normalisation every split went through
 };
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`. train_subset > 0
 // keeps the first N training samples; val_size > 0 then holds out the last val_size of them.
-DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset,
-                               int64_t val_size);
+// The classes are the labels' largest + 1 (of both files); the images are normalised by
+// `pixels`, or, when it is not known, by the mean and standard deviation measured on the
+// training samples (after the subset and the hold-out: nothing of validation or test).
+DatasetSplits load_idx_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
+                               PixelNormalisation pixels = {});
 
 // Reads x_train.npy and y_train.npy from `directory` (numpy.save's format, data/npy_format.h),
 // and x_test/y_test, x_val/y_val where present. Inputs: float32 or float64 arrays as they are

@@ -57,6 +57,21 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
         config.hidden.push_back(*value);
       }
     }
+    // How its inputs were prepared, as the weights record it; older files used Fashion-MNIST's
+    // constants, which complete_older_run assumes.
+    const auto mean = metadata.find("pixel_mean");
+    const auto deviation = metadata.find("pixel_std");
+    if (mean != metadata.end() && deviation != metadata.end()) {
+      const auto m = parse_double(mean->second), d = parse_double(deviation->second);
+      if (!m || !d || !(*d > 0) || !(*m >= 0 && *m <= 1)) {
+        throw Error(ErrorKind::Format,
+                    "weights file '" + options.source + "' has pixel_mean '" + mean->second +
+                        "' and pixel_std '" + deviation->second + "'",
+                    "give the run directory that wrote it");
+      }
+      config.pixel_mean = *m;
+      config.pixel_std = *d;
+    }
     weights = options.source;
   } else {
     const std::string config_path = options.source + "/config.toml";
@@ -70,6 +85,7 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
     load_toml_config(config, config_path);
     weights = options.source + "/weights.safetensors";
   }
+  config.complete_older_run();  // the run's own normalisation, never a new measurement
   if (!options.weights.empty())
     weights = options.weights;
   if (!options.dataset.empty())
@@ -168,8 +184,10 @@ std::string run_predict(const PredictOptions& options) {
   TensorDataset inputs;
   inputs.inputs = npy_inputs(array, options.input);
   const bool idx_trained = !config.is_npy_dataset();
-  if (array.type == NpyType::U8 && idx_trained)
-    inputs.inputs.sub_(kPixelMean).div_(kPixelStd);  // as data/dataset.cpp prepares IDX images
+  if (array.type == NpyType::U8 && idx_trained) {
+    const PixelNormalisation pixels = idx_pixels(config);  // as the run's images were prepared
+    inputs.inputs.sub_(pixels.mean).div_(pixels.std);
+  }
   const DatasetSplits data = load_data_outside_budget(config);  // the model's shape and classes
   if (inputs.inputs.sizes().slice(1) != data.train.inputs.sizes().slice(1)) {
     throw Error(ErrorKind::Data,

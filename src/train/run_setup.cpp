@@ -232,7 +232,14 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
     return load_npy_dataset(config.dataset_directory(), config.train_subset, config.val_size,
                             targets);
   }
-  return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size);
+  return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size,
+                          {config.pixel_mean, config.pixel_std});
+}
+
+PixelNormalisation idx_pixels(const TrainConfig& config) {
+  if (config.pixel_std > 0)
+    return {config.pixel_mean, config.pixel_std};
+  return {kFashionMnistPixelMean, kFashionMnistPixelStd};
 }
 
 bool configure_cpu(const TrainConfig& config, int64_t threads) {

@@ -39,6 +39,10 @@ inline constexpr double kBatchNormMomentum = 0.1;
 // so it is not part of the budget, which covers what a training step needs.
 DatasetSplits load_data_outside_budget(const TrainConfig& config);
 
+// How a run's IDX images were normalised: as its config.toml records, or, for a run from
+// before the normalisation was recorded, Fashion-MNIST's constants (what every IDX run used).
+PixelNormalisation idx_pixels(const TrainConfig& config);
+
 // The CPU settings every command that computes starts with, before any parallel work: intra-op
 // threads, glibc malloc tuning (runtime/runtime_env.h), and denormal floats flushed to zero
 // (x86 FTZ/DAZ) unless --keep-denormals. Denormals (|x| < 1.2e-38 in fp32: softmax

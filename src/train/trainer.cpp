@@ -11,6 +11,7 @@
 #include "report/html_report.h"
 #include "report/run_records.h"
 #include "train/fit_loop.h"
+#include "train/run_setup.h"
 #include "train/training_run.h"
 
 namespace bigbatch {
@@ -34,14 +35,19 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
       : config.is_token_file_dataset()                       ? "token ids as in the token files"
       : config.is_npy_dataset()   ? "as saved in the .npy arrays (uint8 scaled to [0, 1])"
       : is_custom(config.dataset) ? "as the program's dataset gave them"
-                                  : "(pixel / 255 - " + format_significant(kPixelMean) + ") / " +
-                                        format_significant(kPixelStd) + ", shape [N, 1, H, W]";
-  return {{"format", "pt"},
-          {"producer", "bigbatch"},
-          {"model", config.model},
-          {"hidden", join(hidden, ",")},
-          {"step", std::to_string(step)},
-          {"inputs", inputs}};
+                                  : idx_pixels(config).describe() + ", shape [N, 1, H, W]";
+  std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                 {"producer", "bigbatch"},
+                                                 {"model", config.model},
+                                                 {"hidden", join(hidden, ",")},
+                                                 {"step", std::to_string(step)},
+                                                 {"inputs", inputs}};
+  if (config.pixel_std > 0) {
+    // Exact (shortest round-trip), for a user who wants the very inputs of training.
+    metadata["pixel_mean"] = format_double(config.pixel_mean);
+    metadata["pixel_std"] = format_double(config.pixel_std);
+  }
+  return metadata;
 }
 
 // The run's weights.safetensors, and --save-weights (rank 0).

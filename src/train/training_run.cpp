@@ -546,6 +546,12 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                  "fill CustomProblem::data.train and set its classes");
   }
   check_stop_target(resolved_config, data);
+  if (data.pixels.known()) {
+    // The normalisation the images went through, measured or given: config.toml records it,
+    // so a rerun, a resume and an evaluation feed the model alike.
+    resolved_config.pixel_mean = data.pixels.mean;
+    resolved_config.pixel_std = data.pixels.std;
+  }
   if (resolved_config.is_sequence_dataset()) {
     // What the data resolved to, so that config.toml reruns, resumes and evaluates this run:
     // the packing, and a token file's vocabulary (a validation file's largest id may be less).

@@ -341,9 +341,33 @@ class BadInputCorpus(unittest.TestCase):
         directory = self.broken_dataset("train-labels-idx1-ubyte", b"\x01\x02\x08\x01" + struct.pack(">I", 256) + bytes(256))
         self.expect(self.train(data=directory), "data", "bad magic")
 
-    def test_idx_label_out_of_range(self):
+    def test_idx_classes_come_from_the_labels_and_the_images_are_measured(self):
+        # Not Fashion-MNIST's ten: the labels say 43 classes (no longer an error), and the model
+        # gets 43 outputs; the normalisation is measured on these images and recorded.
         directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [3] * 255 + [42]))
-        self.expect(self.train(data=directory), "data", "label 42 of sample 255")
+        out = os.path.join(self.dir, "classes43")
+        result = subprocess.run([BINARY, "train", "--dataset", f"idx:{directory}", "--model", "mlp", "--hidden", "16",
+                                 "--global-batch", "64", "--epochs", "1", "--threads", "1", "--progress", "off",
+                                 "--out", out], capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stderr, r"data: 256 samples of shape \[1, 28, 28\] in 43 classes, normalised "
+                                        r"\(pixel / 255 - [\d.]+\) / [\d.]+ \(measured on the training images\)")
+        with open(os.path.join(out, "weights.safetensors"), "rb") as f:
+            self.assertIn(b'"shape":[43,16]', f.read(4096))
+        config = open(os.path.join(out, "config.toml")).read()
+        self.assertRegex(config, r"pixel-mean = 0\.\d+")
+        # Given on the command line, the pair is used as it is; half of it is refused.
+        given = subprocess.run([BINARY, "plan", "--dataset", f"idx:{directory}", "--pixel-mean", "0.5",
+                                "--pixel-std", "0.25"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(given.returncode, 0, given.stderr)
+        self.expect(["train", "--dataset", f"idx:{directory}", "--pixel-mean", "0.5", "--out",
+                     os.path.join(self.dir, "half")], "config",
+                    "--pixel-mean 0.5 and --pixel-std 0 do not describe pixels / 255")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "half")))
+
+    def test_idx_images_of_one_shade(self):
+        directory = self.broken_dataset("train-images-idx3-ubyte", idx_bytes([256, 28, 28], bytes(256 * 784)))
+        self.expect(self.train(data=directory), "data", "are all one shade")
 
     def test_idx_count_mismatch(self):
         directory = self.broken_dataset("t10k-labels-idx1-ubyte", idx_bytes([63], [1] * 63))

@@ -129,7 +129,7 @@ class EquivalenceTest(DistributedTestCase):
         data = bigbatch_oracle.FASHION_MNIST
         images = bigbatch_oracle.read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"))[:1000]
         labels = bigbatch_oracle.read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"))[:1000]
-        inputs = torch.from_numpy(images.copy()).float().unsqueeze(1).div_(255.0).sub_(0.2860).div_(0.3530)
+        inputs = bigbatch_oracle.idx_inputs(images, init)
         targets = torch.from_numpy(labels.astype("int64"))
         model = bigbatch_oracle.mlp([64]).double()
         model.load_state_dict({k: v.double() for k, v in bigbatch_oracle.read_safetensors(init_weights).items()})

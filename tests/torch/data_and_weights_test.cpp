@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
 #include <zlib.h>
+#include <cmath>
 
 #include <filesystem>
 #include <fstream>
@@ -70,16 +72,37 @@ TEST_F(TempDir, LoadsAndNormalisesIdxSplits) {
   EXPECT_EQ(splits.validation.size(), 2);
   EXPECT_EQ(splits.test.size(), 5);
   EXPECT_EQ(splits.train.inputs.sizes(), (std::vector<int64_t>{10, 1, 28, 28}));
-  EXPECT_NEAR(splits.train.inputs[3][0][5][5].item<float>(), (3 / 255.0 - kPixelMean) / kPixelStd,
-              1e-6);
+  // Normalised by the training samples' own statistics (samples 0-9, pixel i / 255 each):
+  // mean 4.5 / 255, standard deviation sqrt(8.25) / 255 — nothing of validation or test.
+  EXPECT_NEAR(splits.pixels.mean, 4.5 / 255, 1e-8);  // of the float32 pixels
+  EXPECT_NEAR(splits.pixels.std, std::sqrt(8.25) / 255, 1e-8);
+  EXPECT_NEAR(splits.train.inputs[3][0][5][5].item<float>(), -1.5 / std::sqrt(8.25), 1e-5);
+  EXPECT_NEAR(splits.test.inputs[0][0][0][0].item<float>(), -4.5 / std::sqrt(8.25), 1e-5);
+  EXPECT_NEAR(splits.validation.inputs[0][0][0][0].item<float>(), 5.5 / std::sqrt(8.25), 1e-5);
   EXPECT_EQ(splits.validation.targets[0].item<int64_t>(), 0);  // sample 10, held out from the end
   EXPECT_EQ(splits.train.targets.scalar_type(), torch::kInt64);
+  EXPECT_EQ(splits.train.classes, 10);  // the largest label + 1
+  // A recorded normalisation (a resume, an evaluation) is used as it is.
+  const DatasetSplits given = load_idx_dataset(dir_, 12, 2, {0.5, 0.25});
+  EXPECT_NEAR(given.train.inputs[3][0][5][5].item<float>(), (3 / 255.0 - 0.5) / 0.25, 1e-5);
+  EXPECT_EQ(given.pixels.mean, 0.5);
+}
+
+TEST_F(TempDir, IdxClassesComeFromTheLabels) {
+  write_dataset("train", 20, /*bad_label=*/12);  // one sample of class 12: 13 classes
+  write_dataset("t10k", 5);
+  EXPECT_EQ(load_idx_dataset(dir_, 0, 0).train.classes, 13);
+  write_dataset("train", 20);
+  write_idx("t10k-labels-idx1-ubyte", {5}, {0, 1, 2, 3, 40});  // the test split's too
+  const DatasetSplits splits = load_idx_dataset(dir_, 0, 0);
+  EXPECT_EQ(splits.train.classes, 41);
+  EXPECT_EQ(splits.test.classes, 41);
 }
 
 TEST_F(TempDir, BadDatasetsAreDataErrors) {
-  write_dataset("train", 20, /*bad_label=*/12);
+  write_dataset("train", 1);  // one image, one shade: no deviation to normalise by
   write_dataset("t10k", 5);
-  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("label 12 of sample 19"),
+  EXPECT_NE(error_of([&] { load_idx_dataset(dir_, 0, 0); }).find("are all one shade"),
             std::string::npos);
   write_dataset("train", 20);
   write_idx("t10k-labels-idx1-ubyte", {4}, {1, 2, 3, 4});

@@ -272,6 +272,33 @@ namespace {
 
 // Issue 20 item 13: config.toml holds numbers the shortest way that reads back to the same
 // double, not toml++'s 17 digits ("0.90000000000000002").
+TEST(ConfigToml, AnOlderIdxRunGetsTheNormalisationItTrainedWith) {
+  // A config.toml from before pixel-mean/pixel-std were recorded: that run used Fashion-MNIST's
+  // constants, so a resume or an evaluation must too (not a new measurement).
+  TrainConfig older;
+  load_toml_config_text(older, "model = 'mlp'\ndataset = 'fashion-mnist'\n", "config.toml");
+  older.complete_older_run();
+  EXPECT_EQ(older.pixel_mean, kFashionMnistPixelMean);
+  EXPECT_EQ(older.pixel_std, kFashionMnistPixelStd);
+  // A newer one keeps what it recorded; other datasets have nothing to complete.
+  TrainConfig newer;
+  load_toml_config_text(newer, "pixel-mean = 0.25\npixel-std = 0.5\n", "config.toml");
+  newer.complete_older_run();
+  EXPECT_EQ(newer.pixel_mean, 0.25);
+  TrainConfig text;
+  load_toml_config_text(text, "dataset = 'text:/usr/share/games/fortunes'\n", "config.toml");
+  text.complete_older_run();
+  EXPECT_EQ(text.pixel_std, 0);
+  // Recorded values round-trip exactly through config.toml.
+  TrainConfig measured;
+  measured.pixel_mean = 0.28604060219395294;
+  measured.pixel_std = 0.3530242495179735;
+  TrainConfig again;
+  load_toml_config_text(again, render_toml_config(measured), "config.toml");
+  EXPECT_EQ(again.pixel_mean, measured.pixel_mean);
+  EXPECT_EQ(again.pixel_std, measured.pixel_std);
+}
+
 TEST(ConfigToml, NumbersAreTheShortestThatRoundTrip) {
   TrainConfig config;
   config.lr = 0.1 + 0.2;  // 0.30000000000000004: needs its 17 digits
