@@ -1,6 +1,9 @@
 #include "config/option_table.h"
 
 #include <toml++/toml.h>
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -635,6 +638,66 @@ std::string render_toml_config(const TrainConfig& config) {
     out << name << " = " << text << "\n";
   out << "\n";
   return out.str();
+}
+
+namespace {
+
+// A value as a flag takes it: lists comma-separated, numbers the shortest way that round-trips.
+std::string flag_text(const ConfigValue& value) {
+  struct Visitor {
+    std::string operator()(int64_t v) const { return std::to_string(v); }
+    std::string operator()(double v) const { return format_double(v); }
+    std::string operator()(bool v) const { return v ? "true" : "false"; }
+    std::string operator()(const std::string& v) const { return v; }
+    std::string operator()(const std::vector<int64_t>& v) const {
+      std::string out;
+      for (const int64_t x : v)
+        out += (out.empty() ? "" : ",") + std::to_string(x);
+      return out;
+    }
+    std::string operator()(const std::vector<std::string>& v) const {
+      std::string out;
+      for (const auto& x : v)
+        out += (out.empty() ? "" : ",") + x;
+      return out;
+    }
+  };
+  return std::visit(Visitor{}, value);
+}
+
+// Single quotes for the shell when the text holds anything but plain characters.
+std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:,=+@%", c);
+  });
+  if (plain)
+    return text;
+  std::string out = "'";
+  for (char c : text)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string flags_set_in(const TrainConfig& config, const std::vector<std::string>& leave_out) {
+  const TrainConfig defaults;
+  std::string out;
+  for (const auto& spec : option_table()) {
+    if (!(spec.commands & kTrainCommand) ||
+        std::find(leave_out.begin(), leave_out.end(), spec.name) != leave_out.end())
+      continue;
+    const auto value = spec.get(config);
+    if (!value || value == spec.get(defaults))
+      continue;
+    if (spec.is_switch()) {
+      if (std::get<bool>(*value))  // a switch says one state; its partner says the other
+        out += " --" + spec.name;
+      continue;
+    }
+    out += " --" + spec.name + " " + shell_word(flag_text(*value));
+  }
+  return out;
 }
 
 }  // namespace bigbatch

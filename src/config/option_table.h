@@ -52,4 +52,9 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
 // The fully resolved configuration as TOML, loadable by load_toml_config.
 std::string render_toml_config(const TrainConfig& config);
 
+// " --model gpt --dataset text:DIR ...": train's flags whose values differ from the defaults,
+// in table order and quoted for the shell, less those named in `leave_out` (for a suggested
+// command line that repeats what a user gave).
+std::string flags_set_in(const TrainConfig& config, const std::vector<std::string>& leave_out = {});
+
 }  // namespace bigbatch

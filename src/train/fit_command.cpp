@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "config/option_table.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "runtime/runtime_env.h"
@@ -39,7 +40,9 @@ FitReport run_fit(const TrainConfig& config) {
   } else {
     report.text += "largest fitting micro-batch: " + std::to_string(fit.max_micro_batch) +
                    "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch) +
-                   "\ntrain with it: bigbatch train --model " + config.model +
+                   "\ntrain with it: bigbatch train" +
+                   flags_set_in(config, {"global-batch", "micro-batch", "accum-steps",
+                                         "memory-budget", "fit-margin", "out", "progress"}) +
                    " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
                    " (or --micro-batch auto --memory-budget " + exact_byte_size(fit.budget_bytes) +
                    ")\n";

@@ -123,6 +123,20 @@ class FitTest(MemoryTestCase):
         self.assertIn("<- largest", result.stdout)
         self.assertIn("largest fitting micro-batch:", result.stdout)
         self.assertIn("--micro-batch auto --memory-budget 16MiB", result.stdout)
+        # The command repeats what was given (the model, its shape, its data), so it runs as shown.
+        self.assertRegex(result.stdout, r"train with it: bigbatch train --model mlp --threads 1 --global-batch G "
+                                        r"--micro-batch \d+ ")
+        lm = bigbatch("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                      "--d-model", "32", "--heads", "2", "--seq-len", "64", "--memory-budget", "64MiB", "--threads",
+                      "1")
+        self.assertEqual(lm.returncode, 0, lm.stderr)
+        line = [l for l in lm.stdout.splitlines() if l.startswith("train with it: ")][0]
+        self.assertIn("--model gpt --dataset text:/usr/share/games/fortunes --seq-len 64 --layers 1 --d-model 32 "
+                      "--heads 2", line)
+        # ... and plans as written (G filled in).
+        words = line[len("train with it: bigbatch train "):].split(" (or")[0].replace(" G ", " 64 ").split()
+        planned = bigbatch("plan", *words)
+        self.assertEqual(planned.returncode, 0, planned.stderr)
 
     def test_fit_with_nothing_fitting_exits_non_zero(self):
         result = bigbatch("fit", "--model", "mlp", "--memory-budget", "1MiB", "--threads", "1", "--json")
