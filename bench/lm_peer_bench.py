@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""bigbatch's gpt against the same model trained by PyTorch in Python, side by side in one run:
+"""bigbatch's gpt against the same model trained by PyTorch in Python and by a hand-written
+libtorch loop (bench/peers/handwritten_loop.cpp --model gpt), side by side in one run:
 tokens per second of training at --seq-len 256 on packed fortune blocks (no padding on either
 side, so both compute the same shapes), AdamW with clipping, the mean over each update's tokens.
 The Python side is the oracle's twin (tests/python/gpt_oracle.py: GptTwin) in the accumulation
@@ -73,6 +74,28 @@ print({micro} * {accum} * {SEQ} * {updates} / sum(times[2:]))
     return float(result.stdout.strip().splitlines()[-1])
 
 
+def handwritten(build, micro, accum, threads, updates):
+    """bench/peers/handwritten_loop.cpp --model gpt: the same model and loop in plain libtorch."""
+    result = subprocess.run([os.path.join(build, "bench", "handwritten_loop"), "--model", "gpt", "--seq-len", str(SEQ),
+                             "--layers", str(LAYERS), "--d-model", str(D), "--heads", str(HEADS), "--micro",
+                             str(micro), "--accum", str(accum), "--threads", str(threads), "--updates", str(updates)],
+                            check=True, capture_output=True, text=True, env=ENV)
+    return json.loads(result.stdout)["tokens_per_s"]
+
+
+def gemm_gflops(build, threads):
+    """The machine's fp32 GEMM ceiling at this thread count (2048^3, libtorch's kernel)."""
+    result = subprocess.run([os.path.join(build, "bench", "handwritten_loop"), "--gemm", "--threads", str(threads)],
+                            check=True, capture_output=True, text=True, env=ENV)
+    return json.loads(result.stdout)["gemm_gflops"]
+
+
+def training_flops_per_token(vocab=257):
+    """6 x the matmul parameters (per layer 12 d^2; the tied output head V d) plus attention's
+    scores and values (4 T d per layer forward, the whole T x T computed), x3 with backward."""
+    return 6 * (12 * LAYERS * D * D + vocab * D) + 12 * LAYERS * SEQ * D
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
@@ -83,26 +106,31 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="lm_peer_")
-    print("| micro | accum | threads | bigbatch tokens/s | PyTorch-Python tokens/s | bigbatch / Python (min-max) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    flops = training_flops_per_token()
+    print(f"model FLOPs per token (training): {flops / 1e6:.2f}M")
+    print("| micro | accum | threads | bigbatch tokens/s | hand-written libtorch | PyTorch-Python | "
+          "bigbatch / hand-written (min-max) | bigbatch / Python (min-max) | bigbatch MFU (GEMM ceiling) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for threads in args.threads:
+        ceiling = gemm_gflops(args.build, threads)
         for micro in args.micros:
             for accum in args.accums:
-                ours, theirs, ratios = [], [], []
+                ours, loops, theirs = [], [], []
                 for repeat in range(args.repeats):
-                    # Alternate which side runs first: this machine drifts over minutes.
-                    if repeat % 2 == 0:
-                        a = bigbatch(args.build, workdir, micro, accum, threads, args.updates)
-                        b = python_peer(micro, accum, threads, args.updates)
-                    else:
-                        b = python_peer(micro, accum, threads, args.updates)
-                        a = bigbatch(args.build, workdir, micro, accum, threads, args.updates)
-                    ours.append(a)
-                    theirs.append(b)
-                    ratios.append(a / b)
+                    # Rotate which side runs first: this machine drifts over minutes.
+                    sides = [lambda: ours.append(bigbatch(args.build, workdir, micro, accum, threads, args.updates)),
+                             lambda: loops.append(handwritten(args.build, micro, accum, threads, args.updates)),
+                             lambda: theirs.append(python_peer(micro, accum, threads, args.updates))]
+                    for i in range(3):
+                        sides[(i + repeat) % 3]()
+                to_loop = [a / b for a, b in zip(ours, loops)]
+                to_python = [a / b for a, b in zip(ours, theirs)]
+                mfu = statistics.median(ours) * flops / (ceiling * 1e9)
                 print(f"| {micro} | {accum} | {threads} | {statistics.median(ours):.0f} | "
-                      f"{statistics.median(theirs):.0f} | {statistics.median(ratios):.2f}x "
-                      f"({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)
+                      f"{statistics.median(loops):.0f} | {statistics.median(theirs):.0f} | "
+                      f"{statistics.median(to_loop):.2f}x ({min(to_loop):.2f}-{max(to_loop):.2f}) | "
+                      f"{statistics.median(to_python):.2f}x ({min(to_python):.2f}-{max(to_python):.2f}) | "
+                      f"{100 * mfu:.0f}% ({ceiling:.0f} GFLOP/s) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@
 // Prints one JSON object. Benchmarks only; never part of the product.
 //
 //   handwritten_loop --model cnn --micro 64 --accum 8 --threads 1 --updates 30
+//   handwritten_loop --model gpt --seq-len 256 --layers 4 --d-model 128 --heads 4 --micro 8
 //   handwritten_loop --gemm --threads 1
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +54,58 @@ torch::nn::Sequential make(const std::string& name) {
   return m;
 }
 
+// The gpt as a libtorch user writes it from the PyTorch twin (tests/python/gpt_oracle.py):
+// token and position embeddings, pre-LayerNorm blocks with causal attention and a GELU MLP,
+// the output tied to the token embedding; plain autograd, no fusion.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int64_t d, int64_t heads)
+      : heads(heads),
+        ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        qkv(register_module("qkv", torch::nn::Linear(d, 3 * d))),
+        proj(register_module("proj", torch::nn::Linear(d, d))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        fc(register_module("fc", torch::nn::Linear(d, 4 * d))),
+        out(register_module("out", torch::nn::Linear(4 * d, d))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads;
+    auto parts = qkv->forward(ln1->forward(x)).chunk(3, -1);
+    auto split = [&](const torch::Tensor& z) { return z.view({b, t, heads, hd}).transpose(1, 2); };
+    auto q = split(parts[0]) * (1.0 / std::sqrt(double(hd))), k = split(parts[1]),
+         v = split(parts[2]);
+    auto scores = torch::matmul(q, k.transpose(-2, -1))
+                      .masked_fill(torch::ones({t, t}, torch::kBool).triu(1), -INFINITY);
+    auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, d});
+    auto h = x + proj->forward(y);
+    return h + out->forward(torch::gelu(fc->forward(ln2->forward(h))));
+  }
+  int64_t heads;
+  torch::nn::LayerNorm ln1;
+  torch::nn::Linear qkv, proj;
+  torch::nn::LayerNorm ln2;
+  torch::nn::Linear fc, out;
+};
+TORCH_MODULE(Block);
+
+struct GptImpl : torch::nn::Module {
+  GptImpl(int64_t vocab, int64_t seq, int64_t layers, int64_t d, int64_t heads)
+      : token(register_module("token", torch::nn::Embedding(vocab, d))),
+        position(register_module("position", torch::nn::Embedding(seq, d))),
+        ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))) {
+    for (int64_t i = 0; i < layers; ++i)
+      blocks.push_back(register_module("block" + std::to_string(i), Block(d, heads)));
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    auto x = token->forward(tokens) + position->forward(torch::arange(tokens.size(1)));
+    for (auto& block : blocks)
+      x = block->forward(x);
+    return torch::matmul(ln_f->forward(x), token->weight.t());
+  }
+  torch::nn::Embedding token, position;
+  std::vector<Block> blocks;
+  torch::nn::LayerNorm ln_f;
+};
+TORCH_MODULE(Gpt);
+
 // A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); 0 where unreadable.
 long long status_bytes(const char* field) {
   std::FILE* f = std::fopen("/proc/self/status", "r");
@@ -77,6 +131,7 @@ double now() {
 int main(int argc, char** argv) {
   std::string model = "cnn";
   int64_t micro = 64, accum = 1, threads = 1, updates = 30;
+  int64_t seq = 256, layers = 4, d_model = 128, heads = 4;  // --model gpt
   bool gemm = false;
   std::string data = "fashion";
   for (int i = 1; i < argc; ++i) {
@@ -96,6 +151,14 @@ int main(int argc, char** argv) {
       gemm = true;
     else if (a == "--data")
       data = next();
+    else if (a == "--seq-len")
+      seq = std::stoll(next());
+    else if (a == "--layers")
+      layers = std::stoll(next());
+    else if (a == "--d-model")
+      d_model = std::stoll(next());
+    else if (a == "--heads")
+      heads = std::stoll(next());
   }
   torch::set_num_threads(static_cast<int>(threads));
   if (gemm) {
@@ -116,6 +179,39 @@ int main(int argc, char** argv) {
     return 0;
   }
   torch::manual_seed(0);
+  if (model == "gpt") {
+    // The accumulation loop with the exact mean for packed blocks (every micro-batch has the
+    // same tokens: each one's mean over tokens / accum), AdamW and clipping, as
+    // bench/lm_peer_bench.py runs bigbatch and Python.
+    constexpr int64_t kVocab = 257;
+    Gpt net(kVocab, seq, layers, d_model, heads);
+    torch::optim::AdamW optimizer(net->parameters(),
+                                  torch::optim::AdamWOptions(1e-3).weight_decay(5e-4));
+    auto data = torch::randint(0, kVocab, {micro * accum * (updates + 3), seq + 1}, torch::kInt64);
+    int64_t row = 0;
+    auto gpt_update = [&] {
+      for (int64_t k = 0; k < accum; ++k) {
+        auto block = data.narrow(0, row, micro);
+        row += micro;
+        auto logits = net->forward(block.narrow(1, 0, seq));
+        auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}),
+                                                         block.narrow(1, 1, seq).reshape({-1})) /
+                    static_cast<double>(accum);
+        loss.backward();
+      }
+      torch::nn::utils::clip_grad_norm_(net->parameters(), 1.0);
+      optimizer.step();
+      optimizer.zero_grad();
+    };
+    for (int i = 0; i < 3; ++i)
+      gpt_update();  // warm-up
+    const double start = now();
+    for (int64_t i = 0; i < updates; ++i)
+      gpt_update();
+    const double seconds = now() - start;
+    std::printf("{\"tokens_per_s\": %.1f}\n", double(updates * accum * micro * seq) / seconds);
+    return 0;
+  }
   auto net = make(model);
   torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::Tensor images, labels;
