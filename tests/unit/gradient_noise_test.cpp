@@ -76,15 +76,18 @@ TEST(GradientNoise, MatchesTheAnalyticNoiseScaleOfALinearRegression) {
   };
 
   // As the engine sees it: a micro-batch of 32 nested in an update of 256 (8 x 32).
+  auto train = [&](NoiseScaleTracker& t, int updates) {
+    for (int update = 0; update < updates; ++update) {
+      const auto first = mean_gradient(32);
+      const auto rest = mean_gradient(224);
+      std::vector<double> whole(n);
+      for (int j = 0; j < n; ++j)
+        whole[j] = (32 * first[j] + 224 * rest[j]) / 256;
+      t.add({32, sq_norm(first), 256, sq_norm(whole)});
+    }
+  };
   NoiseScaleTracker tracker(0.999);
-  for (int update = 0; update < 4000; ++update) {
-    const auto first = mean_gradient(32);
-    const auto rest = mean_gradient(224);
-    std::vector<double> whole(n);
-    for (int j = 0; j < n; ++j)
-      whole[j] = (32 * first[j] + 224 * rest[j]) / 256;
-    tracker.add({32, sq_norm(first), 256, sq_norm(whole)});
-  }
+  train(tracker, 4000);
   std::printf("noise scale %.3f (analytic %.1f), |G|^2 %.4f (analytic 1)\n", *tracker.noise_scale(),
               analytic, tracker.gradient_sq());
   // Stated tolerance: 10% (about four standard errors of this many averaged updates).
@@ -103,14 +106,7 @@ TEST(GradientNoise, MatchesTheAnalyticNoiseScaleOfALinearRegression) {
 
   // Twenty updates of the same problem cannot pin it down as well: a wider range.
   NoiseScaleTracker young;
-  for (int update = 0; update < 20; ++update) {
-    const auto first = mean_gradient(32);
-    const auto rest = mean_gradient(224);
-    std::vector<double> whole(n);
-    for (int j = 0; j < n; ++j)
-      whole[j] = (32 * first[j] + 224 * rest[j]) / 256;
-    young.add({32, sq_norm(first), 256, sq_norm(whole)});
-  }
+  train(young, 20);
   const auto early = young.summary();
   ASSERT_TRUE(early.has_value());
   EXPECT_GT(early->high / early->low, 1.5 * summary->high / summary->low);
