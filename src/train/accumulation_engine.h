@@ -113,9 +113,11 @@ class AccumulationEngine {
 
   // finish_gradients(), then apply() at the rate `rate_for` picks from the update's statistics
   // (AdaScale's gain needs them; it is asked for skipped updates too, whose rate is logged) —
-  // or discard() when the loss or the gradient is not finite (stats.non_finite): one bad
+  // or discard() when the update is skipped: its loss or gradient is not finite, or
+  // `is_loss_spike` (if given) calls its finite loss a spike (stats/loss_spikes.h). One bad
   // window must not poison the weights or the momentum.
-  UpdateStats update(const std::function<double(const UpdateStats&)>& rate_for);
+  UpdateStats update(const std::function<double(const UpdateStats&)>& rate_for,
+                     const std::function<bool(const UpdateStats&)>& is_loss_spike = {});
   UpdateStats update(double lr) {
     return update([lr](const UpdateStats&) { return lr; });
   }

@@ -659,7 +659,6 @@ void FitLoop::finish() {
     const bool tokens = per_sample > 0;
     const double batch = double(run_.resolved.plan.global_batch_size) * (tokens ? per_sample : 1);
     console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
-
   } else if (noise_.state().samples == 0) {
     console_.say(
         "gradient noise scale: not measured (it needs two batch sizes per update: "

@@ -70,20 +70,16 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
     engine.request_stop();
   // The rate comes from the averages that now include this update's gradients (AdaScale).
   // The noise sample is made of reduced values only, so every rank computes the same rate.
-  UpdateStats& stats = result.stats;
-  stats = engine.finish_gradients();
-  stats.loss_spike = !stats.non_finite && request.is_loss_spike && request.is_loss_spike(stats);
-  if (request.noise)
-    feed_noise_scale(*request.noise, stats);
-  // Asked for skipped updates too: their rate is logged.
-  result.rate = request.rate ? request.rate(stats) : UpdateRate{};
-  if (stats.skipped()) {
-    engine.discard();  // one bad window must not poison the weights or the momentum
-  } else {
-    engine.apply(result.rate.lr);
-  }
+  result.stats = engine.update(
+      [&](const UpdateStats& stats) {
+        if (request.noise)
+          feed_noise_scale(*request.noise, stats);
+        result.rate = request.rate ? request.rate(stats) : UpdateRate{};
+        return result.rate.lr;
+      },
+      request.is_loss_spike);
   if (request.window_bn)
-    request.window_bn->end(/*applied=*/!stats.skipped());
+    request.window_bn->end(/*applied=*/!result.stats.skipped());
   return result;
 }
 

@@ -39,6 +39,20 @@ class SweepTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.root, ignore_errors=True)
 
+    def assert_row_matches_its_cell(self, out, row, metric, best_of):
+        """A summary.csv row against its cell's metrics.jsonl: the metric, its best epoch
+        (best_of: max or min), whether and when the target was reached. Returns the cell's
+        epoch records and target_reached events."""
+        records = metrics(os.path.join(out, row["cell"]))
+        epochs = [r for r in records if metric in r]
+        self.assertEqual(row["metric"], metric)
+        self.assertAlmostEqual(float(row["best"]), best_of(e[metric] for e in epochs), places=4)
+        reached = [r for r in records if r.get("event") == "target_reached"]
+        self.assertEqual(row["reached"], "true" if reached else "false")
+        if reached:
+            self.assertEqual(int(row["updates_to_target"]), reached[0]["step"])
+        return epochs, reached
+
     def rows(self):
         with open(os.path.join(self.out, "summary.csv")) as f:
             return list(csv.DictReader(f))
@@ -52,14 +66,8 @@ class SweepTest(unittest.TestCase):
             cell = os.path.join(self.out, row["cell"])
             self.assertTrue(os.path.exists(os.path.join(cell, "weights.safetensors")), row)
             self.assertEqual(row["status"], "done")
-            records = metrics(cell)
-            epochs = [r for r in records if "val_accuracy" in r]
-            self.assertEqual(row["metric"], "val_accuracy")
-            self.assertAlmostEqual(float(row["best"]), max(e["val_accuracy"] for e in epochs), places=4)
-            reached = [r for r in records if r.get("event") == "target_reached"]
-            self.assertEqual(row["reached"], "true" if reached else "false")
+            epochs, reached = self.assert_row_matches_its_cell(self.out, row, "val_accuracy", max)
             if reached:
-                self.assertEqual(int(row["updates_to_target"]), reached[0]["step"])
                 self.assertEqual(int(row["samples_to_target"]), reached[0]["samples_seen"])
                 self.assertGreaterEqual(reached[0]["accuracy"], 0.6)
                 self.assertEqual(len(epochs), reached[0]["epoch"])  # stopped at the target
@@ -146,17 +154,11 @@ class SweepTest(unittest.TestCase):
         rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
         self.assertEqual(len(rows), 2)
         for row in rows:
-            records = metrics(os.path.join(out, row["cell"]))
-            epochs = [r for r in records if "val_bpb" in r]
-            self.assertEqual(row["metric"], "val_bpb")
             # The best of bits per byte is its lowest.
-            self.assertAlmostEqual(float(row["best"]), min(e["val_bpb"] for e in epochs), places=4)
-            reached = [r for r in records if r.get("event") == "target_reached"]
-            self.assertEqual(row["reached"], "true" if reached else "false")
+            _, reached = self.assert_row_matches_its_cell(out, row, "val_bpb", min)
             if reached:
                 self.assertEqual(reached[0]["condition"], "val_bpb<=7.5")
                 self.assertLessEqual(reached[0]["value"], 7.5)
-                self.assertEqual(int(row["updates_to_target"]), reached[0]["step"])
         self.assertTrue(any(r["reached"] == "true" for r in rows))
         table = open(os.path.join(out, "summary.md")).read()
         self.assertIn("updates to val_bpb<=7.5 | samples to target | time to target | best bits per byte |", table)
