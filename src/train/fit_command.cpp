@@ -34,7 +34,13 @@ FitReport run_fit(const TrainConfig& config) {
                 human_bytes(double(fit.budget_bytes)) + " (usable " +
                 human_bytes(double(fit.usable_bytes)) + " after the " +
                 format_double(100 * config.fit_margin) + "% margin), " +
-                std::to_string(torch::get_num_threads()) + " thread(s)\n" + fit.to_text();
+                std::to_string(torch::get_num_threads()) + " thread(s)\n";
+  if (fit.probe_row_tokens > 0) {
+    report.text += "each size probed at the longest rows (" +
+                   std::to_string(fit.probe_row_tokens) +
+                   " target tokens, the widest micro-batch a window can hold)\n";
+  }
+  report.text += fit.to_text();
   if (fit.max_micro_batch == 0) {
     report.text += "not even a micro-batch of 1 fits: raise --memory-budget\n";
   } else {

@@ -80,6 +80,18 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
   return result;
 }
 
+std::vector<int64_t> rows_longest_first(const TensorDataset& data, int64_t count) {
+  std::vector<int64_t> rows(static_cast<size_t>(data.size()));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  if (data.is_tokens()) {
+    std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
+      return data.lengths[size_t(a)] > data.lengths[size_t(b)];
+    });
+  }
+  rows.resize(static_cast<size_t>(count));
+  return rows;
+}
+
 }  // namespace
 
 FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSettings& optimizer,
@@ -89,8 +101,10 @@ FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSetting
   const int64_t cap = std::min(options.max_micro_batch, data.size());
   BB_INTERNAL_ASSERT(cap >= 1, "fit needs at least one sample");
 
-  std::vector<int64_t> order(static_cast<size_t>(cap));
-  std::iota(order.begin(), order.end(), int64_t{0});
+  // Token rows: the longest first, so a probe of any size is padded to the dataset's longest
+  // row and holds as many of the longest as it can — the micro-batch no window can exceed
+  // (a micro-batch costs rows x its longest). Samples of one shape: the first `cap`.
+  std::vector<int64_t> order = rows_longest_first(data, cap);
   std::map<int64_t, FitProbe> probes;
   auto fits = [&](int64_t micro) {
     auto found = probes.find(micro);
@@ -127,6 +141,8 @@ FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSetting
   result.budget_bytes = options.budget_bytes;
   result.usable_bytes = static_cast<int64_t>(double(options.budget_bytes) * (1.0 - options.margin));
   result.max_micro_batch = good;
+  if (data.is_tokens())
+    result.probe_row_tokens = data.lengths[size_t(order.front())];
   double best_speed = 0;
   for (const auto& [micro, row] : probes) {
     result.table.push_back(row);
@@ -155,6 +171,8 @@ nlohmann::json FitResult::to_json() const {
           {"max_micro_batch", max_micro_batch},
           {"fastest_micro_batch",
            fastest_micro_batch > 0 ? nlohmann::json(fastest_micro_batch) : nlohmann::json(nullptr)},
+          {"probe_row_tokens",
+           probe_row_tokens > 0 ? nlohmann::json(probe_row_tokens) : nlohmann::json(nullptr)},
           {"table", rows}};
 }
 

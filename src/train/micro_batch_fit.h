@@ -4,6 +4,8 @@
 // through the AccumulationEngine — forward, backward, and an optimizer step so that its state
 // exists — under the tracking allocator with the budget enforced (memory/tracking_allocator.h).
 // Sizes double from 1 until one does not fit, then a binary search narrows the boundary.
+// Token rows are probed longest first: a micro-batch costs rows x its longest row, so the
+// probe of each size is the worst micro-batch of that size any window can hold.
 //
 // A size fits when no allocation was refused and its peak stays under budget x (1 - margin):
 // the margin covers what a probe does not see (evaluation, fragmentation, a later larger
@@ -52,6 +54,9 @@ struct FitResult {
   int64_t max_micro_batch = 0;      // largest fitting size (0: none)
   int64_t fastest_micro_batch = 0;  // fitting size with the most samples/s (0: not measured)
   std::vector<FitProbe> table;      // every probe, by size
+  // Token rows: the target tokens of the longest row, which every probe is padded to (probes
+  // take the longest rows first: the worst micro-batch a window can hold); 0 for samples.
+  int64_t probe_row_tokens = 0;
 
   nlohmann::json to_json() const;
   std::string to_text() const;

@@ -134,6 +134,10 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
               " (the fastest size that fits " + human_bytes(double(fit.usable_bytes)) +
               " = budget " + human_bytes(double(fit.budget_bytes)) +
               " less the margin; largest fitting " + std::to_string(fit.max_micro_batch) +
+              (fit.probe_row_tokens > 0
+                   ? "; probed at the longest rows, " + std::to_string(fit.probe_row_tokens) +
+                         " target tokens"
+                   : std::string()) +
               "; 'bigbatch fit' shows the table)");
 }
 

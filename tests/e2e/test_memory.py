@@ -130,6 +130,8 @@ class FitTest(MemoryTestCase):
                       "--d-model", "32", "--heads", "2", "--seq-len", "64", "--memory-budget", "64MiB", "--threads",
                       "1")
         self.assertEqual(lm.returncode, 0, lm.stderr)
+        # Probed where memory peaks: rows as long as --seq-len allows (fortunes has many longer).
+        self.assertIn("each size probed at the longest rows (64 target tokens", lm.stdout)
         line = [l for l in lm.stdout.splitlines() if l.startswith("train with it: ")][0]
         self.assertIn("--model gpt --dataset text:/usr/share/games/fortunes --seq-len 64 --layers 1 --d-model 32 "
                       "--heads 2", line)
@@ -157,6 +159,23 @@ class AutoTest(MemoryTestCase):
         # The resolved configuration repeats the run with the measured size.
         with open(os.path.join(out, "config.toml")) as f:
             self.assertIn(f"micro-batch = {chosen}\n", f.read())
+
+    def test_auto_micro_batch_of_a_language_model_holds_its_longest_rows(self):
+        # Fortunes documents run from 1 to 2,400 bytes: the probe takes rows cut at --seq-len, so
+        # no window, however long its documents, backs off or passes the budget.
+        out = os.path.join(self.dir, "lm")
+        result = bigbatch("train", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                          "--d-model", "32", "--heads", "2", "--seq-len", "64", "--global-batch", "64",
+                          "--micro-batch", "auto", "--memory-budget", "12MiB", "--max-updates", "6", "--threads", "1",
+                          "--progress", "off", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("probed at the longest rows, 64 target tokens", result.stderr)
+        chosen = int(re.search(r"micro-batch auto: (\d+)", result.stderr).group(1))
+        self.assertLess(chosen, 64)  # the budget is what decides here
+        steps = updates(out)
+        self.assertEqual(len(steps), 6)
+        self.assertTrue(all(m["micro_batch"] == chosen and m["peak_bytes"] <= 12 << 20 for m in steps))
+        self.assertEqual([m for m in metrics(out) if m.get("event") == "oom_backoff"], [])
 
 
 class MetricsTest(MemoryTestCase):

@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "dist/gradient_reducer.h"
 #include "memory/tracking_allocator.h"
+#include "models/gpt.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
 #include "train/micro_batch_fit.h"
@@ -169,6 +170,56 @@ TEST_F(MemoryTest, FitNeverReturnsASizeWhosePeakExceedsTheBudget) {
       OptimizerSettings{}, data, options);
   EXPECT_EQ(none.max_micro_batch, 0);
   EXPECT_EQ(none.fastest_micro_batch, 0);
+}
+
+
+// A micro-batch of token rows costs rows x its longest row, so fit must probe the longest rows:
+// a corpus of short rows with one long row last fits exactly what a corpus of long rows fits
+// (probing the first rows, it would promise sizes a window holding the long row exceeds).
+TensorDataset constant_token_rows(int64_t rows, int64_t seq_len, bool one_long_row_last) {
+  UntrackedAllocations host_data;
+  TokenDocuments documents;
+  for (int64_t i = 0; i < rows; ++i) {
+    const bool long_row = !one_long_row_last || i == rows - 1;
+    documents.add(std::vector<int32_t>(size_t(long_row ? seq_len + 1 : 9), 7));
+  }
+  return token_dataset(document_rows(documents, seq_len, 0));
+}
+
+TEST_F(MemoryTest, FitProbesTokenRowsAtTheLongestRow) {
+  constexpr int64_t kSeqLen = 96;
+  const TensorDataset mixed_rows = constant_token_rows(256, kSeqLen, /*one_long_row_last=*/true);
+  const TensorDataset long_rows = constant_token_rows(256, kSeqLen, false);
+  ASSERT_EQ(mixed_rows.lengths.front(), 8);
+  ASSERT_EQ(mixed_rows.lengths.back(), kSeqLen);
+  GptOptions gpt;
+  gpt.vocab = kByteVocabulary;
+  gpt.seq_len = kSeqLen;
+  gpt.layers = 1;
+  gpt.d_model = 32;
+  gpt.heads = 2;
+  FitOptions options;
+  options.budget_bytes = 12 << 20;
+  options.max_micro_batch = 256;
+  options.measure_speed = false;
+  auto fit = [&](const TensorDataset& data) {
+    return fit_micro_batch([&] { return make_gpt(gpt); }, OptimizerSettings{}, data, options);
+  };
+  const FitResult on_mixed = fit(mixed_rows);
+  const FitResult on_long = fit(long_rows);
+  ASSERT_GT(on_long.max_micro_batch, 1);
+  ASSERT_LT(on_long.max_micro_batch, 256);
+  EXPECT_EQ(on_mixed.max_micro_batch, on_long.max_micro_batch);
+  EXPECT_EQ(on_mixed.probe_row_tokens, kSeqLen);
+  EXPECT_EQ(on_long.probe_row_tokens, kSeqLen);
+  // Images are their own shape: no row length to speak of.
+  EXPECT_EQ(fit_micro_batch(
+                [] {
+                  return make_model({.name = "mlp", .hidden = {32}});
+                },
+                OptimizerSettings{}, random_images(64), options)
+                .probe_row_tokens,
+            0);
 }
 
 }  // namespace
