@@ -70,7 +70,7 @@ std::string help_group(const std::string& name) {
                                           "schedule",         "min-lr-factor",
                                           "step-milestones",  "step-gamma",
                                           "max-bad-updates",  "spike-factor"}},
-      {"Run length", {"epochs", "max-updates", "target", "target-accuracy"}},
+      {"Run length", {"epochs", "max-updates", "target", "target-accuracy", "eval-every"}},
       {"Memory and CPU", {"memory-budget", "fit-margin", "threads", "keep-denormals"}},
       {"Checkpoints and resume",
        {"checkpoint-every", "keep-checkpoints", "resume", "discard-newer"}},
@@ -94,6 +94,8 @@ std::string unset_note(const std::string& name) {
     return " (default: derived from the other two)";
   if (name == "max-updates")
     return " (default: none; --epochs decides)";
+  if (name == "eval-every")
+    return " (default: none; every epoch's end evaluates)";
   if (name == "checkpoint-every")
     return " (default: none; one at the end of a resumed run)";
   return {};

@@ -36,6 +36,7 @@ class VerifyCommand final : public Subcommand {
                                            "target",
                                            "target-accuracy",
                                            "checkpoint-every",
+                                           "eval-every",
                                            "keep-checkpoints",
                                            "save-weights",
                                            "progress",

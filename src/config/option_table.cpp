@@ -442,6 +442,22 @@ std::vector<OptionSpec> build_table() {
   t.push_back(enum_option("progress",
                           "auto (bar on a terminal, lines otherwise), bar, lines or off",
                           &TrainConfig::progress, &progress_mode_names));
+  {
+    OptionSpec s{"eval-every",
+                 "also evaluate on an interval between epoch ends: 500u updates, 0.25e epochs, "
+                 "120000s samples, 4Mt tokens (a --target is then checked there too)",
+                 "INTERVAL",
+                 kTrainCommand,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) { c.eval_every = Interval::parse(text); };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (c.eval_every.is_zero())
+        return std::nullopt;
+      return c.eval_every.to_string();
+    };
+    t.push_back(s);
+  }
   t.push_back(string_option(
       "checkpoint-every",
       "write a checkpoint every 200u (updates), 1e (epochs), 120000s (samples), 30min, or 40micro "

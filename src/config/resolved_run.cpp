@@ -177,8 +177,11 @@ double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t 
          scale_lr(1.0, run.ramp->reference_batch, global_batch, run.schedule.config().scaling);
 }
 
-ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
-                        double items_per_sample) {
+namespace {
+
+// The plan, the run's length and its rates (everything but the evaluation interval).
+ResolvedRun resolve_batches_and_rates(const TrainConfig& config, int64_t dataset_size,
+                                      int64_t world_size, double items_per_sample) {
   if (config.micro_batch_auto) {
     throw Error(ErrorKind::Plan,
                 "--micro-batch auto is measured when training starts, not planned ahead",
@@ -219,6 +222,19 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
         double(plan.global_batch_size) / double(run.schedule.config().reference_batch);
     run.adam =
         scale_adam_hyperparameters({config.adam_beta1, config.adam_beta2, config.adam_eps}, kappa);
+  }
+  return run;
+}
+
+}  // namespace
+
+ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
+                        double items_per_sample) {
+  ResolvedRun run = resolve_batches_and_rates(config, dataset_size, world_size, items_per_sample);
+  if (!config.eval_every.is_zero()) {
+    // Converted at the first plan, like the warmup: an interval in tokens needs token rows.
+    run.eval_every_updates =
+        std::max<int64_t>(1, config.eval_every.to_updates(run.plan, run.epoch));
   }
   return run;
 }

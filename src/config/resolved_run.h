@@ -44,6 +44,8 @@ struct ResolvedRun {
     int64_t total_samples = 0;
   };
   std::optional<RampRun> ramp;
+  // --eval-every in updates (0: off): updates whose count is a multiple of it are evaluated.
+  int64_t eval_every_updates = 0;
 };
 
 // `items_per_sample`: token rows' mean target tokens per sample (intervals in tokens); 0 for

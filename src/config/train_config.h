@@ -128,6 +128,9 @@ struct TrainConfig {
   // like a non-finite one (stats/loss_spikes.h); 0: only non-finite updates are.
   double spike_factor = 10;
 
+  // Evaluation on an interval, between the epoch ends (which always evaluate); 0: off.
+  Interval eval_every = Interval::updates(0);
+
   // Checkpoints.
   std::string checkpoint_every;  // a Cadence ("200u", "1e", "30min"); empty: only at the end
   int64_t keep_checkpoints = 3;

@@ -195,6 +195,7 @@ std::string render_run_report(const std::string& run_dir) {
                 "give a run directory written by bigbatch train");
   }
   const RunRecords r = read_run_records(metrics_path);
+  const std::vector<nlohmann::json> held_out = r.held_out();  // epochs and --eval-every's
 
   std::string charts;
   auto add = [&](LineChart chart) { charts += "<figure>" + render_svg(chart) + "</figure>"; };
@@ -202,7 +203,7 @@ std::string render_run_report(const std::string& run_dir) {
   // A log axis keeps the whole run readable after a spike (a diverging run reaches 1e25); a
   // loss that can be zero or negative (a user's own) stays linear.
   bool positive_losses = true;
-  for (const auto* records : {&r.updates, &r.epochs}) {
+  for (const auto* records : {&r.updates, &held_out}) {
     for (const auto& record : *records) {
       for (const char* key : {"loss", "train_loss", "test_loss", "val_loss"}) {
         const auto v = record.value(key, nlohmann::json());
@@ -220,8 +221,8 @@ std::string render_run_report(const std::string& run_dir) {
     c.series.push_back({"train (update)", kBlue, record_points(r.updates, x_key, "loss"), false});
     c.series.push_back(
         {"train (epoch)", kOrange, record_points(r.epochs, x_key, "train_loss"), true});
-    c.series.push_back({"test", kRed, record_points(r.epochs, x_key, "test_loss"), true});
-    c.series.push_back({"validation", kGreen, record_points(r.epochs, x_key, "val_loss"), true});
+    c.series.push_back({"test", kRed, record_points(held_out, x_key, "test_loss"), true});
+    c.series.push_back({"validation", kGreen, record_points(held_out, x_key, "val_loss"), true});
     return c;
   };
   const bool tokens = is_language_model(r);
@@ -233,7 +234,7 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = "tokens";
     c.y_label = "bits per byte";
     c.series.push_back(
-        {"validation", kGreen, record_points(r.epochs, "tokens_seen", "val_bpb"), true});
+        {"validation", kGreen, record_points(held_out, "tokens_seen", "val_bpb"), true});
     add(c);
   }
   for (const auto& [x_key, x_label] : {std::pair{"step", "updates"}, {"samples_seen", "samples"}}) {
@@ -243,9 +244,9 @@ std::string render_run_report(const std::string& run_dir) {
     c.y_label = "accuracy (%)";
     c.series.push_back(
         {"train", kOrange, record_points(r.epochs, x_key, "train_accuracy", 100), true});
-    c.series.push_back({"test", kRed, record_points(r.epochs, x_key, "test_accuracy", 100), true});
+    c.series.push_back({"test", kRed, record_points(held_out, x_key, "test_accuracy", 100), true});
     c.series.push_back(
-        {"validation", kGreen, record_points(r.epochs, x_key, "val_accuracy", 100), true});
+        {"validation", kGreen, record_points(held_out, x_key, "val_accuracy", 100), true});
     add(c);
   }
   // Per-update series against updates: one row per chart, at most two series each.

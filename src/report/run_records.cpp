@@ -40,6 +40,8 @@ RunRecords read_run_records(const std::string& metrics_path) {
       continue;  // a line cut short by a crash
     check_metrics_record(record, metrics_path, number);
     if (record.contains("event")) {
+      if (record["event"] == "evaluation")
+        records.evaluations.push_back(record);
       records.events.push_back(std::move(record));
     } else if (record.contains("loss")) {
       records.updates.push_back(std::move(record));
@@ -48,6 +50,15 @@ RunRecords read_run_records(const std::string& metrics_path) {
     }
   }
   return records;
+}
+
+std::vector<nlohmann::json> RunRecords::held_out() const {
+  std::vector<nlohmann::json> out = epochs;
+  out.insert(out.end(), evaluations.begin(), evaluations.end());
+  std::stable_sort(out.begin(), out.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.value("step", 0.0) < b.value("step", 0.0);
+  });
+  return out;
 }
 
 std::vector<ChartPoint> record_points(const std::vector<nlohmann::json>& records, const char* x_key,

@@ -14,6 +14,10 @@ struct RunRecords {
   std::vector<nlohmann::json> updates;  // one per optimizer update (has "loss")
   std::vector<nlohmann::json> epochs;   // one per evaluated epoch (has "epoch", "train_loss")
   std::vector<nlohmann::json> events;   // "event": train_start, oom_backoff, target_reached
+  // --eval-every's evaluations ("event": "evaluation", also among the events).
+  std::vector<nlohmann::json> evaluations;
+  // Every record with held-out figures, by step: the epochs' and the intervals'.
+  std::vector<nlohmann::json> held_out() const;
 };
 
 // Throws bigbatch::Error (Format) naming the file, the line and the field when a line that

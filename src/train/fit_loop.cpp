@@ -146,7 +146,7 @@ void FitLoop::run() {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (!epoch_used_up() && !run_complete() && !stop)
+    while (!epoch_used_up() && !run_complete() && !stop && !target_reached_)
       stop = run_update(order);
     if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
@@ -241,6 +241,8 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   for (auto& observer : observers_)
     observer->on_update(run_, report);
   check_divergence();
+  if (evaluation_due())
+    evaluate_on_interval();
   // A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
   // not evaluate that epoch twice.
   const bool stop = step.stats.stop_requested;
@@ -547,6 +549,15 @@ void FitLoop::record_epoch(bool ends_inside) {
     record["partial_epoch"] = epoch_progress(run_);
   if (run_.data.train.is_tokens())
     record["tokens_seen"] = at.items_seen;
+  record.update(evaluate_splits());
+  for (auto& observer : observers_)
+    observer->on_epoch(run_, EpochReport{record});
+  check_target(record);
+}
+
+nlohmann::json FitLoop::evaluate_splits() {
+  if (evaluated_step_ == run_.at.step)
+    return evaluated_;  // an interval's evaluation at the update where the run ends
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
   // activations, no gradients) always fits.
   const bool tokens = run_.data.train.is_tokens();
@@ -554,17 +565,44 @@ void FitLoop::record_epoch(bool ends_inside) {
   const int64_t eval_batch = run_.config.memory_budget > 0
                                  ? std::min(eval_rows, run_.resolved.plan.micro_batch_size)
                                  : eval_rows;
+  nlohmann::json figures = nlohmann::json::object();
   if (run_.data.validation.size() > 0) {
     last_validation_ = evaluate(run_.model, run_.data.validation, eval_batch, run_.precision);
-    record.update(eval_record("val", last_validation_, tokens));
+    figures.update(eval_record("val", last_validation_, tokens));
   }
   if (run_.data.test.size() > 0) {  // text corpora have no test split
     last_test_ = evaluate(run_.model, run_.data.test, eval_batch, run_.precision);
-    record.update(eval_record("test", last_test_, tokens));
+    figures.update(eval_record("test", last_test_, tokens));
   }
-  for (auto& observer : observers_)
-    observer->on_epoch(run_, EpochReport{record});
-  check_target(record);
+  evaluated_step_ = run_.at.step;
+  evaluated_ = figures;
+  return figures;
+}
+
+// Every eval_updates_-th update, counted from the run's start (a resumed run keeps the
+// positions), except where an epoch's end evaluates anyway.
+bool FitLoop::evaluation_due() const {
+  const int64_t every = run_.resolved.eval_every_updates;
+  return every > 0 && run_.at.step % every == 0 && !epoch_used_up();
+}
+
+void FitLoop::evaluate_on_interval() {
+  if (run_.job.is_main()) {
+    const TrainingProgress& at = run_.at;
+    nlohmann::json record = {{"event", "evaluation"},
+                             {"step", at.step},
+                             {"epoch", double(at.epoch) + epoch_progress(run_)},
+                             {"samples_seen", at.samples_seen},
+                             {"train_seconds", at.train_seconds},
+                             {"wall_s", seconds_since(train_start_)}};
+    if (run_.data.train.is_tokens())
+      record["tokens_seen"] = at.items_seen;
+    record.update(evaluate_splits());
+    for (auto& observer : observers_)
+      observer->on_evaluation(run_, EpochReport{record});
+    check_target(record);
+  }
+  share_target_verdict();
 }
 
 // --target (or --target-accuracy): on the validation split when there is one, unless the
@@ -572,7 +610,7 @@ void FitLoop::record_epoch(bool ends_inside) {
 // the data before training (train/run_setup.h), so the record holds it.
 void FitLoop::check_target(const nlohmann::json& record) {
   const std::optional<StopTarget> target = run_.config.stop_target();
-  if (!target)
+  if (!target || target_reached_)  // reached at an interval, the run's end records its epoch
     return;
   const TrainingProgress& at = run_.at;
   const std::string metric = target->metric_in(run_.data.validation.size() > 0);
@@ -606,13 +644,16 @@ void FitLoop::check_target(const nlohmann::json& record) {
                " of training; stopping");
 }
 
-void FitLoop::start_next_epoch() {
+void FitLoop::share_target_verdict() {
   if (run_.config.stop_target() && run_.job.world_size > 1) {
-    // Only rank 0 evaluates: its verdict is everyone's.
     std::vector<torch::Tensor> verdict = {torch::tensor({target_reached_ ? 1 : 0})};
     run_.reducer->broadcast_from_first_rank(verdict);
     target_reached_ = verdict[0].item<int64_t>() != 0;
   }
+}
+
+void FitLoop::start_next_epoch() {
+  share_target_verdict();
   TrainingProgress& at = run_.at;
   at.epoch += 1;
   epoch_peak_bytes_ = 0;
@@ -634,9 +675,10 @@ void FitLoop::stop_after_update() const {
 
 void FitLoop::finish() {
   const TrainingProgress& at = run_.at;
-  // A run that ends inside an epoch is evaluated where it ends (once: a resumed run with
-  // nothing left to train finds that record already written).
-  if (at.update_in_epoch > 0 && !target_reached_ && at.recorded_epoch_step != at.step)
+  // A run that ends inside an epoch (its length, or a target reached at an interval's
+  // evaluation) is recorded where it ends, once: a resumed run with nothing left to train finds
+  // that record already written.
+  if (at.update_in_epoch > 0 && at.recorded_epoch_step != at.step)
     record_epoch(/*ends_inside=*/true);
   if (run_.resolved.adascale) {
     console_.say(

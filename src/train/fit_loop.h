@@ -3,8 +3,8 @@
 // is reached or a signal stops it, on a TrainingRun set up by set_up_training. Each update is
 // one train_step (train/train_step.h); around it the loop follows the batch schedule, backs
 // off on out-of-memory, counts the update into run.at, tells its observers (metrics,
-// progress), guards against divergence and checkpoints on the cadence; at each epoch's end it
-// evaluates, records and checks the target.
+// progress), guards against divergence, evaluates on --eval-every's interval and checkpoints on
+// the cadence; at each epoch's end it evaluates, records and checks the target.
 //
 //   FitLoop loop(run, console);
 //   loop.run();                       // throws Interrupted / Error(Diverged) where it stops
@@ -76,7 +76,15 @@ class FitLoop {
   void follow_batch_schedule();
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
   void record_epoch(bool ends_inside);
+  // --eval-every: whether this update ends an interval (and no epoch end evaluates it anyway),
+  // and the evaluation there, with its record and the target's check.
+  bool evaluation_due() const;
+  void evaluate_on_interval();
+  // The held-out splits' figures at the current step (rank 0), evaluated once per step.
+  nlohmann::json evaluate_splits();
   void check_target(const nlohmann::json& record);
+  // Rank 0's verdict on the target, everyone's (only rank 0 evaluates).
+  void share_target_verdict();
   void start_next_epoch();
   void finish();
 
@@ -96,7 +104,9 @@ class FitLoop {
   std::unique_ptr<BatchAssembler> assembler_;
   std::chrono::steady_clock::time_point train_start_;
   int64_t epoch_peak_bytes_ = 0;
-  bool target_reached_ = false;  // --target-accuracy met at an epoch's end
+  bool target_reached_ = false;  // --target met at an epoch's end or an interval's evaluation
+  int64_t evaluated_step_ = -1;  // the step evaluate_splits() last evaluated, and its figures
+  nlohmann::json evaluated_;
   EvalResult last_test_;
   EvalResult last_validation_;
 };

@@ -48,6 +48,44 @@ RunLength expected_length(const TrainingRun& run) {
   return length;
 }
 
+// " | test loss 0.3521 acc 87.52% | val loss 2.1034 bpb 3.0345": the held-out figures of an
+// epoch's or an interval's record (validation accuracy apart: it closes the line).
+std::string held_out_summary(const nlohmann::json& record) {
+  std::string text;
+  char line[256];
+  if (record.contains("test_loss")) {
+    text += " | test loss " + format_loss(record["test_loss"].get<double>());
+    if (record.contains("test_accuracy")) {
+      std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["test_accuracy"].get<double>());
+      text += line;
+    }
+    if (record.contains("test_rmse")) {
+      std::snprintf(line, sizeof line, " rmse %.4g", record["test_rmse"].get<double>());
+      text += line;
+    }
+  }
+  if (record.contains("val_rmse")) {
+    std::snprintf(line, sizeof line, " | val rmse %.4g", record["val_rmse"].get<double>());
+    text += line;
+  }
+  if (record.contains("val_perplexity")) {  // a language model
+    std::snprintf(line, sizeof line, " | val loss %.4f", record["val_loss"].get<double>());
+    text += line;
+    if (record.contains("val_bpb")) {
+      std::snprintf(line, sizeof line, " bpb %.4f", record["val_bpb"].get<double>());
+      text += line;
+    }
+  }
+  return text;
+}
+
+std::string validation_accuracy_summary(const nlohmann::json& record) {
+  if (!record.contains("val_accuracy") || record.contains("val_perplexity"))
+    return {};
+  return " | val acc " +
+         format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
+}
+
 std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& at) {
   std::string text = "epoch " + std::to_string(record["epoch"].get<int64_t>());
   if (record.contains("partial_epoch")) {
@@ -64,38 +102,18 @@ std::string epoch_summary(const nlohmann::json& record, const TrainingProgress& 
       text += line;
     }
   }
-  if (record.contains("test_loss")) {
-    text += " | test loss " + format_loss(record["test_loss"].get<double>());
-    if (record.contains("test_accuracy")) {
-      std::snprintf(line, sizeof line, " acc %.2f%%", 100 * record["test_accuracy"].get<double>());
-      text += line;
-    }
-    if (record.contains("test_rmse")) {
-      std::snprintf(line, sizeof line, " rmse %.4g", record["test_rmse"].get<double>());
-      text += line;
-    }
-  }
-  if (record.contains("val_rmse")) {
-    std::snprintf(line, sizeof line, " | val rmse %.4g", record["val_rmse"].get<double>());
-    text += line;
-  }
-  const bool language_model = record.contains("val_perplexity");
-  if (language_model) {
-    std::snprintf(line, sizeof line, " | val loss %.4f", record["val_loss"].get<double>());
-    text += line;
-    if (record.contains("val_bpb")) {
-      std::snprintf(line, sizeof line, " bpb %.4f", record["val_bpb"].get<double>());
-      text += line;
-    }
-  }
+  text += held_out_summary(record);
   text += " | " + human_count(double(at.samples_seen) / at.train_seconds) + " samples/s";
   if (at.items_seen != at.samples_seen)
     text += ", " + human_count(double(at.items_seen) / at.train_seconds) + " tokens/s";
-  if (record.contains("val_accuracy") && !language_model) {
-    text += " | val acc " +
-            format_double(std::round(1e4 * record["val_accuracy"].get<double>()) / 100) + "%";
-  }
-  return text;
+  return text + validation_accuracy_summary(record);
+}
+
+// An interval's evaluation (--eval-every): where it stands and what the held-out splits say.
+std::string evaluation_summary(const nlohmann::json& record) {
+  return "update " + std::to_string(record["step"].get<int64_t>()) + " (epoch " +
+         format_significant(record["epoch"].get<double>(), 3) + "): evaluated" +
+         held_out_summary(record) + validation_accuracy_summary(record);
 }
 
 }  // namespace
@@ -151,6 +169,14 @@ void MetricsLog::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
     return;
   run.metrics->write(epoch.record);
   run.metrics->flush();
+}
+
+void MetricsLog::on_evaluation(const TrainingRun& run, const EpochReport& evaluation) {
+  on_epoch(run, evaluation);  // a record like an epoch's, flushed at once
+}
+
+void ProgressDisplay::on_evaluation(const TrainingRun&, const EpochReport& evaluation) {
+  console_.say(evaluation_summary(evaluation.record));
 }
 
 void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& update) {

@@ -28,7 +28,8 @@ struct UpdateReport {
 };
 
 // One epoch's record (or the record of the part of one where the run ends), with its
-// evaluation: the line metrics.jsonl gets.
+// evaluation, or an interval's evaluation (--eval-every; "event": "evaluation"): the line
+// metrics.jsonl gets.
 struct EpochReport {
   const nlohmann::json& record;
 };
@@ -38,6 +39,7 @@ class FitObserver {
   virtual ~FitObserver() = default;
   virtual void on_update(const TrainingRun& run, const UpdateReport& update) = 0;
   virtual void on_epoch(const TrainingRun& run, const EpochReport& epoch) = 0;
+  virtual void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) = 0;
 };
 
 // Fractional epochs done after the update just counted (run.at): by updates for a fixed plan,
@@ -50,6 +52,7 @@ class MetricsLog final : public FitObserver {
  public:
   void on_update(const TrainingRun& run, const UpdateReport& update) override;
   void on_epoch(const TrainingRun& run, const EpochReport& epoch) override;
+  void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) override;
 };
 
 // The progress bar or lines, and a summary line per epoch.
@@ -58,6 +61,7 @@ class ProgressDisplay final : public FitObserver {
   explicit ProgressDisplay(Console& console) : console_(console) {}
   void on_update(const TrainingRun& run, const UpdateReport& update) override;
   void on_epoch(const TrainingRun& run, const EpochReport& epoch) override;
+  void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) override;
 
  private:
   Console& console_;

@@ -155,6 +155,13 @@ std::string stop_target_flag(const TrainConfig& config) {
   return config.target.empty() ? "--target-accuracy" : "--target";
 }
 
+void check_eval_every(const TrainConfig& config, const DatasetSplits& data) {
+  check_config(config.eval_every.is_zero() || data.validation.size() + data.test.size() > 0,
+               "--eval-every " + config.eval_every.to_string() +
+                   " evaluates the held-out splits, and this run holds none",
+               "add --val-size N to hold out N training samples, or drop --eval-every");
+}
+
 void check_stop_target(const TrainConfig& config, const DatasetSplits& data) {
   const std::optional<StopTarget> target = config.stop_target();
   if (!target)

@@ -22,6 +22,8 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
 // there and the data has the metric (accuracy: labels; rmse: a regression; perplexity and
 // bpb: token rows, bpb with known text bytes). Checked before anything is written.
 void check_stop_target(const TrainConfig& config, const DatasetSplits& data);
+// --eval-every evaluates held-out splits: there is one (validation or test).
+void check_eval_every(const TrainConfig& config, const DatasetSplits& data);
 // The flag that set the stop target, for errors.
 std::string stop_target_flag(const TrainConfig& config);
 

@@ -176,6 +176,11 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                 to_string(run.schedule.config().kind) + " schedule over " +
                 std::to_string(run.total_updates) + " updates");
   }
+  if (run.eval_every_updates > 0) {
+    console.say("evaluation: every " + std::to_string(run.eval_every_updates) +
+                " updates (--eval-every " + config.eval_every.to_string() +
+                ") and at each epoch's end");
+  }
   if (config.micro_batch_tokens > 0) {
     console.say("micro-batches: at most " + std::to_string(config.micro_batch_tokens) +
                 " padded tokens each (rows x longest), cut inside every window after sorting "
@@ -550,6 +555,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                  "fill CustomProblem::data.train and set its classes");
   }
   check_stop_target(resolved_config, data);
+  check_eval_every(resolved_config, data);
   if (data.pixels.known()) {
     // The normalisation the images went through, measured or given: config.toml records it,
     // so a rerun, a resume and an evaluation feed the model alike.

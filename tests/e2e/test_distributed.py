@@ -223,6 +223,28 @@ class LanguageModelRanksTest(DistributedTestCase):
             self.assertEqual([r["items"] for r in ranks], [r["items"] for r in one])
             self.assertEqual(ranks[-1]["tokens_seen"], one[-1]["tokens_seen"])
 
+    def test_a_target_reached_at_an_interval_evaluation_stops_every_rank_there(self):
+        # Only rank 0 evaluates; its verdict reaches the others at once, so the job stops at the
+        # same update as one process does, mid-epoch (epochs end at updates 4 and 8).
+        corpus = self.corpus()
+        single = self.path("single")
+        result = self.run_bigbatch(*self.lm_args(corpus, single, "--micro-batch", "4", "--eval-every", "1u"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        losses = {r["step"]: r["val_loss"] for r in metrics(single) if r.get("event") == "evaluation"}
+        self.assertEqual(sorted(losses), [1, 2, 3, 5, 6, 7])
+        # Halfway between two evaluations: far from both next to the ranks' rounding (1e-5).
+        threshold = (losses[5] + losses[6]) / 2
+        self.assertGreater(losses[5] - losses[6], 1e-3)
+        target = repr(threshold)
+        stop = min(step for step, loss in losses.items() if loss <= threshold)
+        out = self.path("ranks")
+        self.launch(2, *self.lm_args(corpus, out, "--micro-batch", "3", "--eval-every", "1u", "--target",
+                                     f"val_loss<={target}"))
+        records = metrics(out)
+        reached = [r for r in records if r.get("event") == "target_reached"]
+        self.assertEqual([r["step"] for r in reached], [stop])
+        self.assertEqual(max(r["step"] for r in records if "loss" in r and "event" not in r), stop)
+
 
 class CommunicationTest(DistributedTestCase):
     def test_one_allreduce_per_bucket_per_update_whatever_the_accumulation(self):

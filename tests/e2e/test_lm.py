@@ -162,6 +162,68 @@ class TrainLmTest(LmTestCase):
         with open(os.path.join(out, "config.toml")) as f:
             self.assertIn("target = 'val_bpb<=3'", f.read())
 
+    def test_eval_every_evaluates_between_epochs_and_stops_at_the_first_target(self):
+        # 100 training documents at 16 per update: epochs end at updates 7, 14, ...; --eval-every
+        # 3u evaluates at 3, 6, 9, 12, 15, ... (not 21: an epoch's end evaluates there).
+        flags = ["--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16", "--micro-batch", "8",
+                 "--val-size", "20", "--eval-every", "3u"]
+        out = self.path("run")
+        result = run("train", *flags, "--epochs", "30", "--target", "val_bpb <= 3", "--progress", "lines",
+                     "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("evaluation: every 3 updates (--eval-every 3u) and at each epoch's end", result.stderr)
+        self.assertRegex(result.stderr, r"update 3 \(epoch 0\.4\d*\): evaluated \| val loss \d+\.\d{4} bpb \d")
+        lines = records(out)
+        evaluations = [r for r in lines if r.get("event") == "evaluation"]
+        epochs = [r for r in lines if "train_loss" in r]
+        self.assertTrue(evaluations)
+        self.assertTrue(all(e["step"] % 3 == 0 and e["step"] % 7 != 0 for e in evaluations))
+        self.assertEqual([e["step"] for e in evaluations],
+                         [s for s in range(3, evaluations[-1]["step"] + 1, 3) if s % 7 != 0])
+        for e in evaluations:
+            self.assertGreater(e["tokens_seen"], e["samples_seen"])
+            self.assertGreaterEqual(e["wall_s"], e["train_seconds"])
+        # The run stops at the first held-out figure at or under the target, wherever it is.
+        by_step = {r["step"]: r for r in evaluations + epochs}
+        held_out = [by_step[s] for s in sorted(by_step)]
+        self.assertLessEqual(held_out[-1]["val_bpb"], 3)
+        self.assertTrue(all(r["val_bpb"] > 3 for r in held_out[:-1]))
+        reached = [r for r in lines if r.get("event") == "target_reached"]
+        self.assertEqual(len(reached), 1)
+        self.assertEqual(reached[0]["step"], held_out[-1]["step"])
+        self.assertEqual(reached[0]["value"], held_out[-1]["val_bpb"])
+        if evaluations[-1]["step"] == reached[0]["step"]:
+            # Mid-epoch: the epoch is recorded where the run ended, with the same evaluation.
+            self.assertEqual(epochs[-1]["step"], reached[0]["step"])
+            self.assertIn("partial_epoch", epochs[-1])
+            self.assertEqual(epochs[-1]["val_bpb"], evaluations[-1]["val_bpb"])
+
+        # A resumed run evaluates at the same updates, to the same figures (a constant rate: the
+        # schedule must not depend on the run's length).
+        whole, part = self.path("whole"), self.path("part")
+        flags += ["--epochs", "2", "--schedule", "constant"]
+        self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
+        result = run("train", *flags, "--max-updates", "4", "--checkpoint-every", "1u", "--out", part)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(run("train", "--resume", part, "--max-updates", "1000000").returncode, 0)
+        evaluated = [[(r["step"], r["val_loss"]) for r in records(d) if r.get("event") == "evaluation"]
+                     for d in (whole, part)]
+        self.assertEqual([s for s, _ in evaluated[0]], [3, 6, 9, 12])
+        self.assertEqual(evaluated[0], evaluated[1])
+
+        # Nothing to evaluate, or an interval the data cannot count: one line, nothing written.
+        none, arrays = self.path("none"), self.path("arrays")
+        os.makedirs(arrays)
+        np.save(os.path.join(arrays, "x_train.npy"), np.random.default_rng(0).random((64, 8), dtype=np.float32))
+        np.save(os.path.join(arrays, "y_train.npy"), np.arange(64) % 2)
+        self.assert_one_line_error(run("train", "--model", "mlp", "--dataset", f"npy:{arrays}", "--eval-every",
+                                       "5u", "--out", none), "config", "this run holds none")
+        self.assert_one_line_error(run("train", "--model", "mlp", "--train-subset", "512", "--eval-every", "1Mt",
+                                       "--out", none), "config", "counts tokens")
+        self.assert_one_line_error(run("train", *flags, "--eval-every", "5x", "--out", none), "config",
+                                   "has no unit")
+        self.assertFalse(os.path.exists(none))
+
     def test_verify_checks_the_per_token_mean_on_documents(self):
         args = ["verify", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16", "--micro-batch", "4"]
         exact = run(*args)

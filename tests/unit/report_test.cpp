@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html_report.h"
+#include "report/run_records.h"
 #include "report/progress.h"
 #include "report/svg_chart.h"
 #include "sweep/sweep_summary.h"
@@ -274,6 +275,41 @@ TEST_F(RunReportTest, LanguageModelRunsChartTokensAndBitsPerByte) {
     EXPECT_NE(html.find(text), std::string::npos) << text;
   }
   EXPECT_EQ(html.find("loss against samples"), std::string::npos);
+}
+
+// --eval-every's records ("event": "evaluation") join the epochs' on the held-out curves, in
+// step order: each is one more marked point on the validation loss and bits-per-byte charts.
+TEST_F(RunReportTest, IntervalEvaluationsAreHeldOutPointsBetweenEpochs) {
+  std::string metrics;
+  for (int step = 1; step <= 6; ++step) {
+    metrics += "{\"step\":" + std::to_string(step) + ",\"samples_seen\":" +
+               std::to_string(step * 64) + ",\"tokens_seen\":" + std::to_string(step * 9000) +
+               ",\"loss\":2,\"lr\":0.001,\"items\":9000,\"tokens_per_s\":12000}\n";
+  }
+  const std::string epoch =
+      "{\"epoch\":1,\"step\":6,\"samples_seen\":384,\"tokens_seen\":54000,\"train_loss\":2,"
+      "\"val_loss\":2.1,\"val_bpb\":3.0297,\"val_perplexity\":8.17}\n";
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics + epoch);
+  const size_t epochs_only = count(render_run_report(dir_.string()), "<circle");
+  std::string evaluations;
+  for (int step : {4, 2}) {  // out of order on purpose: held_out() sorts by step
+    evaluations += "{\"event\":\"evaluation\",\"step\":" + std::to_string(step) +
+                   ",\"epoch\":" + std::to_string(step / 6.0) + ",\"samples_seen\":" +
+                   std::to_string(step * 64) + ",\"tokens_seen\":" +
+                   std::to_string(step * 9000) +
+                   ",\"val_loss\":2.5,\"val_bpb\":3.6,\"val_perplexity\":12.2}\n";
+  }
+  atomic_write_file((dir_ / "metrics.jsonl").string(), metrics + evaluations + epoch);
+  const RunRecords records = read_run_records((dir_ / "metrics.jsonl").string());
+  ASSERT_EQ(records.evaluations.size(), 2u);
+  const auto held_out = records.held_out();
+  ASSERT_EQ(held_out.size(), 3u);
+  EXPECT_EQ(held_out[0]["step"], 2);
+  EXPECT_EQ(held_out[1]["step"], 4);
+  EXPECT_EQ(held_out[2]["step"], 6);
+  // Two more points on each chart of validation figures: loss against updates, against tokens,
+  // and bits per byte against tokens.
+  EXPECT_EQ(count(render_run_report(dir_.string()), "<circle"), epochs_only + 3 * 2);
 }
 
 TEST_F(RunReportTest, ADivergedRunSaysSoAndChartsItsLossOnALogAxis) {
