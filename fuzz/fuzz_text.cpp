@@ -24,19 +24,21 @@ void check(bool ok) {
 
 void check_rows(const bigbatch::TokenRows& rows) {
   const auto width = static_cast<size_t>(rows.width);
-  check(rows.inputs.size() == rows.lengths.size() * width);
-  check(rows.targets.size() == rows.inputs.size());
+  const std::vector<int32_t> inputs = rows.inputs();
+  const std::vector<int32_t> targets = rows.targets();
+  check(inputs.size() == rows.lengths.size() * width);
+  check(targets.size() == inputs.size());
   for (size_t r = 0; r < rows.lengths.size(); ++r) {
     check(rows.lengths[r] >= 1 && rows.lengths[r] <= rows.width);
     check(rows.bytes[r] >= 0 && rows.bytes[r] <= rows.lengths[r]);
     for (size_t t = 0; t < width; ++t) {
-      const int32_t target = rows.targets[r * width + t];
+      const int32_t target = targets[r * width + t];
       const bool real = int64_t(t) < rows.lengths[r];
       check(real ? target >= 0 && target <= bigbatch::kEndOfText
                  : target == bigbatch::kIgnoreTarget);
       // The shift: a real target is the next position's input.
       if (real && t + 1 < width && int64_t(t + 1) < rows.lengths[r])
-        check(rows.inputs[r * width + t + 1] == target);
+        check(inputs[r * width + t + 1] == target);
     }
   }
 }

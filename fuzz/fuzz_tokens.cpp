@@ -47,14 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const auto& docs = files.documents;
-  check(docs.starts.front() == 0 && docs.starts.back() == int64_t(docs.tokens.size()));
+  check(docs.starts.front() == 0 && docs.starts.back() == docs.size());
   for (int64_t d = 0; d < docs.documents(); ++d)
     check(docs.length(d) >= 0);
-  for (int32_t t : docs.tokens)
+  for (int32_t t : docs.all_tokens())
     check(t >= 0 && t <= files.largest_token);
   for (const auto& rows :
        {bigbatch::document_rows(docs, seq_len, 0), bigbatch::packed_rows(docs, seq_len, 0)}) {
-    check(rows.inputs.size() == size_t(rows.rows() * seq_len));
+    check(rows.inputs().size() == size_t(rows.rows() * seq_len));
     for (int64_t length : rows.lengths)
       check(length >= 1 && length <= seq_len);
   }

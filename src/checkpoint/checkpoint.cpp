@@ -368,9 +368,9 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   // The most telling difference first: a different model explains a different hidden size.
   // A language model's shape explains a different dataset size (its rows are cut by seq_len).
   for (const std::string key :
-       {"model", "model_file", "seq_len", "sequences", "tokenizer", "vocabulary", "layers",
-        "d_model", "heads", "dataset", "dataset_size", "global_batch_size", "optimizer", "seed",
-        "shuffle", "hidden"}) {
+       {"model", "model_file", "seq_len", "sequences", "eot_id", "tokenizer", "vocabulary",
+        "layers", "d_model", "heads", "dataset", "dataset_size", "global_batch_size", "optimizer",
+        "seed", "shuffle", "hidden"}) {
     if (!identity.contains(key))
       continue;
     // Checkpoints from before the tokenizer and vocabulary were recorded were byte-tokenised

@@ -192,6 +192,11 @@ std::vector<OptionSpec> build_table() {
                           "tokens:PATH: the id type of headerless .bin files (nanoGPT: uint16); "
                           "auto reads it from the file's header (Megatron .idx, llm.c)",
                           &TrainConfig::token_dtype, &token_dtype_names, data));
+  t.push_back(int_option("eot-id",
+                         "tokens:PATH: the id that ends each document of a stream (llm.c shards, "
+                         "nanoGPT .bin; GPT-2's end-of-text is 50256), so documents are samples "
+                         "(--sequences auto then takes documents); -1: none",
+                         &TrainConfig::eot_id, data));
   t.push_back(int_option("vocab-size",
                          "tokens:PATH: the vocabulary the model predicts over (every id must be "
                          "below it; 0: the largest id in the data + 1)",

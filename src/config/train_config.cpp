@@ -68,6 +68,16 @@ void TrainConfig::validate() const {
                    " describes token files, but dataset '" + dataset + "' is not tokens:PATH",
                std::string("drop ") + (vocab_size != 0 ? "--vocab-size" : "--token-dtype") +
                    (is_text_dataset() ? " (text takes the byte tokenizer's 257)" : ""));
+  check_config(eot_id >= -1, "--eot-id must be a token id (0 or more), or -1 for none",
+               "e.g. --eot-id 50256 (GPT-2's end-of-text)");
+  check_config(
+      eot_id < 0 || is_token_file_dataset(),
+      "--eot-id cuts token files into documents, but dataset '" + dataset + "' is not tokens:PATH",
+      std::string("drop --eot-id") +
+          (is_text_dataset() ? " (text is cut into documents by --doc-separator)" : ""));
+  check_config(eot_id < 0 || sequences != SequenceMode::Packed,
+               "--eot-id cuts the stream into documents, which --sequences packed joins again",
+               "drop --eot-id to pack, or use --sequences documents");
   check_config(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
   check_config(task != TaskKind::Lm || is_sequence_dataset(),
                "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
@@ -224,7 +234,9 @@ std::optional<StopTarget> TrainConfig::stop_target() const {
 SequenceMode TrainConfig::sequence_mode() const {
   if (sequences != SequenceMode::Auto)
     return sequences;
-  return is_token_file_dataset() ? SequenceMode::Packed : SequenceMode::Documents;
+  // Token files pack, as Megatron's and llm.c's loaders do, unless their documents are asked
+  // for by the id that ends them.
+  return is_token_file_dataset() && eot_id < 0 ? SequenceMode::Packed : SequenceMode::Documents;
 }
 
 TaskKind TrainConfig::task_kind() const {

@@ -43,6 +43,9 @@ struct TrainConfig {
   // vocabulary (0: the largest id + 1).
   TokenDtype token_dtype = TokenDtype::Auto;
   int64_t vocab_size = 0;
+  // Token files that are one stream (llm.c, headerless): the id that ends each document, for
+  // --sequences documents (then its auto); -1: none.
+  int64_t eot_id = -1;
   // IDX images enter as (pixel / 255 - pixel_mean) / pixel_std; 0, 0: measured on the training
   // images, and recorded in config.toml (so reruns, resumes and evaluation feed the same).
   double pixel_mean = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "core/error.h"
@@ -31,38 +32,53 @@ double items_per_sample(const TensorDataset& data) {
 }
 
 TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
-  TensorDataset out{
-      inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes, vocabulary};
   if (is_tokens()) {
-    out.lengths.assign(lengths.begin() + begin, lengths.begin() + end);
-    out.bytes.assign(bytes.begin() + begin, bytes.begin() + end);
+    std::vector<int64_t> index(size_t(end - begin));
+    std::iota(index.begin(), index.end(), begin);
+    return select(index);
   }
-  return out;
+  return {inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes, vocabulary};
 }
 
-TensorDataset TensorDataset::select(const std::vector<int64_t>& rows) const {
-  const auto index = torch::tensor(rows, torch::kInt64);
-  TensorDataset out{
-      inputs.index_select(0, index), targets.index_select(0, index), {}, {}, classes, vocabulary};
+TensorDataset TensorDataset::select(const std::vector<int64_t>& index) const {
   if (is_tokens()) {
-    for (int64_t row : rows) {
-      out.lengths.push_back(lengths[size_t(row)]);
-      out.bytes.push_back(bytes[size_t(row)]);
-    }
+    TensorDataset out = token_dataset(rows->select(index), vocabulary);
+    out.classes = classes;
+    return out;
   }
-  return out;
+  const auto picked = torch::tensor(index, torch::kInt64);
+  return {
+      inputs.index_select(0, picked), targets.index_select(0, picked), {}, {}, classes, vocabulary};
 }
+
+namespace {
+
+// Token rows index[0, count) of `rows` into `inputs` and `targets`, `positions` per row (their
+// longest): the rows' layout in a batch.
+void fill_token_rows(const TokenRows& rows, const int64_t* index, int64_t count, int64_t positions,
+                     int64_t* inputs, int64_t* targets) {
+  for (int64_t i = 0; i < count; ++i) {
+    BB_INTERNAL_ASSERT(index[i] >= 0 && index[i] < rows.rows(), "sample index outside the dataset");
+    rows.fill(index[i], inputs + i * positions, targets + i * positions, positions);
+  }
+}
+
+}  // namespace
 
 Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end) {
-  Batch batch{data.inputs.slice(0, begin, end), data.targets.slice(0, begin, end),
-              data.items(begin, end)};
   if (data.is_tokens()) {
-    const int64_t longest =
-        *std::max_element(data.lengths.begin() + begin, data.lengths.begin() + end);
-    batch.inputs = batch.inputs.narrow(1, 0, std::max<int64_t>(1, longest));
-    batch.targets = batch.targets.narrow(1, 0, std::max<int64_t>(1, longest));
+    const int64_t longest = std::max<int64_t>(
+        1, *std::max_element(data.lengths.begin() + begin, data.lengths.begin() + end));
+    Batch batch{torch::empty({end - begin, longest}, torch::kInt64),
+                torch::empty({end - begin, longest}, torch::kInt64), data.items(begin, end)};
+    std::vector<int64_t> index(size_t(end - begin));
+    std::iota(index.begin(), index.end(), begin);
+    fill_token_rows(*data.rows, index.data(), end - begin, longest,
+                    batch.inputs.data_ptr<int64_t>(), batch.targets.data_ptr<int64_t>());
+    return batch;
   }
-  return batch;
+  return {data.inputs.slice(0, begin, end), data.targets.slice(0, begin, end),
+          data.items(begin, end)};
 }
 
 namespace {
@@ -389,14 +405,12 @@ std::string PixelNormalisation::describe() const {
   return "(pixel / 255 - " + format_significant(mean) + ") / " + format_significant(std);
 }
 
-TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary) {
-  const int64_t n = rows.rows();
+TensorDataset token_dataset(TokenRows rows, int64_t vocabulary) {
   TensorDataset data;
-  data.inputs = torch::tensor(rows.inputs, torch::kInt32).to(torch::kInt64).view({n, rows.width});
-  data.targets = torch::tensor(rows.targets, torch::kInt32).to(torch::kInt64).view({n, rows.width});
   data.lengths = rows.lengths;
   data.bytes = rows.bytes;
   data.vocabulary = vocabulary;
+  data.rows = std::make_shared<const TokenRows>(std::move(rows));
   return data;
 }
 
@@ -415,7 +429,7 @@ DatasetSplits split_token_rows(const TokenRows& rows, int64_t vocabulary, const 
             " tokens: too few to train and validate",
         packed ? "use more data, a smaller --seq-len, or --sequences documents" : "use more data");
   }
-  const TensorDataset all = token_dataset(rows, vocabulary);
+  const TensorDataset all = token_dataset(rows, vocabulary);  // a table: copying it is cheap
   // Held out by the seed (an order no epoch uses), so every run with the seed holds out the
   // same samples; the rest keep corpus order.
   const int64_t held_out =
@@ -484,8 +498,9 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
                 "token data '" + name + "' (" + files.format +
                     ") is one stream of tokens with no document boundaries, so --sequences "
                     "documents has no documents to take",
-                "use --sequences packed (or auto), or a Megatron .bin/.idx pair, which records "
-                "its documents");
+                "give --eot-id ID, the id that ends each document (GPT-2's is 50256), use "
+                "--sequences packed (or auto), or a Megatron .bin/.idx pair, which records its "
+                "documents");
   }
   const int64_t needed = files.largest_token + 1;
   if (vocab_size > 0 && vocab_size < needed) {
@@ -500,15 +515,20 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
   // Padding is an id every vocabulary has; its targets are ignored and causal attention keeps
   // it from the positions before it.
   constexpr int32_t kPad = 0;
-  const TokenRows rows = packed ? packed_rows(files.documents, seq_len, kPad)
-                                : document_rows(files.documents, seq_len, kPad);
+  // The rows read the files where they lie (memory-mapped), for as long as any split lives.
+  const auto documents = std::make_shared<const TokenDocuments>(files.documents);
+  const TokenRows rows =
+      packed ? packed_rows(documents, seq_len, kPad) : document_rows(documents, seq_len, kPad);
   DatasetSplits splits = split_token_rows(rows, vocabulary, "token data '" + name + "'", packed,
                                           seq_len, train_subset, val_size, seed);
   splits.description =
-      std::to_string(files.documents.tokens.size()) + " tokens in " + std::to_string(files.files) +
+      std::to_string(files.documents.size()) + " tokens in " + std::to_string(files.files) +
       " file(s), " + files.format +
-      (files.has_documents ? ", " + std::to_string(files.documents.documents()) + " documents"
-                           : std::string()) +
+      (files.has_documents
+           ? ", " + std::to_string(files.documents.documents()) + " documents" +
+                 (files.eot_id >= 0 ? " (each ended by id " + std::to_string(files.eot_id) + ")"
+                                    : std::string())
+           : std::string()) +
       "; " + splits.description +
       (rows.short_documents > 0
            ? ", " + std::to_string(rows.short_documents) + " of under 2 tokens skipped"
@@ -519,7 +539,17 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
 }
 
 BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background)
-    : dataset_(dataset) {
+    : dataset_(dataset), capacity_(capacity) {
+  if (dataset.is_tokens()) {
+    // Filled row by row at the micro-batch's longest: [capacity x width] holds any of them.
+    for (Slot& slot : slots_) {
+      slot.inputs = torch::empty({capacity * dataset.width()}, torch::kInt64);
+      slot.targets = torch::empty({capacity * dataset.width()}, torch::kInt64);
+    }
+    if (background)
+      worker_ = std::thread([this] { work(); });
+    return;
+  }
   std::vector<int64_t> input_shape = {capacity};
   for (int64_t d = 1; d < dataset.inputs.dim(); ++d)
     input_shape.push_back(dataset.inputs.size(d));
@@ -549,6 +579,21 @@ BatchAssembler::~BatchAssembler() {
 }
 
 void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) {
+  if (dataset_.is_tokens()) {
+    slot.items = 0;
+    slot.longest = 1;
+    for (int64_t i = 0; i < count; ++i) {
+      BB_INTERNAL_ASSERT(index[i] >= 0 && index[i] < dataset_.size(),
+                         "sample index outside the dataset");
+      const int64_t length = dataset_.lengths[size_t(index[i])];
+      slot.items += length;
+      slot.longest = std::max(slot.longest, length);
+    }
+    // Rows laid out at the batch's longest, so the batch is a contiguous [count, longest].
+    fill_token_rows(*dataset_.rows, index, count, slot.longest, slot.inputs.data_ptr<int64_t>(),
+                    slot.targets.data_ptr<int64_t>());
+    return;
+  }
   const int64_t n = dataset_.inputs.size(0);
   const size_t input_row =
       size_t(dataset_.inputs.numel() / std::max<int64_t>(1, n)) * dataset_.inputs.element_size();
@@ -565,31 +610,20 @@ void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) 
     std::memcpy(target_out + size_t(i) * target_row, targets + size_t(row) * target_row,
                 target_row);
   }
-  if (dataset_.is_tokens()) {
-    slot.items = 0;
-    slot.longest = 1;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t length = dataset_.lengths[size_t(index[i])];
-      slot.items += length;
-      slot.longest = std::max(slot.longest, length);
-    }
-  } else {
-    slot.items = count;
-  }
+  slot.items = count;
 }
 
 Batch BatchAssembler::batch_in(const Slot& slot, int64_t count) const {
-  Batch batch{slot.inputs.narrow(0, 0, count), slot.targets.narrow(0, 0, count), slot.items};
   if (dataset_.is_tokens()) {
-    batch.inputs = batch.inputs.narrow(1, 0, slot.longest);
-    batch.targets = batch.targets.narrow(1, 0, slot.longest);
+    const int64_t n = count * slot.longest;
+    return {slot.inputs.narrow(0, 0, n).view({count, slot.longest}),
+            slot.targets.narrow(0, 0, n).view({count, slot.longest}), slot.items};
   }
-  return batch;
+  return {slot.inputs.narrow(0, 0, count), slot.targets.narrow(0, 0, count), slot.items};
 }
 
 Batch BatchAssembler::gather(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
-  BB_INTERNAL_ASSERT(count > 0 && count <= slots_[0].inputs.size(0),
-                     "micro-batch larger than the buffer");
+  BB_INTERNAL_ASSERT(count > 0 && count <= capacity_, "micro-batch larger than the buffer");
   BB_INTERNAL_ASSERT(begin >= 0 && begin + count <= int64_t(order.size()),
                      "window outside the epoch");
   drain();
@@ -599,8 +633,7 @@ Batch BatchAssembler::gather(const std::vector<int64_t>& order, int64_t begin, i
 }
 
 void BatchAssembler::prefetch(const std::vector<int64_t>& order, int64_t begin, int64_t count) {
-  BB_INTERNAL_ASSERT(count > 0 && count <= slots_[0].inputs.size(0),
-                     "micro-batch larger than the buffer");
+  BB_INTERNAL_ASSERT(count > 0 && count <= capacity_, "micro-batch larger than the buffer");
   BB_INTERNAL_ASSERT(begin >= 0 && begin + count <= int64_t(order.size()),
                      "window outside the epoch");
   const int slot = next_slot_;

@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -33,10 +34,10 @@ struct PixelNormalisation {
 };
 
 struct TensorDataset {
-  torch::Tensor inputs;   // [N, 1, H, W] float32 images, normalised; or [N, T] int64 tokens
-  torch::Tensor targets;  // [N] int64 class labels; or [N, T] int64 next tokens (the shift),
-                          // kIgnoreTarget past a row's length; or float32 regression targets
-                          // [N] or [N, K]
+  torch::Tensor inputs;   // [N, 1, H, W] float32 images, normalised; or [N, F] features
+                          // (undefined for token rows: see `rows`)
+  torch::Tensor targets;  // [N] int64 class labels; or float32 regression targets [N] or
+                          // [N, K] (undefined for token rows)
   // Token rows only (empty for images, whose items are their samples): target tokens per row
   // (the row's items) and the text bytes among them (for bits per byte).
   std::vector<int64_t> lengths{};
@@ -47,9 +48,15 @@ struct TensorDataset {
   // Token rows: the vocabulary a model must predict over (the tokenizer's, or the token
   // files' largest id + 1); 0 for samples.
   int64_t vocabulary = 0;
+  // Token rows: the table of rows over their documents (data/token_rows.h), read into each
+  // batch as [rows, positions] int64 inputs and next-token targets (the shift), kIgnoreTarget
+  // past a row's length. Nothing is materialised beside it.
+  std::shared_ptr<const TokenRows> rows{};
 
-  int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
-  bool is_tokens() const { return !lengths.empty(); }
+  int64_t size() const { return rows ? rows->rows() : inputs.defined() ? inputs.size(0) : 0; }
+  bool is_tokens() const { return rows != nullptr; }
+  // Token rows: the positions of a row (--seq-len).
+  int64_t width() const { return rows ? rows->width : 0; }
   // Regression: float targets, [N] (one value per sample) or [N, K].
   bool is_regression() const { return targets.defined() && targets.is_floating_point(); }
   // The width of a model's output for this data: its classes, or its regression targets.
@@ -99,7 +106,8 @@ enum class NpyTargets { Auto, Classes, Values };
 DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
                                NpyTargets targets = NpyTargets::Auto);
 
-// A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it).
+// A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it):
+// inputs and targets [rows, longest] int64.
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
@@ -110,9 +118,9 @@ struct Batch {
 // Rows [begin, end) of `data` as a batch (evaluation).
 Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
 
-// Token rows (data/token_rows.h) as a dataset: inputs and targets [rows, width] int64, over
-// `vocabulary` ids (the byte tokenizer's by default).
-TensorDataset token_dataset(const TokenRows& rows, int64_t vocabulary = kByteVocabulary);
+// Token rows (data/token_rows.h) as a dataset over `vocabulary` ids (the byte tokenizer's by
+// default); the rows share their documents, nothing is copied.
+TensorDataset token_dataset(TokenRows rows, int64_t vocabulary = kByteVocabulary);
 
 // A text corpus (data/text_corpus.h: text:PATH, jsonl:FILE) through `tokenizer` as token rows:
 // documents or packed blocks of `seq_len`, and `val_size` of them held out for validation, chosen
@@ -160,7 +168,7 @@ class BatchAssembler {
 
  private:
   struct Slot {
-    torch::Tensor inputs;
+    torch::Tensor inputs;  // token rows: flat, capacity x width, laid out at each batch's longest
     torch::Tensor targets;
     int64_t items = 0;    // of the rows last copied in
     int64_t longest = 0;  // token rows: the longest of them
@@ -170,6 +178,7 @@ class BatchAssembler {
   void work();
 
   const TensorDataset& dataset_;
+  int64_t capacity_ = 0;  // samples per batch at most
   Slot slots_[2];
   int next_slot_ = 0;  // the slot the next prefetch fills
   // The outstanding prefetch: its slot, size and source; guarded by mutex_ in background mode.

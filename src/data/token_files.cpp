@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -99,15 +101,16 @@ int32_t token_at(const uint8_t* data, int64_t i, const TokenType& type, const st
   return static_cast<int32_t>(id);
 }
 
-// Appends tokens [first, first + count) of `data` to the current document of `out`.
-void append_tokens(const uint8_t* data, int64_t first, int64_t count, const TokenType& type,
-                   const std::string& name, TokenFiles& out) {
-  auto& tokens = out.documents.tokens;
-  for (int64_t i = first; i < first + count; ++i) {
-    const int32_t id = token_at(data, i, type, name);
-    out.largest_token = std::max<int64_t>(out.largest_token, id);
-    tokens.push_back(id);
-  }
+// Appends tokens [0, count) of `data` to the documents of `out`, where they lie (kept alive
+// by `owner`), after checking every id: rows read them later unchecked.
+void append_tokens(const uint8_t* data, int64_t count, const TokenType& type,
+                   const std::string& name, TokenFiles& out,
+                   const std::shared_ptr<const void>& owner) {
+  int64_t largest = out.largest_token;
+  for (int64_t i = 0; i < count; ++i)
+    largest = std::max<int64_t>(largest, token_at(data, i, type, name));
+  out.largest_token = largest;
+  out.documents.spans.append(owner, data, count, int(type.bytes), type.is_signed);
 }
 
 // A read-only memory map of a whole file (none for an empty one).
@@ -172,15 +175,17 @@ void read_one_file(const fs::path& bin, TokenDtype dtype, TokenFiles& out) {
       bad_file(bin.string(), "has a Megatron index beside it, which names its dtype",
                "drop --token-dtype");
     }
+    // The index is read whole now; the tokens stay mapped for the rows that read them.
     const MappedFile index(idx.string());
-    const MappedFile data(bin.string());
-    parse_megatron_tokens(index.data(), index.size(), data.data(), data.size(), bin.string(), out);
+    const auto data = std::make_shared<const MappedFile>(bin.string());
+    parse_megatron_tokens(index.data(), index.size(), data->data(), data->size(), bin.string(), out,
+                          data);
   } else {
-    const MappedFile data(bin.string());
+    const auto data = std::make_shared<const MappedFile>(bin.string());
     if (dtype == TokenDtype::Auto) {
-      parse_llmc_tokens(data.data(), data.size(), bin.string(), out);
+      parse_llmc_tokens(data->data(), data->size(), bin.string(), out, data);
     } else {
-      parse_raw_tokens(data.data(), data.size(), dtype, bin.string(), out);
+      parse_raw_tokens(data->data(), data->size(), dtype, bin.string(), out, data);
     }
   }
   ++out.files;
@@ -189,7 +194,8 @@ void read_one_file(const fs::path& bin, TokenDtype dtype, TokenFiles& out) {
 }  // namespace
 
 void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_t* data,
-                           size_t data_size, const std::string& name, TokenFiles& out) {
+                           size_t data_size, const std::string& name, TokenFiles& out,
+                           std::shared_ptr<const void> owner) {
   const std::string idx_name = name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0
                                    ? name.substr(0, name.size() - 4) + ".idx"
                                    : name + ".idx";
@@ -261,8 +267,6 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
   }
   // Documents are known only while no file of the set is one stream.
   out.has_documents = out.stream_files == 0;
-  // Once for the whole file: reserving per document would copy the vector each time.
-  out.documents.tokens.reserve(out.documents.tokens.size() + data_size / type.bytes);
   // Document d spans sequences [doc_starts[d], doc_starts[d + 1]).
   uint64_t previous = 0;
   for (uint64_t d = 0; d < document_entries; ++d) {
@@ -276,21 +280,22 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
     }
     previous = uint64_t(start);
   }
-  uint64_t token = 0;
+  // The documents cover the file end to end (checked above): one span, cut at their ends.
+  const int64_t base = out.documents.size();
+  append_tokens(data, int64_t(data_size / type.bytes), type, name, out, owner);
+  int64_t token = base;
   for (uint64_t d = 0; d + 1 < document_entries; ++d) {
     const uint64_t first = read_le<uint64_t>(doc_starts + d * 8);
     const uint64_t end = read_le<uint64_t>(doc_starts + (d + 1) * 8);
-    int64_t count = 0;
     for (uint64_t s = first; s < end; ++s)
-      count += read_le<int32_t>(lengths + s * 4);
-    append_tokens(data, int64_t(token), count, type, name, out);
-    out.documents.close_document();
-    token += uint64_t(count);
+      token += read_le<int32_t>(lengths + s * 4);
+    out.documents.starts.push_back(token);
   }
   note_format(out, std::string("Megatron indexed dataset (") + type.name + ")");
 }
 
-void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name, TokenFiles& out) {
+void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name, TokenFiles& out,
+                       std::shared_ptr<const void> owner) {
   const std::string headerless_fix =
       "a headerless token file (nanoGPT's train.bin) needs --token-dtype uint16 or uint32; a "
       "Megatron .bin needs its .idx beside it";
@@ -326,8 +331,7 @@ void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name
                  type.name + " tokens",
              "the shard is truncated or its header is wrong: rewrite it");
   }
-  out.documents.tokens.reserve(out.documents.tokens.size() + size_t(count));
-  append_tokens(data + kLlmcHeaderBytes, 0, count, type, name, out);
+  append_tokens(data + kLlmcHeaderBytes, count, type, name, out, owner);
   ++out.stream_files;
   out.has_documents = false;
   out.documents.close_document();
@@ -335,7 +339,7 @@ void parse_llmc_tokens(const uint8_t* data, size_t size, const std::string& name
 }
 
 void parse_raw_tokens(const uint8_t* data, size_t size, TokenDtype dtype, const std::string& name,
-                      TokenFiles& out) {
+                      TokenFiles& out, std::shared_ptr<const void> owner) {
   BB_INTERNAL_ASSERT(dtype != TokenDtype::Auto, "a headerless token file needs its dtype");
   const TokenType type =
       dtype == TokenDtype::Uint16 ? TokenType{2, false, "uint16"} : TokenType{4, false, "uint32"};
@@ -356,12 +360,51 @@ void parse_raw_tokens(const uint8_t* data, size_t size, TokenDtype dtype, const 
                "drop --token-dtype: the header says what the shard holds");
     }
   }
-  out.documents.tokens.reserve(out.documents.tokens.size() + size / type.bytes);
-  append_tokens(data, 0, int64_t(size / type.bytes), type, name, out);
+  append_tokens(data, int64_t(size / type.bytes), type, name, out, owner);
   ++out.stream_files;
   out.has_documents = false;
   out.documents.close_document();
   note_format(out, std::string("headerless ") + type.name + " tokens");
+}
+
+void cut_streams_at(TokenFiles& files, int64_t eot_id, const std::string& name) {
+  if (files.has_documents) {
+    throw Error(ErrorKind::Config,
+                "token data '" + name + "' (" + files.format +
+                    ") records its documents, so --eot-id has no stream to cut",
+                "drop --eot-id: --sequences documents takes the documents the index records");
+  }
+  TokenDocuments& documents = files.documents;
+  std::vector<int64_t> starts{0};
+  std::vector<int64_t> chunk(size_t(1) << 16);
+  int64_t found = 0;
+  for (int64_t d = 0; d < documents.documents(); ++d) {
+    const int64_t end = documents.starts[size_t(d) + 1];
+    for (int64_t at = documents.starts[size_t(d)]; at < end;) {
+      const int64_t count = std::min<int64_t>(end - at, int64_t(chunk.size()));
+      documents.read(at, count, chunk.data());
+      for (int64_t i = 0; i < count; ++i) {
+        if (chunk[size_t(i)] == eot_id) {
+          ++found;
+          starts.push_back(at + i + 1);
+        }
+      }
+      at += count;
+    }
+    if (starts.back() != end)
+      starts.push_back(end);  // the file's tail after its last end-of-text
+  }
+  if (found == 0) {
+    throw Error(ErrorKind::Data,
+                "end-of-text id " + std::to_string(eot_id) + " never occurs in token data '" +
+                    name + "' (" + std::to_string(documents.size()) + " tokens, largest id " +
+                    std::to_string(files.largest_token) + "), so each file would be one document",
+                "give the id the tokenizer ends documents with (GPT-2's <|endoftext|> is 50256), "
+                "or use --sequences packed");
+  }
+  documents.starts = std::move(starts);
+  files.has_documents = true;
+  files.eot_id = eot_id;
 }
 
 TokenFiles read_token_files(const std::string& path, TokenDtype dtype) {
@@ -425,7 +468,7 @@ TokenFiles read_token_files(const std::string& path, TokenDtype dtype) {
   TokenFiles out;
   for (const auto& file : files)
     read_one_file(file, dtype, out);
-  if (out.documents.tokens.empty()) {
+  if (out.documents.size() == 0) {
     throw Error(ErrorKind::Data, "token data '" + path + "' holds no tokens",
                 "point --dataset tokens:PATH at files with tokens in them");
   }

@@ -38,8 +38,7 @@ inline constexpr int64_t kEvalTokens = 16384;
 
 // The rows of `data` one evaluation batch takes.
 inline int64_t evaluation_rows(const TensorDataset& data) {
-  return data.is_tokens() ? std::max<int64_t>(1, kEvalTokens / data.inputs.size(1))
-                          : kEvalBatchSize;
+  return data.is_tokens() ? std::max<int64_t>(1, kEvalTokens / data.width()) : kEvalBatchSize;
 }
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,

@@ -36,8 +36,7 @@ FitReport run_fit(const TrainConfig& config) {
                 format_double(100 * config.fit_margin) + "% margin), " +
                 std::to_string(torch::get_num_threads()) + " thread(s)\n";
   if (fit.probe_row_tokens > 0) {
-    report.text += "each size probed at the longest rows (" +
-                   std::to_string(fit.probe_row_tokens) +
+    report.text += "each size probed at the longest rows (" + std::to_string(fit.probe_row_tokens) +
                    " target tokens, the widest micro-batch a window can hold)\n";
   }
   report.text += fit.to_text();

@@ -17,7 +17,7 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
   spec.hidden = config.hidden;
   if (data.is_tokens()) {
     spec.gpt.vocab = data.vocabulary;
-    spec.gpt.seq_len = data.inputs.size(1);
+    spec.gpt.seq_len = data.width();
     spec.gpt.layers = config.layers;
     spec.gpt.d_model = config.d_model;
     spec.gpt.heads = config.heads;
@@ -226,7 +226,9 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
                              config.train_subset, config.val_size, config.seed, *tokenizer);
   }
   if (config.is_token_file_dataset()) {
-    const TokenFiles files = read_token_files(config.text_path(), config.token_dtype);
+    TokenFiles files = read_token_files(config.text_path(), config.token_dtype);
+    if (config.eot_id >= 0)
+      cut_streams_at(files, config.eot_id, config.text_path());
     const bool packed = config.sequence_mode() == SequenceMode::Packed;
     return load_token_file_dataset(files, config.text_path(), packed, config.seq_len,
                                    config.vocab_size, config.train_subset, config.val_size,

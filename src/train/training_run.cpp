@@ -130,15 +130,14 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
   reducer.broadcast_from_first_rank(choice);
   config.micro_batch = choice[0].item<int64_t>();
   config.micro_batch_auto = false;
-  console.say("micro-batch auto: " + std::to_string(*config.micro_batch) +
-              " (the fastest size that fits " + human_bytes(double(fit.usable_bytes)) +
-              " = budget " + human_bytes(double(fit.budget_bytes)) +
-              " less the margin; largest fitting " + std::to_string(fit.max_micro_batch) +
-              (fit.probe_row_tokens > 0
-                   ? "; probed at the longest rows, " + std::to_string(fit.probe_row_tokens) +
-                         " target tokens"
-                   : std::string()) +
-              "; 'bigbatch fit' shows the table)");
+  console.say(
+      "micro-batch auto: " + std::to_string(*config.micro_batch) + " (the fastest size that fits " +
+      human_bytes(double(fit.usable_bytes)) + " = budget " + human_bytes(double(fit.budget_bytes)) +
+      " less the margin; largest fitting " + std::to_string(fit.max_micro_batch) +
+      (fit.probe_row_tokens > 0 ? "; probed at the longest rows, " +
+                                      std::to_string(fit.probe_row_tokens) + " target tokens"
+                                : std::string()) +
+      "; 'bigbatch fit' shows the table)");
 }
 
 void announce_run(const TrainingRun& r, bool flushing_denormals, Console& console) {
@@ -310,10 +309,29 @@ RankDescription describe_data_and_model(const TrainConfig& requested, const Data
     const torch::Tensor c = t.contiguous();
     return data_digest(c.data_ptr(), c.nbytes());
   };
-  out.emplace_back("training samples", std::to_string(data.train.size()) + " of shape " +
-                                           c10::str(data.train.inputs.sizes().slice(1)));
-  out.emplace_back("training inputs", digest(data.train.inputs));
-  out.emplace_back("training targets", digest(data.train.targets));
+  if (data.train.is_tokens()) {
+    // Every training row's tokens, read as a batch reads them, and where each row lies.
+    const TokenRows& rows = *data.train.rows;
+    out.emplace_back("training samples", std::to_string(data.train.size()) + " rows of " +
+                                             std::to_string(rows.width) + " tokens");
+    std::string tokens;
+    std::vector<int64_t> inputs(size_t(rows.width)), targets(size_t(rows.width));
+    for (int64_t r = 0; r < rows.rows(); ++r) {
+      rows.fill(r, inputs.data(), targets.data(), rows.width);
+      tokens += data_digest(targets.data(), targets.size() * sizeof(int64_t));
+      if (tokens.size() > (1 << 20))
+        tokens = data_digest(tokens.data(), tokens.size());  // folded as it grows
+    }
+    out.emplace_back("training tokens", data_digest(tokens.data(), tokens.size()));
+    out.emplace_back("training rows",
+                     data_digest(rows.starts.data(), rows.starts.size() * sizeof(int64_t)) +
+                         data_digest(rows.lengths.data(), rows.lengths.size() * sizeof(int64_t)));
+  } else {
+    out.emplace_back("training samples", std::to_string(data.train.size()) + " of shape " +
+                                             c10::str(data.train.inputs.sizes().slice(1)));
+    out.emplace_back("training inputs", digest(data.train.inputs));
+    out.emplace_back("training targets", digest(data.train.targets));
+  }
   out.emplace_back("validation samples", std::to_string(data.validation.size()));
   out.emplace_back("test samples", std::to_string(data.test.size()));
   for (const auto& named : model.named_parameters())
@@ -484,7 +502,7 @@ void tune_threads(TrainingRun& r, Console& console) {
     // most the budget's rows of full length.
     const int64_t rows =
         r.config.micro_batch_tokens > 0
-            ? std::max<int64_t>(1, r.config.micro_batch_tokens / r.data.train.inputs.size(1))
+            ? std::max<int64_t>(1, r.config.micro_batch_tokens / r.data.train.width())
             : r.resolved.plan.micro_batch_size;
     BatchAssembler probe_batch(r.data.train, rows);
     const ThreadChoice choice = measure_fastest_thread_count(
@@ -628,6 +646,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     r.identity["d_model"] = config.d_model;
     r.identity["heads"] = config.heads;
     r.identity["sequences"] = to_string(config.sequences);
+    if (config.eot_id >= 0)
+      r.identity["eot_id"] = config.eot_id;
     r.identity["vocabulary"] = r.data.train.vocabulary;
     const std::string model = config.sentencepiece_model();
     r.identity["tokenizer"] = model.empty() ? config.tokenizer : file_digest(model);

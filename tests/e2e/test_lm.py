@@ -366,6 +366,48 @@ class TokenFilesTest(LmTestCase):
         self.assertIn("perplexity", json.loads(evaluated.stdout))
         self.assertNotIn("bits_per_byte", json.loads(evaluated.stdout))
 
+    def test_a_stream_cut_at_its_end_of_text_id_trains_on_its_documents(self):
+        # nanoGPT's prepare.py appends the end-of-text id to every document: --eot-id cuts the
+        # stream back into them, the same samples as a Megatron index that records them.
+        eot = 700
+        ended = [d + [eot] for d in self.documents]
+        token_files.write_megatron(self.path("mega"), ended)
+        token_files.write_headerless(self.path("raw.bin"), [t for d in ended for t in d])
+        mega, m = self.train(f"tokens:{self.path('mega')}", "m", "--sequences", "documents")
+        raw, r = self.train(f"tokens:{self.path('raw.bin')}", "r", "--token-dtype", "uint16", "--eot-id", str(eot))
+        self.assertIn("150 documents (each ended by id 700)", raw.stderr)
+        self.assertIn("150 document samples", raw.stderr)  # auto: documents, once their end is known
+        self.assertGreaterEqual(len(self.losses(r)), 5)
+        self.assertEqual(self.losses(r), self.losses(m))
+        with open(os.path.join(self.path("r"), "config.toml")) as f:
+            self.assertIn("eot-id = 700", f.read())
+        # An id that never occurs, an index that records documents, text or packing: one line.
+        for args, kind, fragment in (
+                ([f"tokens:{self.path('raw.bin')}", "--token-dtype", "uint16", "--eot-id", "701"], "data",
+                 "end-of-text id 701 never occurs"),
+                ([f"tokens:{self.path('mega')}", "--eot-id", "700"], "config", "records its documents"),
+                ([f"text:{self.corpus}", "--eot-id", "256"], "config", "is not tokens:PATH"),
+                ([f"tokens:{self.path('raw.bin')}", "--token-dtype", "uint16", "--eot-id", "700", "--sequences",
+                  "packed"], "config", "which --sequences packed joins again")):
+            self.assert_one_line_error(run("train", "--dataset", *args, *TINY_GPT, "--out", self.path("bad")), kind,
+                                       fragment)
+        self.assertFalse(os.path.exists(self.path("bad")))
+
+    def test_token_files_are_read_where_they_lie(self):
+        # 24M uint16 ids (48 MB): materialised as int64 inputs and targets they would take 16
+        # bytes a token (384 MB, and as much again while split); read from the mapping, the rows
+        # are a table of 24 bytes per row of 65 tokens beside the file's pages.
+        rng = np.random.default_rng(3)
+        token_files.write_llmc(self.path("big.bin"), rng.integers(0, 1000, size=24_000_000, dtype=np.uint16))
+        out = self.path("big")
+        result = run("train", "--dataset", f"tokens:{self.path('big.bin')}", *TINY_GPT, "--global-batch", "16",
+                     "--micro-batch", "16", "--val-size", "64", "--max-updates", "2", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("24000000 tokens in 1 file(s)", result.stderr)
+        start = [r for r in records(out) if r.get("event") == "train_start"][0]
+        print(f"\n24M-token llm.c shard: resident {start['rss_bytes'] / 2**20:.0f} MiB when training starts")
+        self.assertLess(start["rss_bytes"], 450 << 20)
+
     def test_megatron_documents_equal_the_text_they_were_tokenised_from(self):
         texts = [("the quick brown fox %d " % i) * (1 + i % 7) for i in range(120)]
         # The corpus's documents keep their last line's newline (setUp wrote them so).

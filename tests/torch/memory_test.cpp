@@ -172,7 +172,6 @@ TEST_F(MemoryTest, FitNeverReturnsASizeWhosePeakExceedsTheBudget) {
   EXPECT_EQ(none.fastest_micro_batch, 0);
 }
 
-
 // A micro-batch of token rows costs rows x its longest row, so fit must probe the longest rows:
 // a corpus of short rows with one long row last fits exactly what a corpus of long rows fits
 // (probing the first rows, it would promise sizes a window holding the long row exceeds).
@@ -213,11 +212,8 @@ TEST_F(MemoryTest, FitProbesTokenRowsAtTheLongestRow) {
   EXPECT_EQ(on_mixed.probe_row_tokens, kSeqLen);
   EXPECT_EQ(on_long.probe_row_tokens, kSeqLen);
   // Images are their own shape: no row length to speak of.
-  EXPECT_EQ(fit_micro_batch(
-                [] {
-                  return make_model({.name = "mlp", .hidden = {32}});
-                },
-                OptimizerSettings{}, random_images(64), options)
+  EXPECT_EQ(fit_micro_batch([] { return make_model({.name = "mlp", .hidden = {32}}); },
+                            OptimizerSettings{}, random_images(64), options)
                 .probe_row_tokens,
             0);
 }

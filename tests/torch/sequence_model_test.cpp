@@ -111,9 +111,11 @@ TEST(TokenRows, DocumentsAreShiftedPaddedAndCountedExactly) {
   const TokenRows rows = document_rows({"ab", "xyz"}, /*seq_len=*/4);
   ASSERT_EQ(rows.rows(), 2);
   // [eot a b eot]: inputs eot a b, targets a b eot, one pad.
-  EXPECT_EQ(std::vector<int32_t>(rows.inputs.begin(), rows.inputs.begin() + 4),
+  const std::vector<int32_t> inputs = rows.inputs();
+  const std::vector<int32_t> targets = rows.targets();
+  EXPECT_EQ(std::vector<int32_t>(inputs.begin(), inputs.begin() + 4),
             (std::vector<int32_t>{kEndOfText, 'a', 'b', kEndOfText}));
-  EXPECT_EQ(std::vector<int32_t>(rows.targets.begin(), rows.targets.begin() + 4),
+  EXPECT_EQ(std::vector<int32_t>(targets.begin(), targets.begin() + 4),
             (std::vector<int32_t>{'a', 'b', kEndOfText, kIgnoreTarget}));
   EXPECT_EQ(rows.lengths, (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(rows.bytes, (std::vector<int64_t>{2, 3}));
@@ -129,8 +131,8 @@ TEST(TokenRows, PackedBlocksPredictEveryTokenOnce) {
   // Stream: eot a b eot c d eot (7 tokens) -> blocks of 3 + 1: [0, 4) and [3, 7).
   const TokenRows rows = packed_rows({"ab", "cd"}, /*seq_len=*/3);
   ASSERT_EQ(rows.rows(), 2);
-  EXPECT_EQ(rows.targets, (std::vector<int32_t>{'a', 'b', kEndOfText, 'c', 'd', kEndOfText}));
-  EXPECT_EQ(rows.inputs, (std::vector<int32_t>{kEndOfText, 'a', 'b', kEndOfText, 'c', 'd'}));
+  EXPECT_EQ(rows.targets(), (std::vector<int32_t>{'a', 'b', kEndOfText, 'c', 'd', kEndOfText}));
+  EXPECT_EQ(rows.inputs(), (std::vector<int32_t>{kEndOfText, 'a', 'b', kEndOfText, 'c', 'd'}));
   EXPECT_EQ(rows.lengths, (std::vector<int64_t>{3, 3}));
 }
 

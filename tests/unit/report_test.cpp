@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html_report.h"
-#include "report/run_records.h"
 #include "report/progress.h"
+#include "report/run_records.h"
 #include "report/svg_chart.h"
 #include "sweep/sweep_summary.h"
 
@@ -282,8 +282,9 @@ TEST_F(RunReportTest, LanguageModelRunsChartTokensAndBitsPerByte) {
 TEST_F(RunReportTest, IntervalEvaluationsAreHeldOutPointsBetweenEpochs) {
   std::string metrics;
   for (int step = 1; step <= 6; ++step) {
-    metrics += "{\"step\":" + std::to_string(step) + ",\"samples_seen\":" +
-               std::to_string(step * 64) + ",\"tokens_seen\":" + std::to_string(step * 9000) +
+    metrics += "{\"step\":" + std::to_string(step) +
+               ",\"samples_seen\":" + std::to_string(step * 64) +
+               ",\"tokens_seen\":" + std::to_string(step * 9000) +
                ",\"loss\":2,\"lr\":0.001,\"items\":9000,\"tokens_per_s\":12000}\n";
   }
   const std::string epoch =
@@ -294,9 +295,9 @@ TEST_F(RunReportTest, IntervalEvaluationsAreHeldOutPointsBetweenEpochs) {
   std::string evaluations;
   for (int step : {4, 2}) {  // out of order on purpose: held_out() sorts by step
     evaluations += "{\"event\":\"evaluation\",\"step\":" + std::to_string(step) +
-                   ",\"epoch\":" + std::to_string(step / 6.0) + ",\"samples_seen\":" +
-                   std::to_string(step * 64) + ",\"tokens_seen\":" +
-                   std::to_string(step * 9000) +
+                   ",\"epoch\":" + std::to_string(step / 6.0) +
+                   ",\"samples_seen\":" + std::to_string(step * 64) +
+                   ",\"tokens_seen\":" + std::to_string(step * 9000) +
                    ",\"val_loss\":2.5,\"val_bpb\":3.6,\"val_perplexity\":12.2}\n";
   }
   atomic_write_file((dir_ / "metrics.jsonl").string(), metrics + evaluations + epoch);

@@ -84,7 +84,7 @@ TEST(TokenFiles, MegatronDocumentsAreReadAsRecorded) {
   parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(), pair.data.size(),
                         "d.bin", out);
   EXPECT_TRUE(out.has_documents);
-  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{1, 2, 3, 7, 9, 8, 7, 6}));
+  EXPECT_EQ(out.documents.all_tokens(), (std::vector<int32_t>{1, 2, 3, 7, 9, 8, 7, 6}));
   EXPECT_EQ(out.documents.starts, (std::vector<int64_t>{0, 3, 4, 8}));
   EXPECT_EQ(out.largest_token, 9);
   EXPECT_EQ(out.format, "Megatron indexed dataset (uint16)");
@@ -163,7 +163,7 @@ TEST(TokenFiles, LlmcShardsOfBothVersions) {
   const Bytes v7 = llmc({128000, 5}, 20240801, 7);
   parse_llmc_tokens(v7.data(), v7.size(), "b.bin", out);
   EXPECT_FALSE(out.has_documents);
-  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{50256, 11, 12, 128000, 5}));
+  EXPECT_EQ(out.documents.all_tokens(), (std::vector<int32_t>{50256, 11, 12, 128000, 5}));
   EXPECT_EQ(out.documents.documents(), 2);  // one stream per shard
   EXPECT_EQ(out.largest_token, 128000);
   EXPECT_EQ(out.format, "llm.c shard (uint16), llm.c shard (uint32)");
@@ -199,7 +199,7 @@ TEST(TokenFiles, HeaderlessFilesNeedTheirDtypeAndWholeTokens) {
   const Bytes data = {1, 0, 2, 0, 3, 1};
   TokenFiles out;
   parse_raw_tokens(data.data(), data.size(), TokenDtype::Uint16, "t.bin", out);
-  EXPECT_EQ(out.documents.tokens, (std::vector<int32_t>{1, 2, 259}));
+  EXPECT_EQ(out.documents.all_tokens(), (std::vector<int32_t>{1, 2, 259}));
   EXPECT_NE(message_of([&] {
               TokenFiles o;
               parse_raw_tokens(data.data(), 5, TokenDtype::Uint16, "t.bin", o);
@@ -222,19 +222,100 @@ TEST(TokenRowsOfIds, DocumentsPaddedPackedBlocksShifted) {
   EXPECT_EQ(rows.rows(), 2);
   EXPECT_EQ(rows.short_documents, 1);
   EXPECT_EQ(rows.cut_documents, 1);
-  EXPECT_EQ(rows.inputs, (std::vector<int32_t>{5, 6, 0, 1, 2, 3}));
-  EXPECT_EQ(rows.targets, (std::vector<int32_t>{6, 7, kIgnoreTarget, 2, 3, 4}));
+  EXPECT_EQ(rows.inputs(), (std::vector<int32_t>{5, 6, 0, 1, 2, 3}));
+  EXPECT_EQ(rows.targets(), (std::vector<int32_t>{6, 7, kIgnoreTarget, 2, 3, 4}));
   EXPECT_EQ(rows.lengths, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(rows.bytes, (std::vector<int64_t>{0, 0}));  // no byte lengths: no text known
   const TokenRows packed = packed_rows(docs, 4, 0);
   // Stream 5 6 7 9 1 2 3 4 5 6: blocks [0, 5) and [4, 9); the tail is dropped.
-  EXPECT_EQ(packed.inputs, (std::vector<int32_t>{5, 6, 7, 9, 1, 2, 3, 4}));
-  EXPECT_EQ(packed.targets, (std::vector<int32_t>{6, 7, 9, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(packed.inputs(), (std::vector<int32_t>{5, 6, 7, 9, 1, 2, 3, 4}));
+  EXPECT_EQ(packed.targets(), (std::vector<int32_t>{6, 7, 9, 1, 2, 3, 4, 5}));
   // With each token's bytes known: a row counts the bytes of its targets.
   TokenDocuments text = docs;
   text.bytes = {1, 2, 3, 0, 1, 1, 1, 1, 1, 1};
   EXPECT_EQ(packed_rows(text, 4, 0).bytes, (std::vector<int64_t>{6, 4}));
   EXPECT_EQ(document_rows(text, 3, 0).bytes, (std::vector<int64_t>{5, 3}));
+}
+
+// Token files are read where they lie: spans of any id width, end to end, read across their
+// boundaries; rows over them are a table, filled on demand exactly as rows of ids in memory.
+TEST(TokenSpans, ReadsAcrossSpansOfAnyWidthAndRowsFillFromThem) {
+  Bytes narrow, wide, tiny;
+  for (uint16_t t : {5, 6, 7})
+    put<uint16_t>(narrow, t);
+  for (int32_t t : {9, 1, 2, 3, 4, 70000})
+    put<int32_t>(wide, t);
+  put<int8_t>(tiny, 127);
+  TokenDocuments mapped;
+  mapped.spans.append(nullptr, narrow.data(), 3, 2, false);
+  mapped.close_document();
+  mapped.spans.append(nullptr, wide.data() + 4, 5, 4, true);  // from the second id on
+  mapped.spans.append(nullptr, tiny.data(), 1, 1, true);
+  mapped.close_document();
+  EXPECT_EQ(mapped.size(), 9);
+  EXPECT_EQ(mapped.starts, (std::vector<int64_t>{0, 3, 9}));
+  EXPECT_EQ(mapped.all_tokens(), (std::vector<int32_t>{5, 6, 7, 1, 2, 3, 4, 70000, 127}));
+  std::vector<int64_t> middle(4);
+  mapped.read(2, 4, middle.data());  // three spans' worth
+  EXPECT_EQ(middle, (std::vector<int64_t>{7, 1, 2, 3}));
+
+  TokenDocuments in_memory;
+  in_memory.add({5, 6, 7});
+  in_memory.add({1, 2, 3, 4, 70000, 127});
+  for (int64_t seq_len : {2, 3, 8}) {
+    const TokenRows a = document_rows(mapped, seq_len, 0), b = document_rows(in_memory, seq_len, 0);
+    EXPECT_EQ(a.inputs(), b.inputs()) << seq_len;
+    EXPECT_EQ(a.targets(), b.targets()) << seq_len;
+    EXPECT_EQ(a.starts, b.starts) << seq_len;
+    const TokenRows p = packed_rows(mapped, seq_len, 0), q = packed_rows(in_memory, seq_len, 0);
+    EXPECT_EQ(p.inputs(), q.inputs()) << seq_len;  // blocks across the spans' boundaries
+    EXPECT_EQ(p.targets(), q.targets()) << seq_len;
+  }
+  // A row filled to fewer positions than it has: its first ones, still shifted.
+  const TokenRows rows = document_rows(mapped, 8, 0);
+  std::vector<int64_t> inputs(3), targets(3);
+  rows.fill(1, inputs.data(), targets.data(), 3);
+  EXPECT_EQ(inputs, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(targets, (std::vector<int64_t>{2, 3, 4}));
+  // A selection shares the documents and keeps its rows' order.
+  const TokenRows picked = rows.select({1, 0});
+  EXPECT_EQ(picked.source, rows.source);
+  EXPECT_EQ(picked.lengths, (std::vector<int64_t>{5, 2}));
+}
+
+// --eot-id: streams (llm.c, headerless) cut after each end-of-text id, never across files; the
+// id ends its document. Files that record documents, and an id that never occurs, are refused.
+TEST(TokenFiles, StreamsAreCutIntoDocumentsAtTheEndOfTextId) {
+  TokenFiles out;
+  const Bytes first = llmc({50256, 11, 12, 50256, 13, 50256, 14});  // llm.c: the id leads
+  const Bytes second = llmc({15, 16, 50256, 17});
+  parse_llmc_tokens(first.data(), first.size(), "a.bin", out);
+  parse_llmc_tokens(second.data(), second.size(), "b.bin", out);
+  cut_streams_at(out, 50256, "shards");
+  EXPECT_TRUE(out.has_documents);
+  EXPECT_EQ(out.eot_id, 50256);
+  // [50256] [11 12 50256] [13 50256] [14] | [15 16 50256] [17]
+  EXPECT_EQ(out.documents.starts, (std::vector<int64_t>{0, 1, 4, 6, 7, 10, 11}));
+  const TokenRows rows = document_rows(out.documents, 8, 0);
+  EXPECT_EQ(rows.short_documents, 3);  // the leading id alone, and the two one-token tails
+  EXPECT_EQ(rows.lengths, (std::vector<int64_t>{2, 1, 2}));
+
+  EXPECT_NE(message_of([&] {
+              TokenFiles none;
+              parse_llmc_tokens(second.data(), second.size(), "b.bin", none);
+              cut_streams_at(none, 7, "shards");
+            })
+                .find("end-of-text id 7 never occurs in token data 'shards' (4 tokens, largest id "
+                      "50256), so each file would be one document"),
+            std::string::npos);
+  const auto pair = megatron({{1, 2, 3}, {4, 5}});
+  TokenFiles indexed;
+  parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(), pair.data.size(),
+                        "d.bin", indexed);
+  EXPECT_NE(message_of([&] {
+              cut_streams_at(indexed, 3, "d");
+            }).find("records its documents, so --eot-id has no stream to cut"),
+            std::string::npos);
 }
 
 }  // namespace
