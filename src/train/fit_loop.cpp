@@ -424,6 +424,10 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                 "lower --micro-batch or raise --memory-budget (ranks do not back off together "
                 "yet)");
   }
+  if (run_.config.micro_batch_tokens > 0) {
+    back_off_tokens(what);
+    return;
+  }
   if (from == 1) {
     throw Error(ErrorKind::Memory,
                 "out of memory at micro-batch 1, the smallest there is (" + what + ")",
@@ -461,6 +465,35 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                          {"micro_batch", to},
                          {"accumulation_steps", plan.accumulation_steps},
                          {"global_batch", plan.global_batch_size},
+                         {"error", what}});
+  }
+}
+
+// Under --micro-batch-tokens the window is cut by padded tokens, so the budget is what halves:
+// the same samples replayed in smaller micro-batches (the plan, the whole window, stays).
+void FitLoop::back_off_tokens(const std::string& what) {
+  TrainingProgress& at = run_.at;
+  int64_t& budget = run_.config.micro_batch_tokens;
+  const int64_t from = budget;
+  if (from == 1) {
+    throw Error(ErrorKind::Memory,
+                "out of memory with every row a micro-batch of its own (--micro-batch-tokens "
+                "backed off to 1; " +
+                    what + ")",
+                "raise --memory-budget, lower --seq-len, or train a smaller model");
+  }
+  budget = from / 2;
+  ++at.oom_backoffs;
+  console_.say("warning: out of memory in update " + std::to_string(at.step + 1) + " at " +
+               std::to_string(from) + " padded tokens per micro-batch (" + what +
+               "); backing off to " + std::to_string(budget) +
+               ": the same window, replayed from its first sample in smaller micro-batches");
+  if (run_.metrics) {
+    run_.metrics->write({{"event", "oom_backoff"},
+                         {"step", at.step},
+                         {"micro_batch_tokens_from", from},
+                         {"micro_batch_tokens", budget},
+                         {"global_batch", run_.resolved.plan.global_batch_size},
                          {"error", what}});
   }
 }
@@ -559,12 +592,16 @@ nlohmann::json FitLoop::evaluate_splits() {
   if (evaluated_step_ == run_.at.step)
     return evaluated_;  // an interval's evaluation at the update where the run ends
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
-  // activations, no gradients) always fits.
+  // activations, no gradients) always fits; under a token budget (after any back-off), at as
+  // many full rows as it holds.
   const bool tokens = run_.data.train.is_tokens();
   const int64_t eval_rows = evaluation_rows(run_.data.train);
-  const int64_t eval_batch = run_.config.memory_budget > 0
-                                 ? std::min(eval_rows, run_.resolved.plan.micro_batch_size)
-                                 : eval_rows;
+  int64_t training_rows = run_.resolved.plan.micro_batch_size;
+  if (tokens && run_.config.micro_batch_tokens > 0) {
+    training_rows = std::max<int64_t>(1, run_.config.micro_batch_tokens / run_.data.train.width());
+  }
+  const int64_t eval_batch =
+      run_.config.memory_budget > 0 ? std::min(eval_rows, training_rows) : eval_rows;
   nlohmann::json figures = nlohmann::json::object();
   if (run_.data.validation.size() > 0) {
     last_validation_ = evaluate(run_.model, run_.data.validation, eval_batch, run_.precision);

@@ -73,6 +73,7 @@ class FitLoop {
   void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
+  void back_off_tokens(const std::string& what);
   void follow_batch_schedule();
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
   void record_epoch(bool ends_inside);

@@ -72,6 +72,28 @@ class BackOffTest(MemoryTestCase):
                                              read_weights(os.path.join(direct_dir, "weights.safetensors")))
         self.assertLess(difference, 1e-5)
 
+    def test_a_token_budget_that_does_not_fit_halves_and_keeps_the_update(self):
+        # --micro-batch-tokens cuts the window by padded tokens: a back-off halves that budget
+        # (the window, the plan's micro-batch, stays) and replays the window, and evaluation
+        # runs within what is left of it.
+        lm = ["--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1", "--d-model", "32",
+              "--heads", "2", "--seq-len", "128", "--global-batch", "32", "--max-updates", "3", "--optimizer",
+              "adamw", "--lr", "1e-3", "--schedule", "constant", "--threads", "1", "--progress", "off"]
+        backed_dir, direct_dir = os.path.join(self.dir, "backed"), os.path.join(self.dir, "direct")
+        backed = bigbatch("train", *lm, "--micro-batch-tokens", "4096", "--memory-budget", "10MiB", "--out",
+                          backed_dir)
+        self.assertEqual(backed.returncode, 0, backed.stderr)
+        self.assertIn("at 4096 padded tokens per micro-batch", backed.stderr)
+        events = [m for m in metrics(backed_dir) if m.get("event") == "oom_backoff"]
+        self.assertEqual([e["micro_batch_tokens"] for e in events], [2048, 1024])
+        self.assertTrue(all(m["peak_bytes"] <= 10 << 20 for m in updates(backed_dir)))
+        direct = bigbatch("train", *lm, "--micro-batch-tokens", "1024", "--out", direct_dir)
+        self.assertEqual(direct.returncode, 0, direct.stderr)
+        self.assertEqual([m["items"] for m in updates(backed_dir)], [m["items"] for m in updates(direct_dir)])
+        difference = max_relative_difference(read_weights(os.path.join(backed_dir, "weights.safetensors")),
+                                             read_weights(os.path.join(direct_dir, "weights.safetensors")))
+        self.assertLess(difference, 1e-5)
+
     def test_micro_batch_of_one_that_does_not_fit_is_a_clear_error(self):
         # The model fits (2 MiB of weights), a single sample's step does not.
         result, _ = self.train("floor", "--global-batch", "64", "--micro-batch", "64", "--memory-budget", "2200KiB",
