@@ -65,7 +65,8 @@ class PlanCommand final : public Subcommand {
     double tokens_per_sample = tokens_per_sample_;
     if (!sized) {
       const DatasetSplits data = load_data_outside_budget(config);
-      check_stop_target(config, data);  // as train would refuse it
+      check_stop_target(config, data);  // as train would refuse them
+      check_eval_every(config, data);
       samples = data.train.size();
       tokens_per_sample = items_per_sample(data.train);
       std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),

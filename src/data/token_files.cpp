@@ -291,6 +291,7 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
       token += read_le<int32_t>(lengths + s * 4);
     out.documents.starts.push_back(token);
   }
+  ++out.indexed_files;
   note_format(out, std::string("Megatron indexed dataset (") + type.name + ")");
 }
 
@@ -368,7 +369,7 @@ void parse_raw_tokens(const uint8_t* data, size_t size, TokenDtype dtype, const 
 }
 
 void cut_streams_at(TokenFiles& files, int64_t eot_id, const std::string& name) {
-  if (files.has_documents) {
+  if (files.indexed_files > 0) {  // its documents are not the streams' to cut
     throw Error(ErrorKind::Config,
                 "token data '" + name + "' (" + files.format +
                     ") records its documents, so --eot-id has no stream to cut",

@@ -38,6 +38,7 @@ struct TokenFiles {
                                // cut_streams_at found them
   int64_t eot_id = -1;         // the id cut_streams_at cut at (-1: none)
   int64_t stream_files = 0;    // files that are one stream of tokens (llm.c, headerless)
+  int64_t indexed_files = 0;   // files whose index records their documents (Megatron)
   int64_t files = 0;
   int64_t largest_token = -1;  // the largest id in any file
   std::string format;          // e.g. "llm.c shard (uint16)", "Megatron indexed dataset (uint16)"

@@ -53,8 +53,16 @@ RunRecords read_run_records(const std::string& metrics_path) {
 }
 
 std::vector<nlohmann::json> RunRecords::held_out() const {
+  // An interval's evaluation at the update where an epoch's record was also written (the run
+  // ended there) holds the same figures: the epoch's stands for both.
   std::vector<nlohmann::json> out = epochs;
-  out.insert(out.end(), evaluations.begin(), evaluations.end());
+  for (const auto& e : evaluations) {
+    const bool recorded = std::any_of(epochs.begin(), epochs.end(), [&](const nlohmann::json& x) {
+      return x.value("step", -1.0) == e.value("step", -2.0);
+    });
+    if (!recorded)
+      out.push_back(e);
+  }
   std::stable_sort(out.begin(), out.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
     return a.value("step", 0.0) < b.value("step", 0.0);
   });

@@ -95,19 +95,23 @@ CellResult read_cell_result(const SweepCell& cell, const std::string& cell_dir,
   const bool has_validation = !r.epochs.empty() && r.epochs.front().contains("val_loss");
   result.metric = target.metric_in(has_validation);
   const char* metric = result.metric.c_str();
-  for (const auto& e : r.epochs) {
+  // The best and the curves over every held-out figure: the epochs' and --eval-every's.
+  const std::vector<nlohmann::json> held_out = r.held_out();
+  for (const auto& e : held_out) {
     const auto value = e.value(metric, nlohmann::json());
     if (value.is_number()) {
       const double v = value.get<double>();
       if (!result.best || (target.at_least ? v > *result.best : v < *result.best))
         result.best = v;
     }
+  }
+  for (const auto& e : r.epochs) {
     result.final_train_loss = e.value("train_loss", nlohmann::json()).is_number()
                                   ? std::optional<double>(e.at("train_loss").get<double>())
                                   : std::nullopt;
   }
-  result.curve_by_updates = record_points(r.epochs, "step", metric, chart_scale(target));
-  result.curve_by_samples = record_points(r.epochs, "samples_seen", metric, chart_scale(target));
+  result.curve_by_updates = record_points(held_out, "step", metric, chart_scale(target));
+  result.curve_by_samples = record_points(held_out, "samples_seen", metric, chart_scale(target));
   return result;
 }
 

@@ -241,11 +241,14 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   for (auto& observer : observers_)
     observer->on_update(run_, report);
   check_divergence();
-  if (evaluation_due())
+  bool stop = step.stats.stop_requested;
+  if (evaluation_due()) {
     evaluate_on_interval();
+    // A signal during it stops here (a single process; ranks stop together, at an update).
+    stop = stop || (run_.job.world_size == 1 && interrupts_.requested());
+  }
   // A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
   // not evaluate that epoch twice.
-  const bool stop = step.stats.stop_requested;
   if (!epoch_used_up() && (stop || checkpoints_.due()))
     checkpoints_.write();
   return stop;
@@ -542,9 +545,6 @@ void FitLoop::record_epoch(bool ends_inside) {
   at.recorded_epoch_step = at.step;
   if (!run_.job.is_main())
     return;
-  // Tests: a signal that arrives while the epoch is evaluated, at a known moment.
-  if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
-    std::raise(std::atoi(raise_signal));
   // An epoch whose updates were all skipped (non-finite) has no training figures.
   const Counts& counts = at.epoch_counts;
   const auto per_item = [&](double total) {
@@ -591,6 +591,9 @@ void FitLoop::record_epoch(bool ends_inside) {
 nlohmann::json FitLoop::evaluate_splits() {
   if (evaluated_step_ == run_.at.step)
     return evaluated_;  // an interval's evaluation at the update where the run ends
+  // Tests: a signal that arrives while the model is evaluated, at a known moment.
+  if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
+    std::raise(std::atoi(raise_signal));
   // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
   // activations, no gradients) always fits; under a token budget (after any back-off), at as
   // many full rows as it holds.

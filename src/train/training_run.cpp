@@ -315,10 +315,12 @@ RankDescription describe_data_and_model(const TrainConfig& requested, const Data
     out.emplace_back("training samples", std::to_string(data.train.size()) + " rows of " +
                                              std::to_string(rows.width) + " tokens");
     std::string tokens;
-    std::vector<int64_t> inputs(size_t(rows.width)), targets(size_t(rows.width));
+    std::vector<int64_t> row(size_t(rows.width) + 1);
     for (int64_t r = 0; r < rows.rows(); ++r) {
-      rows.fill(r, inputs.data(), targets.data(), rows.width);
-      tokens += data_digest(targets.data(), targets.size() * sizeof(int64_t));
+      // All of the row's tokens: its inputs and the last target.
+      const int64_t count = rows.lengths[size_t(r)] + 1;
+      rows.source->read(rows.starts[size_t(r)], count, row.data());
+      tokens += data_digest(row.data(), size_t(count) * sizeof(int64_t));
       if (tokens.size() > (1 << 20))
         tokens = data_digest(tokens.data(), tokens.size());  // folded as it grows
     }

@@ -133,8 +133,10 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
 }
 }  // namespace
 
-VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests) {
-  config.validate();
+VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_tests) {
+  given.validate();
+  TrainConfig config = given;
+  config.eval_every = Interval::updates(0);  // said to be ignored: nothing of it is resolved
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   const ResolvedRun run =

@@ -186,6 +186,21 @@ class CheckpointTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(run_dir, "weights.safetensors")))
         self.assertEqual(len([r for r in metrics(run_dir) if "test_accuracy" in r]), 1)  # evaluated once
 
+    def test_a_signal_during_an_interval_evaluation_stops_the_run_there(self):
+        # --eval-every: the hook raises SIGTERM as update 3's evaluation starts; the run stops
+        # after that update (not one later), and the resume evaluates on at the same updates.
+        run_dir = self.path("signal-at-interval")
+        small = ["--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "100",
+                 "--epochs", "1", "--threads", "1", "--progress", "off", "--eval-every", "3u"]
+        stopped = subprocess.run([BINARY, "train", *small, "--out", run_dir], capture_output=True, text=True,
+                                 env=dict(os.environ, BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS=str(int(signal.SIGTERM))))
+        self.assertEqual(stopped.returncode, 143, stopped.stderr)
+        self.assertIn("stopped by signal 15 after update 3", stopped.stderr)
+        self.assertEqual(checkpoints(run_dir), ["step_000003"])
+        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertEqual([r["step"] for r in metrics(run_dir) if r.get("event") == "evaluation"], [3, 6, 9])
+
     def test_resume_from_an_older_checkpoint_starts_a_new_history(self):
         # Issue 21: pruning deleted the new history's checkpoints and kept the abandoned one's,
         # which the next resume continued. Now it is refused, or the newer ones are set aside.

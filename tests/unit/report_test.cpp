@@ -293,7 +293,7 @@ TEST_F(RunReportTest, IntervalEvaluationsAreHeldOutPointsBetweenEpochs) {
   atomic_write_file((dir_ / "metrics.jsonl").string(), metrics + epoch);
   const size_t epochs_only = count(render_run_report(dir_.string()), "<circle");
   std::string evaluations;
-  for (int step : {4, 2}) {  // out of order on purpose: held_out() sorts by step
+  for (int step : {4, 2, 6}) {  // out of order on purpose: held_out() sorts by step
     evaluations += "{\"event\":\"evaluation\",\"step\":" + std::to_string(step) +
                    ",\"epoch\":" + std::to_string(step / 6.0) +
                    ",\"samples_seen\":" + std::to_string(step * 64) +
@@ -302,12 +302,14 @@ TEST_F(RunReportTest, IntervalEvaluationsAreHeldOutPointsBetweenEpochs) {
   }
   atomic_write_file((dir_ / "metrics.jsonl").string(), metrics + evaluations + epoch);
   const RunRecords records = read_run_records((dir_ / "metrics.jsonl").string());
-  ASSERT_EQ(records.evaluations.size(), 2u);
+  ASSERT_EQ(records.evaluations.size(), 3u);
   const auto held_out = records.held_out();
-  ASSERT_EQ(held_out.size(), 3u);
+  ASSERT_EQ(held_out.size(),
+            3u);  // step 6's evaluation is the epoch record's (the run ended there)
   EXPECT_EQ(held_out[0]["step"], 2);
   EXPECT_EQ(held_out[1]["step"], 4);
   EXPECT_EQ(held_out[2]["step"], 6);
+  EXPECT_EQ(held_out[2]["val_bpb"], 3.0297);
   // Two more points on each chart of validation figures: loss against updates, against tokens,
   // and bits per byte against tokens.
   EXPECT_EQ(count(render_run_report(dir_.string()), "<circle"), epochs_only + 3 * 2);

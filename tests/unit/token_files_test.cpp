@@ -316,6 +316,11 @@ TEST(TokenFiles, StreamsAreCutIntoDocumentsAtTheEndOfTextId) {
               cut_streams_at(indexed, 3, "d");
             }).find("records its documents, so --eot-id has no stream to cut"),
             std::string::npos);
+  // Beside a stream too: the index's documents are not the id's to cut.
+  parse_llmc_tokens(second.data(), second.size(), "b.bin", indexed);
+  EXPECT_FALSE(indexed.has_documents);
+  EXPECT_NE(message_of([&] { cut_streams_at(indexed, 50256, "d"); }).find("records its documents"),
+            std::string::npos);
 }
 
 }  // namespace
