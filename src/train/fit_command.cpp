@@ -43,14 +43,24 @@ FitReport run_fit(const TrainConfig& config) {
   if (fit.max_micro_batch == 0) {
     report.text += "not even a micro-batch of 1 fits: raise --memory-budget\n";
   } else {
+    const std::string given =
+        flags_set_in(config, {"global-batch", "micro-batch", "accum-steps", "micro-batch-tokens",
+                              "memory-budget", "fit-margin", "out", "progress"});
     report.text += "largest fitting micro-batch: " + std::to_string(fit.max_micro_batch) +
-                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch) +
-                   "\ntrain with it: bigbatch train" +
-                   flags_set_in(config, {"global-batch", "micro-batch", "accum-steps",
-                                         "memory-budget", "fit-margin", "out", "progress"}) +
-                   " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
-                   " (or --micro-batch auto --memory-budget " + exact_byte_size(fit.budget_bytes) +
-                   ")\n";
+                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch);
+    if (config.micro_batch_tokens > 0 && fit.probe_row_tokens > 0) {
+      // Micro-batches cut by tokens: the fitting rows of the longest length, as a token bound.
+      report.text += "\ntrain with it: bigbatch train" + given +
+                     " --global-batch G --micro-batch-tokens " +
+                     std::to_string(fit.fastest_micro_batch * fit.probe_row_tokens) + " (" +
+                     std::to_string(fit.fastest_micro_batch) + " of the longest rows, " +
+                     std::to_string(fit.probe_row_tokens) + " tokens each)\n";
+    } else {
+      report.text += "\ntrain with it: bigbatch train" + given +
+                     " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
+                     " (or --micro-batch auto --memory-budget " +
+                     exact_byte_size(fit.budget_bytes) + ")\n";
+    }
   }
   return report;
 }

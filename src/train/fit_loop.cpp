@@ -478,14 +478,17 @@ void FitLoop::back_off_tokens(const std::string& what) {
   TrainingProgress& at = run_.at;
   int64_t& budget = run_.config.micro_batch_tokens;
   const int64_t from = budget;
-  if (from == 1) {
+  // Below one row of --seq-len the budget stops grouping rows of full length, which is what
+  // runs out: the floor is that row.
+  const int64_t row = run_.data.train.width();
+  if (from <= row) {
     throw Error(ErrorKind::Memory,
-                "out of memory with every row a micro-batch of its own (--micro-batch-tokens "
-                "backed off to 1; " +
-                    what + ")",
+                "out of memory at --micro-batch-tokens " + std::to_string(from) +
+                    ", one row of --seq-len " + std::to_string(row) + " per micro-batch (" + what +
+                    ")",
                 "raise --memory-budget, lower --seq-len, or train a smaller model");
   }
-  budget = from / 2;
+  budget = std::max(row, from / 2);
   ++at.oom_backoffs;
   console_.say("warning: out of memory in update " + std::to_string(at.step + 1) + " at " +
                std::to_string(from) + " padded tokens per micro-batch (" + what +
@@ -619,11 +622,12 @@ nlohmann::json FitLoop::evaluate_splits() {
   return figures;
 }
 
-// Every eval_updates_-th update, counted from the run's start (a resumed run keeps the
-// positions), except where an epoch's end evaluates anyway.
+// Every eval_every_updates-th update, counted from the run's start (a resumed run keeps the
+// positions), except where an epoch's end or the run's evaluates anyway.
 bool FitLoop::evaluation_due() const {
   const int64_t every = run_.resolved.eval_every_updates;
-  return every > 0 && run_.at.step % every == 0 && !epoch_used_up();
+  // The run's end records (and evaluates) the epoch where it stops: not twice.
+  return every > 0 && run_.at.step % every == 0 && !epoch_used_up() && !run_complete();
 }
 
 void FitLoop::evaluate_on_interval() {

@@ -160,6 +160,8 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
     record["tokens_seen"] = at.items_seen;
     record["tokens_per_s"] = double(stats.counts.items) / update.seconds;
     record["padded_tokens"] = update.step.padded_tokens;
+    if (run.config.micro_batch_tokens > 0)  // the micro-batches' bound (after any back-off)
+      record["micro_batch_tokens"] = run.config.micro_batch_tokens;
   }
   run.metrics->write(record);
 }

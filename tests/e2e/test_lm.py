@@ -210,6 +210,11 @@ class TrainLmTest(LmTestCase):
                      for d in (whole, part)]
         self.assertEqual([s for s, _ in evaluated[0]], [3, 6, 9, 12])
         self.assertEqual(evaluated[0], evaluated[1])
+        # A run that ends on an interval evaluates there once: its epoch's record.
+        short = self.path("short")
+        self.assertEqual(run("train", *flags, "--max-updates", "6", "--out", short).returncode, 0)
+        self.assertEqual([r["step"] for r in records(short) if r.get("event") == "evaluation"], [3])
+        self.assertEqual([r["step"] for r in records(short) if "train_loss" in r], [6])
 
         # Nothing to evaluate, or an interval the data cannot count: one line, nothing written.
         none, arrays = self.path("none"), self.path("arrays")

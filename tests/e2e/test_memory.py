@@ -86,7 +86,16 @@ class BackOffTest(MemoryTestCase):
         self.assertIn("at 4096 padded tokens per micro-batch", backed.stderr)
         events = [m for m in metrics(backed_dir) if m.get("event") == "oom_backoff"]
         self.assertEqual([e["micro_batch_tokens"] for e in events], [2048, 1024])
-        self.assertTrue(all(m["peak_bytes"] <= 10 << 20 for m in updates(backed_dir)))
+        self.assertTrue(all(m["peak_bytes"] <= 10 << 20 and m["micro_batch_tokens"] == 1024
+                            for m in updates(backed_dir)))
+        # Not below one row of --seq-len: there the run stops, naming it.
+        floor = bigbatch("train", *lm, "--micro-batch-tokens", "512", "--memory-budget", "1MiB", "--out",
+                         os.path.join(self.dir, "floor"))
+        self.assertEqual(floor.returncode, 5, floor.stderr)
+        self.assertIn("backing off to 256", floor.stderr)
+        self.assertIn("backing off to 128", floor.stderr)
+        self.assertNotIn("backing off to 64", floor.stderr)
+        self.assertIn("error[memory]: out of memory at --micro-batch-tokens 128, one row of --seq-len 128", floor.stderr)
         direct = bigbatch("train", *lm, "--micro-batch-tokens", "1024", "--out", direct_dir)
         self.assertEqual(direct.returncode, 0, direct.stderr)
         self.assertEqual([m["items"] for m in updates(backed_dir)], [m["items"] for m in updates(direct_dir)])
@@ -159,6 +168,18 @@ class FitTest(MemoryTestCase):
                       "--heads 2", line)
         # ... and plans as written (G filled in).
         words = line[len("train with it: bigbatch train "):].split(" (or")[0].replace(" G ", " 64 ").split()
+        planned = bigbatch("plan", *words)
+        self.assertEqual(planned.returncode, 0, planned.stderr)
+        # Fitting micro-batches cut by tokens: the answer is a token bound, which train takes.
+        tokens = bigbatch("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                          "--d-model", "32", "--heads", "2", "--seq-len", "64", "--micro-batch-tokens", "2048",
+                          "--memory-budget", "16MiB", "--threads", "1")
+        self.assertEqual(tokens.returncode, 0, tokens.stderr)
+        line = [l for l in tokens.stdout.splitlines() if l.startswith("train with it: ")][0]
+        fastest = int(re.search(r"fastest fitting micro-batch: (\d+)", tokens.stdout).group(1))
+        self.assertIn(f"--micro-batch-tokens {fastest * 64} ({fastest} of the longest rows, 64 tokens each)", line)
+        self.assertNotIn("--micro-batch ", line)
+        words = line[len("train with it: bigbatch train "):].split(" (")[0].replace(" G ", " 64 ").split()
         planned = bigbatch("plan", *words)
         self.assertEqual(planned.returncode, 0, planned.stderr)
 
