@@ -125,15 +125,31 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
                     format_double(100 * config.fit_margin) + "% margin) for " + config.model,
                 "raise --memory-budget, or lower --fit-margin");
   }
-  std::vector<torch::Tensor> choice = {
-      torch::tensor({fit.fastest_micro_batch > 0 ? fit.fastest_micro_batch : fit.max_micro_batch})};
+  const int64_t fastest =
+      fit.fastest_micro_batch > 0 ? fit.fastest_micro_batch : fit.max_micro_batch;
+  int64_t picked = fastest;
+  std::string evened;
+  if (config.global_batch_schedule.empty()) {
+    // The same number of micro-steps in equal parts: no ragged last micro-batch, and a peak no
+    // larger (a smaller size of a fitting one fits).
+    const int64_t per_rank = std::max<int64_t>(1, global / job.world_size);
+    const int64_t steps = (per_rank + fastest - 1) / fastest;
+    const int64_t even = (per_rank + steps - 1) / steps;
+    if (even < fastest) {
+      evened = ", evened from " + std::to_string(fastest) + " to the same " +
+               std::to_string(steps) + " micro-steps per update of " + std::to_string(per_rank) +
+               " in equal parts";
+      picked = even;
+    }
+  }
+  std::vector<torch::Tensor> choice = {torch::tensor({picked})};
   reducer.broadcast_from_first_rank(choice);
   config.micro_batch = choice[0].item<int64_t>();
   config.micro_batch_auto = false;
   console.say(
       "micro-batch auto: " + std::to_string(*config.micro_batch) + " (the fastest size that fits " +
       human_bytes(double(fit.usable_bytes)) + " = budget " + human_bytes(double(fit.budget_bytes)) +
-      " less the margin; largest fitting " + std::to_string(fit.max_micro_batch) +
+      " less the margin" + evened + "; largest fitting " + std::to_string(fit.max_micro_batch) +
       (fit.probe_row_tokens > 0 ? "; probed at the longest rows, " +
                                       std::to_string(fit.probe_row_tokens) + " target tokens"
                                 : std::string()) +

@@ -196,6 +196,8 @@ class AutoTest(MemoryTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         chosen = int(re.search(r"micro-batch auto: (\d+)", result.stderr).group(1))
         self.assertLessEqual(chosen, 2048)
+        micro_steps = -(-2048 // chosen)
+        self.assertEqual(chosen, -(-2048 // micro_steps))  # its micro-steps in parts as equal as they go
         steps = updates(out)
         self.assertTrue(all(m["items"] == 2048 and m["micro_batch"] == chosen for m in steps))
         self.assertTrue(all(m["peak_bytes"] <= 16 << 20 for m in steps))
@@ -215,6 +217,7 @@ class AutoTest(MemoryTestCase):
         self.assertIn("probed at the longest rows, 64 target tokens", result.stderr)
         chosen = int(re.search(r"micro-batch auto: (\d+)", result.stderr).group(1))
         self.assertLess(chosen, 64)  # the budget is what decides here
+        self.assertEqual(chosen, -(-64 // -(-64 // chosen)))  # evened over its micro-steps
         steps = updates(out)
         self.assertEqual(len(steps), 6)
         self.assertTrue(all(m["micro_batch"] == chosen and m["peak_bytes"] <= 12 << 20 for m in steps))
