@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -134,31 +135,22 @@ int main(int argc, char** argv) {
   int64_t seq = 256, layers = 4, d_model = 128, heads = 4;  // --model gpt
   bool gemm = false;
   std::string data = "fashion";
+  const std::map<std::string, int64_t*> numbers = {
+      {"--micro", &micro}, {"--accum", &accum},   {"--threads", &threads}, {"--updates", &updates},
+      {"--seq-len", &seq}, {"--layers", &layers}, {"--d-model", &d_model}, {"--heads", &heads}};
+  const std::map<std::string, std::string*> words = {{"--model", &model}, {"--data", &data}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&] { return std::string(argv[++i]); };
-    if (a == "--model")
-      model = next();
-    else if (a == "--micro")
-      micro = std::stoll(next());
-    else if (a == "--accum")
-      accum = std::stoll(next());
-    else if (a == "--threads")
-      threads = std::stoll(next());
-    else if (a == "--updates")
-      updates = std::stoll(next());
-    else if (a == "--gemm")
+    if (a == "--gemm") {
       gemm = true;
-    else if (a == "--data")
-      data = next();
-    else if (a == "--seq-len")
-      seq = std::stoll(next());
-    else if (a == "--layers")
-      layers = std::stoll(next());
-    else if (a == "--d-model")
-      d_model = std::stoll(next());
-    else if (a == "--heads")
-      heads = std::stoll(next());
+    } else if (i + 1 < argc && numbers.count(a)) {
+      *numbers.at(a) = std::stoll(argv[++i]);
+    } else if (i + 1 < argc && words.count(a)) {
+      *words.at(a) = argv[++i];
+    } else {
+      std::fprintf(stderr, "handwritten_loop: unknown or incomplete flag %s\n", a.c_str());
+      return 2;
+    }
   }
   torch::set_num_threads(static_cast<int>(threads));
   if (gemm) {

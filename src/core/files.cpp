@@ -134,17 +134,26 @@ DirectoryLock::~DirectoryLock() {
     ::close(fd_);
 }
 
-std::string data_digest(const void* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+void DataDigest::add(const void* data, size_t size) {
   const auto* bytes = static_cast<const Bytef*>(data);
   // crc32() takes at most uInt bytes a call.
   for (size_t at = 0; at < size; at += (1u << 30)) {
     const size_t n = std::min<size_t>(size - at, 1u << 30);
-    crc = crc32(crc, bytes + at, static_cast<uInt>(n));
+    crc_ = crc32(crc_, bytes + at, static_cast<uInt>(n));
   }
+  size_ += size;
+}
+
+std::string DataDigest::value() const {
   char text[16];
-  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
-  return std::string("crc32:") + text + "/" + std::to_string(size);
+  std::snprintf(text, sizeof text, "%08lx", crc_);
+  return std::string("crc32:") + text + "/" + std::to_string(size_);
+}
+
+std::string data_digest(const void* data, size_t size) {
+  DataDigest digest;
+  digest.add(data, size);
+  return digest.value();
 }
 
 std::string file_digest(const std::string& path) {

@@ -23,6 +23,16 @@ inline constexpr int64_t kMaxMetricsFileBytes = int64_t{4} << 30;  // metrics.js
 std::string file_digest(const std::string& path);
 // The same for bytes in memory.
 std::string data_digest(const void* data, size_t size);
+// The same over bytes that come in parts: add() each, then value() is data_digest of them all.
+class DataDigest {
+ public:
+  void add(const void* data, size_t size);
+  std::string value() const;
+
+ private:
+  unsigned long crc_ = 0;
+  size_t size_ = 0;
+};
 // An exclusive lock on a run directory (a POSIX record lock on DIR/.lock), held while this
 // process writes it. Another process that tries is refused with Error(Io) naming the holder's
 // pid. The kernel drops the lock when its process ends, kill -9 included, so a stale lock

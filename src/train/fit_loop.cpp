@@ -461,15 +461,21 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                  std::to_string(to) + " instead of " + std::to_string(from) +
                  ", which changes its updates (use cnn-gn to be independent of the micro-batch)");
   }
-  if (run_.metrics) {
-    run_.metrics->write({{"event", "oom_backoff"},
-                         {"step", at.step},
-                         {"micro_batch_from", from},
-                         {"micro_batch", to},
-                         {"accumulation_steps", plan.accumulation_steps},
-                         {"global_batch", plan.global_batch_size},
-                         {"error", what}});
-  }
+  record_back_off({{"micro_batch_from", from},
+                   {"micro_batch", to},
+                   {"accumulation_steps", plan.accumulation_steps}},
+                  what);
+}
+
+// The oom_backoff line: the update it happened in (updates done), what changed, the error.
+void FitLoop::record_back_off(nlohmann::json changed, const std::string& what) {
+  if (!run_.metrics)
+    return;
+  changed["event"] = "oom_backoff";
+  changed["step"] = run_.at.step;
+  changed["global_batch"] = run_.resolved.plan.global_batch_size;
+  changed["error"] = what;
+  run_.metrics->write(changed);
 }
 
 // Under --micro-batch-tokens the window is cut by padded tokens, so the budget is what halves:
@@ -494,14 +500,7 @@ void FitLoop::back_off_tokens(const std::string& what) {
                std::to_string(from) + " padded tokens per micro-batch (" + what +
                "); backing off to " + std::to_string(budget) +
                ": the same window, replayed from its first sample in smaller micro-batches");
-  if (run_.metrics) {
-    run_.metrics->write({{"event", "oom_backoff"},
-                         {"step", at.step},
-                         {"micro_batch_tokens_from", from},
-                         {"micro_batch_tokens", budget},
-                         {"global_batch", run_.resolved.plan.global_batch_size},
-                         {"error", what}});
-  }
+  record_back_off({{"micro_batch_tokens_from", from}, {"micro_batch_tokens", budget}}, what);
 }
 
 // --global-batch-schedule: at the first update boundary past a threshold, the next step's plan
@@ -583,17 +582,28 @@ void FitLoop::record_epoch(bool ends_inside) {
         std::sqrt(counts.loss_sum / double(counts.items * run_.data.train.outputs()));
   if (ends_inside)
     record["partial_epoch"] = epoch_progress(run_);
+  evaluate_into(record, /*interval=*/false);
+}
+
+// An epoch's or an interval's record completed: tokens seen and the held-out figures, told to
+// the observers, checked against the target.
+void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
   if (run_.data.train.is_tokens())
-    record["tokens_seen"] = at.items_seen;
+    record["tokens_seen"] = run_.at.items_seen;
   record.update(evaluate_splits());
-  for (auto& observer : observers_)
-    observer->on_epoch(run_, EpochReport{record});
+  for (auto& observer : observers_) {
+    if (interval) {
+      observer->on_evaluation(run_, EpochReport{record});
+    } else {
+      observer->on_epoch(run_, EpochReport{record});
+    }
+  }
   check_target(record);
 }
 
 nlohmann::json FitLoop::evaluate_splits() {
   if (evaluated_step_ == run_.at.step)
-    return evaluated_;  // an interval's evaluation at the update where the run ends
+    return evaluated_;  // an interval's, whose target stopped the run: its epoch's record
   // Tests: a signal that arrives while the model is evaluated, at a known moment.
   if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
     std::raise(std::atoi(raise_signal));
@@ -639,12 +649,7 @@ void FitLoop::evaluate_on_interval() {
                              {"samples_seen", at.samples_seen},
                              {"train_seconds", at.train_seconds},
                              {"wall_s", seconds_since(train_start_)}};
-    if (run_.data.train.is_tokens())
-      record["tokens_seen"] = at.items_seen;
-    record.update(evaluate_splits());
-    for (auto& observer : observers_)
-      observer->on_evaluation(run_, EpochReport{record});
-    check_target(record);
+    evaluate_into(record, /*interval=*/true);
   }
   share_target_verdict();
 }

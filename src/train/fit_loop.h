@@ -74,6 +74,7 @@ class FitLoop {
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
   void back_off_tokens(const std::string& what);
+  void record_back_off(nlohmann::json changed, const std::string& what);
   void follow_batch_schedule();
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
   void record_epoch(bool ends_inside);
@@ -83,6 +84,7 @@ class FitLoop {
   void evaluate_on_interval();
   // The held-out splits' figures at the current step (rank 0), evaluated once per step.
   nlohmann::json evaluate_splits();
+  void evaluate_into(nlohmann::json& record, bool interval);
   void check_target(const nlohmann::json& record);
   // Rank 0's verdict on the target, everyone's (only rank 0 evaluates).
   void share_target_verdict();

@@ -330,17 +330,15 @@ RankDescription describe_data_and_model(const TrainConfig& requested, const Data
     const TokenRows& rows = *data.train.rows;
     out.emplace_back("training samples", std::to_string(data.train.size()) + " rows of " +
                                              std::to_string(rows.width) + " tokens");
-    std::string tokens;
+    DataDigest tokens;
     std::vector<int64_t> row(size_t(rows.width) + 1);
     for (int64_t r = 0; r < rows.rows(); ++r) {
       // All of the row's tokens: its inputs and the last target.
       const int64_t count = rows.lengths[size_t(r)] + 1;
       rows.source->read(rows.starts[size_t(r)], count, row.data());
-      tokens += data_digest(row.data(), size_t(count) * sizeof(int64_t));
-      if (tokens.size() > (1 << 20))
-        tokens = data_digest(tokens.data(), tokens.size());  // folded as it grows
+      tokens.add(row.data(), size_t(count) * sizeof(int64_t));
     }
-    out.emplace_back("training tokens", data_digest(tokens.data(), tokens.size()));
+    out.emplace_back("training tokens", tokens.value());
     out.emplace_back("training rows",
                      data_digest(rows.starts.data(), rows.starts.size() * sizeof(int64_t)) +
                          data_digest(rows.lengths.data(), rows.lengths.size() * sizeof(int64_t)));
