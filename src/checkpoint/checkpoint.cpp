@@ -34,6 +34,60 @@ std::string first_line(const std::string& text) {
   throw Error(ErrorKind::Format, "checkpoint '" + dir + "' " + what, hint);
 }
 
+// Where the model's parameters live (the CPU for a model without any).
+torch::Device parameter_device(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    return p.device();
+  return torch::Device(torch::kCPU);
+}
+
+// The random generators a resumed run must continue: the CPU's, and the device's when the
+// model is on a GPU (dropout draws there).
+NamedTensors generator_states(const torch::nn::Module& model) {
+  NamedTensors states = {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
+  const torch::Device device = parameter_device(model);
+  if (device.is_cuda())
+    states.emplace_back("cuda_generator",
+                        at::globalContext().defaultGenerator(device).get_state());
+  return states;
+}
+
+void restore_generator_states(const NamedTensors& states, const torch::nn::Module& model,
+                              const std::string& dir) {
+  const auto state_of = [&](const std::string& name) -> const torch::Tensor* {
+    for (const auto& [key, tensor] : states) {
+      if (key == name)
+        return &tensor;
+    }
+    return nullptr;
+  };
+  const torch::Tensor* cpu = state_of("cpu_generator");
+  for (const auto& [key, tensor] : states) {
+    if ((key != "cpu_generator" && key != "cuda_generator") ||
+        tensor.scalar_type() != torch::kUInt8)
+      cpu = nullptr;
+  }
+  if (cpu == nullptr) {
+    bad_checkpoint(dir, "has an rng.safetensors without the CPU generator state",
+                   "resume from an earlier checkpoint");
+  }
+  try {
+    // Generators are handles: a copy sets the shared generator's state.
+    at::Generator cpu_generator = at::detail::getDefaultCPUGenerator();
+    cpu_generator.set_state(*cpu);
+    // A GPU's generator continues where it was when the run resumes on a GPU; a run moved to
+    // or from one starts that device's stream afresh (its arithmetic differs anyway).
+    const torch::Device device = parameter_device(model);
+    if (const torch::Tensor* cuda = state_of("cuda_generator"); cuda && device.is_cuda()) {
+      at::Generator cuda_generator = at::globalContext().defaultGenerator(device);
+      cuda_generator.set_state(*cuda);
+    }
+  } catch (const std::exception& e) {
+    bad_checkpoint(dir, "has an unusable generator state: " + first_line(e.what()),
+                   "resume from an earlier checkpoint");
+  }
+}
+
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0)
@@ -267,8 +321,7 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
                             {"plan", plan}};
     // Nothing in the current models draws random numbers while training, but a resumed run
     // must continue the generator exactly once something does (dropout, augmentation).
-    save_safetensors(temporary + "/rng.safetensors",
-                     {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}}, {});
+    save_safetensors(temporary + "/rng.safetensors", generator_states(model), {});
     if (progress.micro_step > 0) {
       BB_INTERNAL_ASSERT(window != nullptr, "a mid-window checkpoint needs its partial window");
       NamedTensors gradients;
@@ -394,27 +447,16 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   load_weights(dir + "/weights.safetensors", model);
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(dir + "/optimizer.pt");
+    // The optimizer's state lives where the parameters it updates do (a run on a GPU, or a
+    // GPU run resumed on the CPU).
+    archive.load_from(dir + "/optimizer.pt", parameter_device(model));
     optimizer.load(archive);
   } catch (const std::exception& e) {
     bad_checkpoint(dir, "has an unreadable optimizer.pt: " + first_line(e.what()),
                    "resume from an earlier checkpoint");
   }
-  if (path_exists(dir + "/rng.safetensors")) {
-    const NamedTensors rng = load_safetensors(dir + "/rng.safetensors");
-    if (rng.size() != 1 || rng[0].first != "cpu_generator" ||
-        rng[0].second.scalar_type() != torch::kUInt8) {
-      bad_checkpoint(dir, "has an rng.safetensors without the CPU generator state",
-                     "resume from an earlier checkpoint");
-    }
-    try {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      generator.set_state(rng[0].second);
-    } catch (const std::exception& e) {
-      bad_checkpoint(dir, "has an unusable generator state: " + first_line(e.what()),
-                     "resume from an earlier checkpoint");
-    }
-  }
+  if (path_exists(dir + "/rng.safetensors"))
+    restore_generator_states(load_safetensors(dir + "/rng.safetensors"), model, dir);
   if (progress.micro_step > 0 && window) {
     if (!state.contains("window") || !state.at("window").is_object()) {
       bad_checkpoint(dir, "is inside a window but its state.json does not describe the window",

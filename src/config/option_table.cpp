@@ -341,6 +341,21 @@ std::vector<OptionSpec> build_table() {
                           "fp32, or bf16: forward pass under bfloat16 autocast with fp32 "
                           "weights, loss and gradient accumulation",
                           &TrainConfig::precision, &precision_names, train_and_fit));
+  {
+    OptionSpec s{"device",
+                 "where the model, its batches, gradients and optimizer state live: cpu, cuda "
+                 "(each rank its LOCAL_RANK's device), cuda:N, or auto (cuda when this build "
+                 "has it and a device is visible)",
+                 "cpu|cuda|cuda:N|auto",
+                 train_and_fit,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) { c.device = DeviceChoice::parse(text); };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      return c.device.to_string();
+    };
+    t.push_back(s);
+  }
   t.push_back(switch_option("no-noise-scale",
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",

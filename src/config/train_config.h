@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "batching/batch_plan.h"
+#include "config/device_choice.h"
 #include "config/modes.h"
 #include "config/stop_target.h"
 #include "schedule/interval.h"
@@ -97,6 +98,8 @@ struct TrainConfig {
   // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
   bool keep_denormals = false;
   Precision precision = Precision::Fp32;  // bf16: autocast forward, fp32 weights and gradients
+  // Where the model, its batches, gradients and optimizer state live (train/device.h).
+  DeviceChoice device;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

@@ -538,13 +538,15 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
   return splits;
 }
 
-BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background)
+BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background,
+                               bool pinned)
     : dataset_(dataset), capacity_(capacity) {
   if (dataset.is_tokens()) {
     // Filled row by row at the micro-batch's longest: [capacity x width] holds any of them.
+    const auto options = torch::TensorOptions(torch::kInt64).pinned_memory(pinned);
     for (Slot& slot : slots_) {
-      slot.inputs = torch::empty({capacity * dataset.width()}, torch::kInt64);
-      slot.targets = torch::empty({capacity * dataset.width()}, torch::kInt64);
+      slot.inputs = torch::empty({capacity * dataset.width()}, options);
+      slot.targets = torch::empty({capacity * dataset.width()}, options);
     }
     if (background)
       worker_ = std::thread([this] { work(); });
@@ -557,8 +559,8 @@ BatchAssembler::BatchAssembler(const TensorDataset& dataset, int64_t capacity, b
   for (int64_t d = 1; d < dataset.targets.dim(); ++d)
     target_shape.push_back(dataset.targets.size(d));
   for (Slot& slot : slots_) {
-    slot.inputs = torch::empty(input_shape, dataset.inputs.options());
-    slot.targets = torch::empty(target_shape, dataset.targets.options());
+    slot.inputs = torch::empty(input_shape, dataset.inputs.options().pinned_memory(pinned));
+    slot.targets = torch::empty(target_shape, dataset.targets.options().pinned_memory(pinned));
   }
   // Rows are copied as bytes, which needs rows laid out one after another.
   BB_INTERNAL_ASSERT(dataset.inputs.is_contiguous() && dataset.targets.is_contiguous(),

@@ -149,9 +149,14 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
 //   assembler.prefetch(order, 0, 64);
 //   Batch batch = assembler.take();      // waits for the worker if it is not done
 //   assembler.prefetch(order, 64, 64);   // gathered while `batch` trains
+//
+// `pinned`: the buffers are page-locked host memory (a GPU run), so copies to the device can
+// run without the host waiting (train/device.h's DeviceFeed); a buffer is reused only after
+// the copy out of it has finished.
 class BatchAssembler {
  public:
-  BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background = false);
+  BatchAssembler(const TensorDataset& dataset, int64_t capacity, bool background = false,
+                 bool pinned = false);
   ~BatchAssembler();
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;

@@ -1,7 +1,11 @@
 #include "dist/collective_reducer.h"
 
+#include "core/error.h"
+
+#ifndef BIGBATCH_NO_COLLECTIVES
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -12,12 +16,20 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "core/error.h"
 #include "core/text.h"
 
 namespace bigbatch {
 
 namespace {
+
+// libtorch 2.0 split the process group into a front and per-device backends: Gloo and NCCL are
+// c10d::Backend there, and were process groups themselves in 1.13. Both offer the collectives
+// used here with the same signatures.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
 
 // The window's totals travel at the end of the last bucket, the last to be launched: by then
 // this rank's pre-reduction gradient norm is complete too (WindowTotals::pre_reduction_norm_scale).
@@ -129,6 +141,8 @@ class CollectiveReducer final : public GradientReducer {
 
   void attach(const std::vector<at::Tensor>& parameters) override {
     BB_INTERNAL_ASSERT(buckets_.empty(), "attach() called twice");
+    if (!parameters.empty())
+      group_for(parameters.front());  // a device without its backend is said here, once
     // Reverse order: backward produces the last layers' gradients first, so buckets fill in
     // the order the gradients become ready.
     std::vector<at::Tensor> ordered(parameters.rbegin(), parameters.rend());
@@ -204,6 +218,8 @@ class CollectiveReducer final : public GradientReducer {
       for (auto& work : in_flight_)
         work->wait();
       in_flight_.clear();
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       peer_failed("gradient all-reduce", e);
     }
@@ -231,6 +247,8 @@ class CollectiveReducer final : public GradientReducer {
         std::vector<at::Tensor> one{t};
         group_for(t)->broadcast(one)->wait();
       }
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       peer_failed("broadcast from rank 0 (set-up check or initial weights)", e);
     }
@@ -240,6 +258,8 @@ class CollectiveReducer final : public GradientReducer {
     try {
       std::vector<at::Tensor> one{tensor};
       group_for(tensor)->allreduce(one)->wait();
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       peer_failed("sum over the ranks (set-up check)", e);
     }
@@ -300,18 +320,30 @@ class CollectiveReducer final : public GradientReducer {
     ++calls_;
   }
 
-  c10d::ProcessGroup* group_for(const at::Tensor& tensor) {
+  // Gloo for host tensors (the set-up checks, a CPU run's gradients), NCCL for a GPU's.
+  CollectiveBackend* group_for(const at::Tensor& tensor) {
 #ifdef USE_C10D_NCCL
     if (tensor.is_cuda()) {
       if (!nccl_) {
         nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
             c10::make_intrusive<c10d::PrefixStore>("nccl", store_), static_cast<int>(env_.rank),
             static_cast<int>(env_.world_size));
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+        // The rank's own GPU (train/device.h made it current): NCCL's communicator and any
+        // device-less call (a barrier) use it rather than guessing rank % GPUs.
+        nccl_->setBoundDeviceId(tensor.device());
+#endif
       }
       return nccl_.get();
     }
 #endif
-    BB_INTERNAL_ASSERT(!tensor.is_cuda(), "CUDA tensors need a libtorch built with NCCL");
+    if (tensor.is_cuda()) {
+      throw Error(ErrorKind::Distributed,
+                  "ranks on CUDA devices need NCCL, and this bigbatch was built without it (the "
+                  "NCCL headers were not found when it was configured)",
+                  "build against a CUDA libtorch with nccl.h on the include path (README, "
+                  "'GPUs'), or train the ranks with --device cpu");
+    }
     return gloo_.get();
   }
 
@@ -342,3 +374,21 @@ std::unique_ptr<GradientReducer> make_collective_reducer(const DistEnvironment& 
 }
 
 }  // namespace bigbatch
+
+#else  // BIGBATCH_NO_COLLECTIVES: built without libtorch's Gloo headers
+
+namespace bigbatch {
+
+std::unique_ptr<GradientReducer> make_collective_reducer(const DistEnvironment& env,
+                                                         const CollectiveOptions&) {
+  throw Error(ErrorKind::Distributed,
+              "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                  ": this bigbatch was built without data parallelism (libtorch's Gloo headers "
+                  "were not found when it was configured)",
+              "run a single process, or rebuild with Gloo's headers on the include path "
+              "(Debian: libgloo-dev)");
+}
+
+}  // namespace bigbatch
+
+#endif

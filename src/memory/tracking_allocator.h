@@ -14,9 +14,16 @@
 //   ... a training window ...
 //   MemoryCounters m = memory_counters();  // m.peak_bytes: the window's peak
 //
+// A run on a GPU accounts that device instead (account_memory_on): the counters, the peak and
+// the budget then speak of the CUDA caching allocator (memory/cuda_memory.h), whose refusal is
+// the same c10::OutOfMemoryError, so the fit, --micro-batch auto and the back-off are one
+// code path on every device.
+//
 // Host-side data (the dataset in memory, which a GPU run keeps on the host too) is loaded
 // inside an UntrackedAllocations scope, so the budget covers what a training step needs:
 // weights, gradients, optimizer state, activations and batch buffers.
+#include <c10/core/Device.h>
+
 #include <cstdint>
 
 namespace bigbatch {
@@ -36,11 +43,19 @@ struct MemoryCounters {
 void install_tracking_allocator();
 bool tracking_allocator_installed();
 
+// The device whose memory memory_counters(), reset_peak_memory() and set_memory_budget()
+// speak of: the CPU (the default) or a CUDA device. Set once, when a command knows its device.
+void account_memory_on(c10::Device device);
+c10::Device accounted_memory_device();
+
 MemoryCounters memory_counters();
 // Starts a new peak from the current usage.
 void reset_peak_memory();
-// Allocations that would take tracked usage above `bytes` throw c10::OutOfMemoryError.
+// Allocations that would take tracked usage above `bytes` throw c10::OutOfMemoryError (on a
+// GPU: memory held by the caching allocator, which includes its cache); 0: no budget.
 void set_memory_budget(int64_t bytes);
+// Gives cached, unused device memory back (a GPU's caching allocator; nothing on the CPU).
+void release_cached_memory();
 
 // Allocations made by this thread while an instance lives are not counted (and never refused).
 class UntrackedAllocations {

@@ -13,7 +13,11 @@ namespace bigbatch {
 AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
                                        torch::optim::Optimizer& optimizer, GradientReducer& reducer,
                                        EngineOptions options)
-    : model_(std::move(model)), optimizer_(optimizer), reducer_(reducer), options_(options) {
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      reducer_(reducer),
+      options_(options),
+      feed_(model_device(*model_)) {
   if (auto* scripted = as_scripted(*model_); scripted && scripted->computes_loss())
     loss_model_ = scripted;
   for (const auto& p : model_->parameters()) {
@@ -37,13 +41,15 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
   micro_step(Batch{inputs, targets, items}, kind);
 }
 
-void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
+void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
+  const Batch batch = feed_.put(host_batch);
+  const c10::DeviceType device = feed_.device().type();
   torch::Tensor loss;
   int64_t items = batch.items;
   if (loss_model_) {
     ModuleLoss own;
     {
-      AutocastScope autocast(options_.precision);
+      AutocastScope autocast(options_.precision, device);
       own = loss_model_->forward_loss(batch.inputs, batch.targets);
     }
     loss = own.loss_sum.scalar_type() == torch::kBFloat16 ? own.loss_sum.to(torch::kFloat32)
@@ -53,7 +59,7 @@ void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
   } else {
     torch::Tensor logits;
     {
-      AutocastScope autocast(options_.precision);
+      AutocastScope autocast(options_.precision, device);
       logits = model_->forward(batch.inputs);
     }
     if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
@@ -89,6 +95,8 @@ void AccumulationEngine::micro_step(const Batch& batch, MicroStep kind) {
   }
   if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0)
     read_first_gradient(items);
+  // The assembler refills this batch's host buffer for the micro-step after next.
+  feed_.release_host();
 }
 
 void AccumulationEngine::read_first_gradient(int64_t items) {

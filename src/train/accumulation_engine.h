@@ -30,6 +30,7 @@
 #include "models/scripted_model.h"
 #include "state/counts.h"
 #include "state/training_progress.h"
+#include "train/device.h"
 #include "train/precision.h"
 #include "train/prediction_tally.h"
 
@@ -88,7 +89,9 @@ class AccumulationEngine {
 
   enum class MicroStep { Accumulate, Last };
 
-  // Forward and backward of one micro-batch; gradients add up in .grad. Marking the window's
+  // Forward and backward of one micro-batch; gradients add up in .grad. A batch in host memory
+  // is copied to the model's device first (DeviceFeed: pinned buffers are not waited for, and
+  // are free again when this returns). Marking the window's
   // last micro-step lets a multi-rank reducer overlap its all-reduce with that backward; the
   // result is the same without the mark.
   void micro_step(const Batch& batch, MicroStep kind = MicroStep::Accumulate);
@@ -140,6 +143,7 @@ class AccumulationEngine {
   GradientReducer& reducer_;
   EngineOptions options_;
   std::vector<torch::Tensor> parameters_;
+  DeviceFeed feed_;        // host batches to the model's device
   PredictionTally tally_;  // the window's loss and correct predictions on this rank
   int64_t samples_ = 0;    // the window's samples and items on this rank
   int64_t items_ = 0;

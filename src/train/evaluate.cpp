@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "train/device.h"
 #include "train/prediction_rows.h"
 #include "train/prediction_tally.h"
 
@@ -30,9 +31,10 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
     if (loss_model && !loss_model->computes_loss())
       loss_model = nullptr;
     int64_t own_items = 0;
+    const torch::Device device = model_device(*model);
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
-      const Batch batch = batch_of(data, begin, end);
+      const Batch batch = to_device(batch_of(data, begin, end), device);
       if (loss_model) {  // its own loss and count; no predictions to score
         const ModuleLoss own = loss_model->forward_loss(batch.inputs, batch.targets);
         tally.add_loss(own.loss_sum.to(torch::kFloat32));
@@ -41,7 +43,7 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
       }
       torch::Tensor logits;
       {
-        AutocastScope autocast(precision);
+        AutocastScope autocast(precision, device.type());
         logits = model->forward(batch.inputs).to(torch::kFloat32);
       }
       if (data.is_regression()) {

@@ -8,18 +8,23 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "runtime/runtime_env.h"
+#include "memory/tracking_allocator.h"
+#include "train/device.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
 
 FitReport run_fit(const TrainConfig& config) {
   config.validate();
-  if (config.memory_budget == 0) {
+  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
+  // A GPU's budget is its memory (free now); a CPU shares its memory with everything else.
+  if (config.memory_budget == 0 && !device.is_cuda()) {
     throw Error(ErrorKind::Usage, "bigbatch fit needs the budget to fit in",
                 "give --memory-budget SIZE, e.g. bigbatch fit --model " + config.model +
                     " --memory-budget 512MiB");
   }
   start_memory_accounting(config);
+  account_memory_on(device);
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   torch::manual_seed(config.seed);
@@ -30,7 +35,8 @@ FitReport run_fit(const TrainConfig& config) {
   FitReport report;
   report.max_micro_batch = fit.max_micro_batch;
   report.json = fit.to_json().dump(2);
-  report.text = config.model + " with " + to_string(config.optimizer) + ", budget " +
+  report.text = config.model + " with " + to_string(config.optimizer) + " on " +
+                describe_device(device) + ", budget " +
                 human_bytes(double(fit.budget_bytes)) + " (usable " +
                 human_bytes(double(fit.usable_bytes)) + " after the " +
                 format_double(100 * config.fit_margin) + "% margin), " +

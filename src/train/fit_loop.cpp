@@ -15,6 +15,7 @@
 #include "runtime/runtime_env.h"
 #include "schedule/adascale.h"
 #include "stats/loss_spikes.h"
+#include "train/device.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -211,7 +212,8 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
     if (!assembler_) {
       assembler_ =
           std::make_unique<BatchAssembler>(run_.data.train, run_.resolved.plan.micro_batch_size,
-                                           /*background=*/run_.config.prefetch);
+                                           /*background=*/run_.config.prefetch,
+                                           /*pinned=*/run_.device.is_cuda());
     }
     step = train_step(*run_.engine, *assembler_, request);
   } catch (const c10::OutOfMemoryError& oom) {
@@ -418,7 +420,10 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
   TrainingProgress& at = run_.at;
   BatchPlan& plan = run_.resolved.plan;
   at.micro_step = 0;
-  const std::string what = oom.what_without_backtrace();
+  // What the failed window held is free again; a GPU's allocator gives its cache back too, so
+  // the smaller micro-batch starts from what is really in use.
+  release_cached_memory();
+  const std::string what = short_out_of_memory_message(oom.what_without_backtrace());
   const int64_t from = plan.micro_batch_size;
   if (run_.job.world_size > 1) {
     throw Error(ErrorKind::Memory,

@@ -11,6 +11,7 @@
 #include "dist/gradient_reducer.h"
 #include "memory/tracking_allocator.h"
 #include "train/accumulation_engine.h"
+#include "train/device.h"
 
 namespace bigbatch {
 
@@ -38,9 +39,12 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
   FitProbe result;
   result.micro_batch = micro;
   BudgetScope budget(options.budget_bytes);
+  // A GPU's allocator keeps what the last probe freed; each probe starts from what is in use.
+  release_cached_memory();
   reset_peak_memory();
   try {
     auto model = make_model();
+    model->to(options.device);
     model->train();
     auto optimizer = make_optimizer(settings, model->parameters());
     LocalReducer reducer;
@@ -57,11 +61,14 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
     if (options.measure_speed) {
       // Accumulating micro-steps, as a window of any length runs them.
       int64_t steps = 0;
+      synchronize_device(options.device);
       const auto start = Clock::now();
       double elapsed = 0;
       do {
         engine.micro_step(batch);
         ++steps;
+        // Queued work counts: a GPU's micro-step is done when the device says so.
+        synchronize_device(options.device);
         elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       } while (steps < 2 || elapsed < options.seconds_per_probe);
       result.samples_per_s = double(steps * micro) / elapsed;

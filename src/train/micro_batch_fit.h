@@ -37,6 +37,8 @@ struct FitOptions {
   int64_t max_micro_batch = 0;     // the largest size worth probing (per-rank batch, dataset)
   bool measure_speed = true;       // time micro-steps of every fitting size
   double seconds_per_probe = 0.3;  // timing per size (at least 2 micro-steps)
+  // Where the probes run: their models and batches go there, and memory is that device's.
+  torch::Device device{torch::kCPU};
   // Called after each probe (progress for a long search).
   std::function<void(int64_t micro_batch, bool fits)> on_probe;
 };

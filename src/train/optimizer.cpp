@@ -1,5 +1,8 @@
 #include "train/optimizer.h"
 
+#include <sstream>
+#include <type_traits>
+
 #include "core/text.h"
 #include "train/fused_sgd.h"
 #include "train/layerwise_optimizers.h"
@@ -70,8 +73,22 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
                                                     .weight_decay(s.weight_decay));
 }
 
-std::string optimizer_state_key(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+namespace {
+// A template, so that only the branch of this libtorch's key type is compiled.
+template <typename Key>
+Key state_key_of(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, void*>) {
+    return impl;
+  } else {
+    std::ostringstream text;  // what c10::guts::to_string wrote (gone in 2.2)
+    text << impl;
+    return text.str();
+  }
+}
+}  // namespace
+
+OptimizerStateKey optimizer_state_key(const torch::Tensor& parameter) {
+  return state_key_of<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

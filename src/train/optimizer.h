@@ -38,7 +38,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // The key of a parameter's entry in a libtorch optimizer's state, as libtorch's own optimizers
-// write it (so checkpoints hold our optimizers' state the same way).
-std::string optimizer_state_key(const torch::Tensor& parameter);
+// write it (so checkpoints hold our optimizers' state the same way): the address of its
+// TensorImpl as text in libtorch 1.13, the address itself from 2.2 on.
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+OptimizerStateKey optimizer_state_key(const torch::Tensor& parameter);
 
 }  // namespace bigbatch

@@ -11,18 +11,20 @@
 //     logits = model->forward(inputs);
 //   }
 //   loss = cross_entropy(logits.to(torch::kFloat32), targets);   // fp32 outside the scope
+#include <c10/core/DeviceType.h>
+
 #include <string>
 
 #include "config/modes.h"
 
 namespace bigbatch {
 
-// Enables CPU autocast to bfloat16 for its lifetime (nothing for Fp32); restores the previous
-// state and drops autocast's cached weight casts on leaving, so the next forward pass casts
-// the updated weights.
+// Enables autocast to bfloat16 on `device` (the CPU, or CUDA) for its lifetime (nothing for
+// Fp32); restores the previous state and drops autocast's cached weight casts on leaving, so
+// the next forward pass casts the updated weights.
 class AutocastScope {
  public:
-  explicit AutocastScope(Precision precision);
+  explicit AutocastScope(Precision precision, c10::DeviceType device = c10::DeviceType::CPU);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -30,6 +32,7 @@ class AutocastScope {
  private:
   bool active_ = false;
   bool was_enabled_ = false;
+  c10::DeviceType device_ = c10::DeviceType::CPU;
 };
 
 // Whether the CPU computes bf16 natively (AVX-512 BF16 or AMX); without it bf16 is emulated

@@ -7,6 +7,7 @@
 #include "memory/tracking_allocator.h"
 #include "models/scripted_model.h"
 #include "runtime/runtime_env.h"
+#include "train/device.h"
 #include "train/optimizer.h"
 
 namespace bigbatch {
@@ -273,7 +274,10 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
                                   int64_t max_micro_batch, bool quiet,
                                   const ModelFactory& make_model) {
   FitOptions options;
-  options.budget_bytes = config.memory_budget > 0 ? config.memory_budget : available_memory_bytes();
+  options.device = accounted_memory_device();
+  options.budget_bytes = config.memory_budget > 0    ? config.memory_budget
+                         : options.device.is_cuda() ? device_memory_available(options.device)
+                                                     : available_memory_bytes();
   if (options.budget_bytes <= 0) {
     throw Error(ErrorKind::Memory, "the available memory could not be read",
                 "give the budget with --memory-budget SIZE");

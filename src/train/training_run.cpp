@@ -20,6 +20,8 @@
 #include "report/plan_report.h"
 #include "report/run_records.h"
 #include "runtime/runtime_env.h"
+#include "memory/tracking_allocator.h"
+#include "train/device.h"
 #include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
@@ -165,6 +167,7 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
       std::to_string(r.data.train.size()) + " train, " + std::to_string(r.data.validation.size()) +
       " validation, " + std::to_string(r.data.test.size()) + " test samples), " +
       (world_size > 1 ? std::to_string(world_size) + " ranks (" + r.job.env->source + "), " : "") +
+      "device " + describe_device(r.device) + (world_size > 1 ? " on rank 0" : "") + ", " +
       runtime_environment_summary() +
       (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept"));
   if (!r.data.description.empty())
@@ -491,7 +494,7 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
 void build_engine(TrainingRun& r, Console& console) {
   r.precision = r.config.precision;
   if (r.precision == Precision::Bf16) {
-    console.say(cpu_has_native_bf16()
+    console.say(r.device.is_cuda() || cpu_has_native_bf16()
                     ? "precision: bf16 forward passes (autocast), fp32 weights, loss and gradient "
                       "accumulation"
                     : "warning: --precision bf16 on a CPU without native bf16 (no AVX-512 BF16 "
@@ -511,6 +514,14 @@ void build_engine(TrainingRun& r, Console& console) {
 void tune_threads(TrainingRun& r, Console& console) {
   if (r.config.threads != 0) {
     console.say("threads: " + std::to_string(r.threads) + " (--threads)");
+    return;
+  }
+  if (r.device.is_cuda()) {
+    // The host only queues kernels and gathers batches: its thread count is not what a
+    // micro-step's time depends on, and timing it would train a copy on the GPU for nothing.
+    console.say("threads: " + std::to_string(r.threads) + " (not measured: the model runs on " +
+                r.device.str() + ")");
+    torch::set_num_threads(static_cast<int>(r.threads));
     return;
   }
   try {
@@ -572,7 +583,11 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   if (!requested.save_weights.empty() && job.is_main())  // only rank 0 writes it
     check_output_file(requested.save_weights, "--save-weights");
   TrainConfig resolved_config = requested;
+  // Before the data loads: a device that cannot work is said at once.
+  const torch::Device device =
+      resolve_device(resolved_config.device, job.local_rank(), job.world_size);
   start_memory_accounting(resolved_config);
+  account_memory_on(device);
   const int64_t threads = resolve_thread_count(resolved_config.threads);
   const bool flushing_denormals = configure_cpu(resolved_config, threads);
 
@@ -617,6 +632,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
   TrainConfig& config = r.config;
   r.reducer = std::move(reducer);
+  r.device = device;
   r.threads = threads;
   r.run_dir = config.out.empty() ? default_run_directory() : config.out;
   r.resuming = !config.resume.empty();
@@ -626,6 +642,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   r.model = make_model ? make_model() : build_model(config, r.data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *r.model);
+  // Weights, buffers and, from here on, gradients and optimizer state on the run's device.
+  r.model->to(r.device);
   // Before the first collective whose tensors depend on them: ranks started differently stop
   // here, together, each naming what differs.
   check_ranks_agree(*r.reducer,

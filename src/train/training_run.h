@@ -57,6 +57,8 @@ struct JobPlace {
   int64_t world_size = 1;
   int64_t rank = 0;
   bool is_main() const { return rank == 0; }  // only rank 0 talks, writes and evaluates
+  // This rank's place among the ranks of its machine (its GPU under --device cuda).
+  int64_t local_rank() const { return env ? env->local_rank : 0; }
 };
 JobPlace read_job_place();
 
@@ -88,6 +90,8 @@ struct TrainingRun {
   // A resume from a checkpoint older than the run's newest (--discard-newer).
   bool abandons_newer = false;
   Precision precision = Precision::Fp32;
+  // Where the model, its batches, gradients and optimizer state live (train/device.h).
+  torch::Device device{torch::kCPU};
 
   std::unique_ptr<GradientReducer> reducer;
   torch::nn::Sequential model{nullptr};

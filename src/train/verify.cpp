@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "runtime/runtime_env.h"
 #include "train/accumulation_engine.h"
+#include "train/device.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
@@ -45,11 +46,13 @@ struct Side {
   std::vector<std::pair<std::string, torch::Tensor>> weights;  // after the update
 };
 
-Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan) {
+Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan,
+               const torch::Device& device) {
   torch::manual_seed(config.seed);
   Side side{build_model(config, train), nullptr, {}, {}};
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *side.model);
+  side.model->to(device);
   prepare_for_training(side.model, config, plan.accumulation_steps);
   side.optimizer = make_optimizer(OptimizerSettings::from(config), side.model->parameters());
   return side;
@@ -83,7 +86,8 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
   constexpr double kTolerance = 1e-3;
   VerifyReport report;
   char line[256];
-  report.text = "verify: " + config.model + ", update 1 of " + plan.describe() +
+  report.text = "verify: " + config.model + " on " + model_device(*whole.model).str() +
+                ", update 1 of " + plan.describe() +
                 " against one batch of the same " + std::to_string(window.size) +
                 " samples, at lr " + format_significant(lr) + "\n";
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s %14s\n", "tensor", "grad max abs",
@@ -137,6 +141,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   given.validate();
   TrainConfig config = given;
   config.eval_every = Interval::updates(0);  // said to be ignored: nothing of it is resolved
+  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   const ResolvedRun run =
@@ -155,7 +160,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
 
   // The same initial weights twice, each with its own optimizer and engine: the plan's
   // micro-steps, and one micro-batch of the whole window.
-  Side accumulated = make_side(config, data.train, run.plan);
+  Side accumulated = make_side(config, data.train, run.plan, device);
   {
     EngineOptions options{config.clip_norm, /*measure_noise=*/false};
     options.per_micro_batch_mean_for_tests = break_normalisation_for_tests;
@@ -169,7 +174,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     }
     train_side(accumulated, engine, assembler, order, window, lr, window_bn.get());
   }
-  Side whole = make_side(config, data.train, run.plan);
+  Side whole = make_side(config, data.train, run.plan, device);
   {
     AccumulationEngine engine(whole.model, *whole.optimizer, reducer,
                               EngineOptions{config.clip_norm, /*measure_noise=*/false});

@@ -1,6 +1,7 @@
 #include "train/window_batch_norm.h"
 
 #include "core/error.h"
+#include "train/device.h"
 
 namespace bigbatch {
 
@@ -58,17 +59,18 @@ void WindowBatchNorm::begin(BatchAssembler& assembler, const std::vector<int64_t
     layer.saved_var = layer.running_var.clone();
   }
   open_ = true;
+  const torch::Device device = model_device(*model_);
   // Layer by layer: the layers before this one already normalise by their window statistics.
   for (auto& layer : layers_) {
     torch::Tensor sum, sum_sq;
     int64_t count = 0;
     int64_t position = window.rank_begin;
     for (int64_t size : window.micro_batch_sizes) {
-      const Batch batch = assembler.gather(order, position, size);
+      const Batch batch = to_device(assembler.gather(order, position, size), device);
       position += size;
       torch::Tensor x = batch.inputs;
       {
-        AutocastScope autocast(precision_);
+        AutocastScope autocast(precision_, device.type());
         auto it = model_->begin();
         for (size_t i = 0; i < layer.index; ++i, ++it)
           x = it->forward(x);

@@ -1,0 +1,145 @@
+#include "train/device.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "memory/cuda_memory.h"
+
+namespace bigbatch {
+
+namespace {
+
+std::string visible_devices_note() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return visible ? std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')" : std::string();
+}
+
+}  // namespace
+
+torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int64_t world_size) {
+  if (choice.kind == DeviceKind::Cpu)
+    return torch::Device(torch::kCPU);
+  const bool built_with_cuda = cuda_memory_supported();
+  // A CPU-only libtorch answers 0 without touching a driver.
+  const auto visible = static_cast<int64_t>(torch::cuda::device_count());
+  if (choice.kind == DeviceKind::Auto && visible == 0)
+    return torch::Device(torch::kCPU);
+  const std::string flag = "--device " + choice.to_string();
+  if (!built_with_cuda) {
+    throw Error(ErrorKind::Config,
+                flag + ": this bigbatch is built against a libtorch without CUDA (CPU only)",
+                "use --device cpu, or build bigbatch against a CUDA libtorch (README, 'GPUs')");
+  }
+  if (visible == 0) {
+    throw Error(ErrorKind::Config,
+                flag + ": this libtorch has CUDA, but no CUDA device is visible" +
+                    visible_devices_note(),
+                "check the GPU with nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
+  }
+  int64_t index = 0;
+  if (choice.index >= 0) {
+    index = choice.index;
+  } else if (world_size > 1 && visible > 1) {
+    // torchrun's convention: rank r of a machine takes its LOCAL_RANK's GPU. A rank that sees
+    // a single device (CUDA_VISIBLE_DEVICES set per rank) takes that one.
+    index = local_rank;
+    if (index >= visible) {
+      throw Error(ErrorKind::Config,
+                  flag + ": this rank's LOCAL_RANK is " + std::to_string(local_rank) + ", and " +
+                      std::to_string(visible) + " CUDA devices are visible" +
+                      visible_devices_note(),
+                  "start at most " + std::to_string(visible) +
+                      " ranks on this machine (one per GPU)");
+    }
+  }
+  if (index >= visible) {
+    throw Error(ErrorKind::Config,
+                flag + ": " + std::to_string(visible) + " CUDA device" +
+                    (visible == 1 ? " is" : "s are") + " visible (cuda:0" +
+                    (visible > 1 ? " to cuda:" + std::to_string(visible - 1) : std::string()) +
+                    ")" + visible_devices_note(),
+                "name a visible device, or use --device cuda");
+  }
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  // Kernels, the caching allocator and NCCL's communicator follow the current device.
+  c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device);
+  return device;
+}
+
+std::string describe_device(const torch::Device& device) {
+  if (!device.is_cuda())
+    return device.str();
+  const CudaDeviceInfo info = cuda_device_info(device.index());
+  return device.str() + " (" + info.name + ", " + human_bytes(double(info.total_bytes)) + ", " +
+         human_bytes(double(info.free_bytes)) + " free)";
+}
+
+int64_t device_memory_available(const torch::Device& device) {
+  const CudaDeviceInfo info = cuda_device_info(device.index());
+  return info.free_bytes + info.cached_bytes;
+}
+
+std::string short_out_of_memory_message(const std::string& what) {
+  std::string line = what.substr(0, what.find('\n'));
+  size_t end = 0;
+  for (int sentence = 0; sentence < 2 && end != std::string::npos; ++sentence)
+    end = line.find(". ", end == 0 ? 0 : end + 2);
+  if (end != std::string::npos)
+    line = line.substr(0, end + 1);
+  return line;
+}
+
+torch::Device model_device(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    return p.device();
+  for (const auto& b : model.buffers())
+    return b.device();
+  return torch::Device(torch::kCPU);
+}
+
+void synchronize_device(const torch::Device& device) {
+  if (device.is_cuda())
+    torch::cuda::synchronize(device.index());
+}
+
+Batch to_device(const Batch& batch, const torch::Device& device) {
+  if (batch.inputs.device() == device && batch.targets.device() == device)
+    return batch;
+  return {batch.inputs.to(device), batch.targets.to(device), batch.items};
+}
+
+DeviceFeed::DeviceFeed(torch::Device device) : device_(device) {}
+DeviceFeed::~DeviceFeed() = default;
+DeviceFeed::DeviceFeed(DeviceFeed&&) noexcept = default;
+DeviceFeed& DeviceFeed::operator=(DeviceFeed&&) noexcept = default;
+
+Batch DeviceFeed::put(const Batch& host) {
+  if (!device_.is_cuda() || (host.inputs.device() == device_ && host.targets.device() == device_))
+    return host;
+  // Queued on the current stream, ahead of the forward pass that reads them; from pinned
+  // buffers the host does not wait (from pageable memory the copy is synchronous).
+  Batch on_device{host.inputs.to(device_, /*non_blocking=*/true),
+                  host.targets.to(device_, /*non_blocking=*/true), host.items};
+  if (!copied_)
+    copied_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+  copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
+  pending_ = true;
+  return on_device;
+}
+
+void DeviceFeed::release_host() {
+  if (!pending_)
+    return;
+  // c10::Event::synchronize() is libtorch 2.x only; query() is in both.
+  while (!copied_->query())
+    std::this_thread::yield();
+  pending_ = false;
+}
+
+}  // namespace bigbatch
