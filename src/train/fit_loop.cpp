@@ -140,6 +140,7 @@ void FitLoop::run() {
   if (run_.metrics) {
     run_.metrics->write({{"event", "train_start"},
                          {"step", at.step},
+                         {"device", run_.device.str()},
                          {"tensor_bytes", memory_counters().current_bytes},
                          {"rss_bytes", current_rss_bytes()}});
   }

@@ -246,6 +246,37 @@ class BadInputCorpus(unittest.TestCase):
     def test_fit_margin_out_of_range(self):
         self.expect(["fit", "--memory-budget", "1GiB", "--fit-margin", "1.5"], "config", "--fit-margin must be in [0, 1)")
 
+    # ---- devices ----
+    def test_device_unknown(self):
+        self.expect(self.train("--device", "gpu"), "config", "--device 'gpu' is not a device: did you mean 'cuda'?")
+        self.expect(self.train("--device", "cuda1"), "config", "did you mean 'cuda:1'?")
+
+    def test_device_bad_index(self):
+        self.expect(self.train("--device", "cuda:first"), "config", "names no device index")
+
+    def test_device_in_a_config_file(self):
+        self.expect(self.train("--config", self.write_config('device = "tpu"\n')), "config",
+                    "--device 'tpu' is not a device")
+
+    def skip_unless_cpu_only(self):
+        probe = subprocess.run([BINARY, "fit", "--device", "cuda"], capture_output=True, text=True, timeout=60)
+        if "without CUDA" not in probe.stderr:
+            self.skipTest("this bigbatch is built against a CUDA libtorch")
+
+    def test_device_cuda_on_a_cpu_only_build(self):
+        self.skip_unless_cpu_only()
+        for device in ("cuda", "cuda:0"):
+            self.expect(self.train("--device", device), "config",
+                        f"--device {device}: this bigbatch is built against a libtorch without CUDA")
+        self.expect(["fit", "--model", "mlp", "--device", "cuda"], "config", "without CUDA")
+        self.expect(["verify", *self.small(), "--device", "cuda"], "config", "without CUDA")
+
+    def test_resume_on_a_device_this_build_lacks(self):
+        self.skip_unless_cpu_only()
+        run = self.victim_copy()
+        self.out = os.path.join(self.dir, "never-created")
+        self.expect(["train", "--resume", run, "--device", "cuda"], "config", "without CUDA", victim=run)
+
     # ---- TOML configuration ----
     def write_config(self, text):
         path = os.path.join(self.dir, "c.toml")

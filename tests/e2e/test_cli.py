@@ -145,7 +145,7 @@ class TrainTest(CliTestCase):
         # Issue 20: one flat list of 62 flags, 43 lines wider than 80 columns, defaults missing.
         text = run("train", "--help", check=True).stdout
         for section in ["Model:", "Data:", "Batch:", "Optimisation and learning rate:", "Run length:",
-                        "Memory and CPU:", "Checkpoints and resume:", "Distributed:", "Output:"]:
+                        "Device, memory and CPU:", "Checkpoints and resume:", "Distributed:", "Output:"]:
             self.assertIn("\n" + section, text)
         self.assertNotIn("\nOther:", text)  # every option has its section
         wide = [line for line in text.splitlines() if len(line) > 80]
@@ -167,9 +167,9 @@ class TrainTest(CliTestCase):
             self.assertEqual(result.returncode, 2)
             self.assertIn("'trian' is not a subcommand; did you mean 'train'?", result.stderr)
         # Arguments it does not take are named in the order they were typed (CLI11 reverses them).
-        result = run("train", "--device", "cuda")
+        result = run("train", "--gpus", "2")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("bigbatch: error[usage]: arguments not expected: --device cuda;", result.stderr)
+        self.assertIn("bigbatch: error[usage]: arguments not expected: --gpus 2;", result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1)
         result = run("plan", "--model", "mlp", "extra1", "--global-batch", "64", "extra2")
         self.assertIn("arguments not expected: extra1 extra2;", result.stderr)
@@ -371,6 +371,26 @@ class TrainTest(CliTestCase):
         run("train", *SMALL, "--init-weights", saved, "--seed", "42", "--out", b, check=True)
         self.assertEqual(read(os.path.join(a, "weights.safetensors"), "rb"),
                          read(os.path.join(b, "weights.safetensors"), "rb"))
+
+    def test_the_device_is_said_recorded_and_repeated(self):
+        # Issue 19: --device auto trains on the CPU where no GPU is visible; the start line and the
+        # train_start record name the device, config.toml keeps the choice as given.
+        out = self.path("auto")
+        result = run("train", *SMALL, "--max-updates", "2", "--device", "auto", "--out", out, check=True)
+        self.assertRegex(result.stderr, r"bigbatch: mlp on fashion-mnist \(.*\), device cpu, ")
+        start = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()
+                 if '"train_start"' in line]
+        self.assertEqual([r["device"] for r in start], ["cpu"])
+        self.assertIn("device = 'auto'", read(os.path.join(out, "config.toml")))
+        again = self.path("again")
+        run("train", "--config", os.path.join(out, "config.toml"), "--out", again, check=True)
+        self.assertEqual(read(os.path.join(out, "weights.safetensors"), "rb"),
+                         read(os.path.join(again, "weights.safetensors"), "rb"))
+        verified = run("verify", *SMALL, "--device", "cpu", check=True)
+        self.assertIn("verify: mlp on cpu, update 1 of", verified.stdout)
+        # The help names every choice.
+        flat = " ".join(run("train", "--help", check=True).stdout.split())
+        self.assertIn("--device cpu|cuda|cuda:N|auto", flat)
 
     def test_progress_lines_when_not_a_terminal(self):
         result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)

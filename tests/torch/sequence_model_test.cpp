@@ -57,6 +57,7 @@ struct LmRun {
   torch::Dtype dtype = torch::kFloat64;
   bool per_micro_batch_mean = false;  // the classic bug, on purpose
   int64_t micro_batch_tokens = 0;     // > 0: micro-batches cut by padded tokens instead
+  torch::Device device{torch::kCPU};  // a GPU: pinned host batches copied by the engine
 };
 
 std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run, int64_t epochs,
@@ -64,6 +65,7 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
   torch::manual_seed(99);
   auto model = make_gpt(small_gpt());
   model->to(run.dtype);
+  model->to(run.device);
   OptimizerSettings settings;
   settings.kind = OptimizerKind::AdamW;
   settings.weight_decay = 0.01;
@@ -78,7 +80,8 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
   request.micro_batch_size = run.micro;
   const BatchPlan plan = BatchPlan::resolve(request);
   const EpochPlan epoch_plan = plan_epoch(plan, data.size(), LastWindow::Keep);
-  BatchAssembler assembler(data, plan.micro_batch_size);
+  BatchAssembler assembler(data, plan.micro_batch_size, /*background=*/false,
+                           /*pinned=*/run.device.is_cuda());
   int64_t count = 0;
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     const auto order = epoch_order(5, epoch, data.size(), Shuffle::On);
@@ -99,7 +102,7 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
     *updates = count;
   std::vector<torch::Tensor> weights;
   for (const auto& p : model->parameters())
-    weights.push_back(p.detach().to(torch::kFloat64).clone());
+    weights.push_back(p.detach().to(torch::kCPU, torch::kFloat64).clone());
   return weights;
 }
 
@@ -251,6 +254,59 @@ TEST(SequenceEvaluation, LossIsPerTokenAndBitsPerByteCountTextBytes) {
   EXPECT_NEAR(result.bits_per_byte, result.loss_sum / std::log(2.0) / 5.0, 1e-9);
   // An untrained model is near uniform over 257 tokens.
   EXPECT_NEAR(result.loss, std::log(257.0), 0.2);
+}
+
+// On a GPU (issue 19; skipped without one): the engine's device path — pinned host batches
+// copied without waiting, gradients, AdamW state and clipping on the card — keeps the
+// mathematics. float64 on the card equals float64 on the CPU to rounding, every cut of the
+// window equals one batch, and the per-micro-batch mean is still caught.
+TEST(GpuSequenceEquivalence, MicroBatchesOnTheCardEqualOneBatch) {
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device";
+  const torch::Device gpu(torch::kCUDA, 0);
+  const TensorDataset data = documents_dataset(100);
+  const auto cpu_whole = train_lm(data, {24}, 2);
+  LmRun whole{24};
+  whole.device = gpu;
+  const auto gpu_whole = train_lm(data, whole, 2);
+  LmRun accumulated{4};
+  accumulated.device = gpu;
+  const auto gpu_accumulated = train_lm(data, accumulated, 2);
+  LmRun packed{24};
+  packed.device = gpu;
+  packed.micro_batch_tokens = 100;
+  const auto gpu_packed = train_lm(data, packed, 2);
+  const double card_vs_cpu = max_relative_difference(gpu_whole, cpu_whole);
+  const double micro = max_relative_difference(gpu_accumulated, gpu_whole);
+  const double tokens = max_relative_difference(gpu_packed, gpu_whole);
+  std::printf("[ gpt float64, cuda ] 10 AdamW updates: card vs cpu %.3g, 4 x 6 vs 24 x 1 %.3g, "
+              "--micro-batch-tokens 100 vs 24 x 1 %.3g\n",
+              card_vs_cpu, micro, tokens);
+  EXPECT_LT(card_vs_cpu, 1e-10);
+  EXPECT_LT(micro, 1e-12);
+  EXPECT_LT(tokens, 1e-12);
+
+  LmRun whole32{24, torch::kFloat32};
+  whole32.device = gpu;
+  LmRun accumulated32{4, torch::kFloat32};
+  accumulated32.device = gpu;
+  const auto flat = [](const std::vector<torch::Tensor>& tensors) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& t : tensors)
+      parts.push_back(t.reshape(-1));
+    return std::vector<torch::Tensor>{torch::cat(parts)};
+  };
+  const double fp32 = max_relative_difference(flat(train_lm(data, accumulated32, 1)),
+                                              flat(train_lm(data, whole32, 1)));
+  std::printf("[ gpt float32, cuda ] 5 AdamW updates: 4 x 6 vs 24 x 1 %.3g\n", fp32);
+  EXPECT_LT(fp32, 1e-5);  // as on the CPU: the weights' norm, all tensors together
+
+  LmRun buggy{4};
+  buggy.device = gpu;
+  buggy.per_micro_batch_mean = true;
+  const double bug = max_relative_difference(train_lm(data, buggy, 1), train_lm(data, whole, 1));
+  std::printf("[ gpt float64, cuda ] per-micro-batch mean, 4 x 6 vs 24 x 1: %.3g\n", bug);
+  EXPECT_GT(bug, 1e-4);
 }
 
 }  // namespace

@@ -89,6 +89,7 @@ TEST_F(ConfigFileTest, RenderedConfigLoadsBackToTheSameRun) {
   original.shuffle = false;
   original.max_updates = 7;
   original.seed = 9;
+  original.device = DeviceChoice::parse("cuda:1");
   write(render_toml_config(original));
   TrainConfig loaded;
   load_toml_config(loaded, path_);
@@ -97,6 +98,39 @@ TEST_F(ConfigFileTest, RenderedConfigLoadsBackToTheSameRun) {
   EXPECT_FALSE(loaded.shuffle);
   EXPECT_EQ(loaded.step_milestones.size(), 2u);
   EXPECT_EQ(loaded.max_updates, 7);
+  EXPECT_EQ(loaded.device, original.device);
+}
+
+TEST(DeviceChoiceTest, ParsesEveryFormAndPrintsItBack) {
+  EXPECT_EQ(DeviceChoice::parse("cpu"), (DeviceChoice{DeviceKind::Cpu, -1}));
+  EXPECT_EQ(DeviceChoice::parse("auto"), (DeviceChoice{DeviceKind::Auto, -1}));
+  EXPECT_EQ(DeviceChoice::parse("cuda"), (DeviceChoice{DeviceKind::Cuda, -1}));
+  EXPECT_EQ(DeviceChoice::parse(" cuda:3 "), (DeviceChoice{DeviceKind::Cuda, 3}));
+  for (const char* text : {"cpu", "auto", "cuda", "cuda:0", "cuda:12"})
+    EXPECT_EQ(DeviceChoice::parse(text).to_string(), text);
+  EXPECT_EQ(TrainConfig{}.device.to_string(), "cpu");  // the default computes where it did
+}
+
+TEST(DeviceChoiceTest, NearMissesNameTheDeviceMeant) {
+  const auto error_of = [](const std::string& text) {
+    try {
+      DeviceChoice::parse(text);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Config);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << text << " was taken";
+    return std::string();
+  };
+  EXPECT_NE(error_of("gpu").find("did you mean 'cuda'?"), std::string::npos);
+  EXPECT_NE(error_of("gpu:2").find("did you mean 'cuda:2'?"), std::string::npos);
+  EXPECT_NE(error_of("cuda2").find("did you mean 'cuda:2'?"), std::string::npos);
+  EXPECT_NE(error_of("cpuu").find("did you mean 'cpu'?"), std::string::npos);
+  EXPECT_NE(error_of("cuda:-1").find("names no device index"), std::string::npos);
+  EXPECT_NE(error_of("cuda:").find("names no device index"), std::string::npos);
+  const std::string tpu = error_of("tpu");
+  EXPECT_NE(tpu.find("--device 'tpu' is not a device"), std::string::npos) << tpu;
+  EXPECT_NE(tpu.find("cpu, cuda, cuda:N (a device index) or auto"), std::string::npos) << tpu;
 }
 
 TEST(TrainConfig, ValidationNamesTheFix) {
