@@ -347,7 +347,9 @@ std::vector<OptionSpec> build_table() {
                  "(each rank its LOCAL_RANK's device), cuda:N, or auto (cuda when this build "
                  "has it and a device is visible)",
                  "cpu|cuda|cuda:N|auto",
-                 train_and_fit,
+                 // plan takes it so that a train command plans as written (the plan is the
+                 // same on every device)
+                 kTrainCommand | kFitCommand | kPlanCommand,
                  nullptr,
                  nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.device = DeviceChoice::parse(text); };
