@@ -69,6 +69,10 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   // Kernels, the caching allocator and NCCL's communicator follow the current device.
   c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device);
+  // The first tensor on the device starts CUDA up in libtorch, the caching allocator with it:
+  // its statistics and memory fraction, which memory accounting reads and sets next, exist only
+  // from then on.
+  torch::empty({1}, torch::TensorOptions().device(device));
   return device;
 }
 
