@@ -27,6 +27,9 @@ class SampleCommand final : public Subcommand {
     app().add_option("--seed", options_.seed,
                      "the draw's seed: the same seed, the same text "
                      "(default 42)");
+    app().add_option("--device", options_.device,
+                     "cpu (default), cuda, cuda:N or auto: where the model computes (the draws, "
+                     "on the CPU, give the same text on any device)");
   }
 
   int run() override {

@@ -14,6 +14,7 @@
 #include "data/npy_format.h"
 #include "io/safetensors.h"
 #include "runtime/runtime_env.h"
+#include "train/device.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
 
@@ -122,6 +123,9 @@ const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& 
 }  // namespace
 
 EvaluateReport run_evaluate(const EvaluateOptions& options) {
+  // The device first: what cannot work is said before anything loads. A run's own device is
+  // where it trained; where it is evaluated is this command's choice.
+  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
   std::string weights;
   const TrainConfig config = source_config(options, weights);
   configure_cpu(config, resolve_thread_count(config.threads));
@@ -130,6 +134,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   torch::manual_seed(config.seed);
   auto model = build_model(config, data.train);
   load_weights(weights, *model);
+  model->to(device);
   const EvalResult result = evaluate(model, split, evaluation_rows(split));
 
   const bool tokens = split.is_tokens();
@@ -164,6 +169,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
 }
 
 std::string run_predict(const PredictOptions& options) {
+  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
   EvaluateOptions source;
   source.source = options.source;
   source.weights = options.weights;
@@ -200,13 +206,15 @@ std::string run_predict(const PredictOptions& options) {
   torch::manual_seed(config.seed);
   auto model = build_model(config, data.train);
   load_weights(weights, *model);
+  model->to(device);
   model->eval();
   std::vector<torch::Tensor> outputs;
   {
     c10::InferenceMode inference;
     for (int64_t begin = 0; begin < inputs.inputs.size(0); begin += kEvalBatchSize) {
       const int64_t end = std::min(inputs.inputs.size(0), begin + kEvalBatchSize);
-      torch::Tensor logits = model->forward(inputs.inputs.slice(0, begin, end)).to(torch::kFloat32);
+      torch::Tensor logits = model->forward(inputs.inputs.slice(0, begin, end).to(device))
+                                 .to(torch::kCPU, torch::kFloat32);
       // A regression's outputs are its predictions; a classifier's, logits to normalise.
       outputs.push_back(options.logits || regression ? logits : torch::softmax(logits, 1));
     }

@@ -17,6 +17,7 @@ struct EvaluateOptions {
   std::string weights;         // other weights for the run's model (default: the run's own)
   std::string dataset;         // another dataset (default: the run's)
   std::string split = "test";  // test, val or train
+  std::string device = "cpu";  // --device (config/device_choice.h); not the run's own
 };
 
 struct EvaluateReport {
@@ -36,6 +37,7 @@ struct PredictOptions {
   std::string input;   // x.npy
   std::string output;  // predictions.npy
   bool logits = false;
+  std::string device = "cpu";
 };
 
 // Returns the line that says what was written.

@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
+#include "train/device.h"
 
 namespace bigbatch {
 
@@ -23,6 +24,7 @@ SampleResult sample_text(const SampleOptions& options) {
                "e.g. --temperature 0.8 (lower: surer, higher: more varied)");
   check_config(options.top_k >= 0, "--top-k must be zero (all tokens) or positive",
                "e.g. --top-k 40");
+  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
   const std::string config_path = options.run_dir + "/config.toml";
   const std::string weights_path = options.run_dir + "/weights.safetensors";
   if (!path_exists(config_path) || !path_exists(weights_path)) {
@@ -70,6 +72,7 @@ SampleResult sample_text(const SampleOptions& options) {
     model = make_model(spec);
   }
   load_weights(weights_path, *model);
+  model->to(device);
   model->eval();
 
   std::vector<int32_t> text_ids, text_bytes;
@@ -88,9 +91,12 @@ SampleResult sample_text(const SampleOptions& options) {
     const auto input =
         torch::tensor(std::vector<int64_t>(tokens.begin() + begin, tokens.end())).unsqueeze(0);
     // The tokenizer's ids only (a module may have a larger vocabulary).
-    auto logits =
-        model->forward(input).select(1, input.size(1) - 1).squeeze(0).narrow(0, 0, vocabulary);
-    logits = logits.to(torch::kFloat64) / options.temperature;
+    // The draw on the CPU, from the CPU's generator: the same text on any device.
+    auto logits = model->forward(input.to(device))
+                      .select(1, input.size(1) - 1)
+                      .squeeze(0)
+                      .narrow(0, 0, vocabulary);
+    logits = logits.to(torch::kCPU, torch::kFloat64) / options.temperature;
     if (options.top_k > 0 && options.top_k < logits.size(0)) {
       const auto kth = std::get<0>(logits.topk(options.top_k)).min();
       logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());

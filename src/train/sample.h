@@ -21,6 +21,7 @@ struct SampleOptions {
   double temperature = 0.8;
   int64_t top_k = 0;
   uint64_t seed = 42;
+  std::string device = "cpu";  // --device: where the model computes (the draws stay the CPU's)
 };
 
 struct SampleResult {

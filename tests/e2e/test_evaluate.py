@@ -77,6 +77,22 @@ class EvaluateTest(CliTestCase):
         self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", out), "data",
                                    "samples of shape [1, 27, 27]", "[1, 28, 28]")
 
+    def test_the_device_is_the_commands_choice(self):
+        # Issue 19: evaluate, predict and sample compute where --device says, not where the run
+        # trained; auto is the CPU here, and gives the CPU's figures.
+        on_cpu = json.loads(run("evaluate", self.run_dir, "--json").stdout)
+        auto = run("evaluate", self.run_dir, "--json", "--device", "auto")
+        self.assertEqual(auto.returncode, 0, auto.stderr)
+        self.assertEqual(json.loads(auto.stdout)["accuracy"], on_cpu["accuracy"])
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--device", "gpu"), "config", "did you mean 'cuda'?")
+        if "without CUDA" in run("evaluate", self.run_dir, "--device", "cuda:99").stderr:
+            for command in (["evaluate", self.run_dir], ["predict", self.run_dir, "--input", "x.npy", "--output",
+                                                          os.path.join(self.dir, "never.npy")],
+                            ["sample", self.run_dir]):
+                self.assert_one_line_error(run(*command, "--device", "cuda"), "config",
+                                           "--device cuda: this bigbatch is built against a libtorch without CUDA")
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "never.npy")))
+
     def test_errors_are_one_line(self):
         self.assert_one_line_error(run("evaluate", self.run_dir, "--split", "dev"), "usage",
                                    "--split must be test, val or train")
