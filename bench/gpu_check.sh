@@ -103,11 +103,14 @@ nccl_include=$("$python" -c 'import os, nvidia.nccl as n; print(os.path.join(lis
 nccl_flag=()  # only a folder that holds nccl.h: CMake's own search stays on otherwise
 [ -f "$nccl_include/nccl.h" ] && nccl_flag=("-DBIGBATCH_NCCL_INCLUDE_DIR=$nccl_include")
 cuda_root=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}
+# libtorch's CMake files find CUDA through nvcc (FindCUDA in older ones, CUDAToolkit in newer).
+[ -x "$cuda_root/bin/nvcc" ] && export PATH="$cuda_root/bin:$PATH"
 
 # --- 2. build --------------------------------------------------------------------------------
 if [ "${BIGBATCH_CHECK_SKIP_BUILD:-}" != 1 ] && [ ! -x "$bigbatch" -o "$build" = "$root/build-gpu" ]; then
   step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     "-DCMAKE_PREFIX_PATH=$torch_prefix;$bundle/root/usr" "-DCUDAToolkit_ROOT=$cuda_root" \
+    "-DCUDA_TOOLKIT_ROOT_DIR=$cuda_root" \
     "${nccl_flag[@]}" || exit 1
   step build cmake --build "$build" -j "$(nproc)" --target bigbatch torch_tests core_tests || exit 1
 fi
