@@ -25,7 +25,9 @@ class EvaluateCommand final : public Subcommand {
     app().add_option("--dataset", options_.dataset,
                      "evaluate on this dataset instead of the run's (same sample shape)");
     app().add_option("--split", options_.split, "test (default), val or train");
-    app().add_option("--device", options_.device, "cpu (default), cuda, cuda:N or auto: where the model computes (not the run's own device)");
+    app().add_option(
+        "--device", options_.device,
+        "cpu (default), cuda, cuda:N or auto: where the model computes (not the run's own device)");
     app().add_flag("--json", json_, "print the result as JSON");
   }
 
@@ -64,7 +66,9 @@ class PredictCommand final : public Subcommand {
                     "shaped like its y")
         ->required();
     app().add_flag("--logits", options_.logits, "write logits instead of probabilities");
-    app().add_option("--device", options_.device, "cpu (default), cuda, cuda:N or auto: where the model computes (not the run's own device)");
+    app().add_option(
+        "--device", options_.device,
+        "cpu (default), cuda, cuda:N or auto: where the model computes (not the run's own device)");
   }
 
   int run() override {

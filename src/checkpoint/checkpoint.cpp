@@ -47,8 +47,7 @@ NamedTensors generator_states(const torch::nn::Module& model) {
   NamedTensors states = {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
   const torch::Device device = parameter_device(model);
   if (device.is_cuda())
-    states.emplace_back("cuda_generator",
-                        at::globalContext().defaultGenerator(device).get_state());
+    states.emplace_back("cuda_generator", at::globalContext().defaultGenerator(device).get_state());
   return states;
 }
 

@@ -349,13 +349,9 @@ std::vector<OptionSpec> build_table() {
                  "cpu|cuda|cuda:N|auto",
                  // plan takes it so that a train command plans as written (the plan is the
                  // same on every device)
-                 kTrainCommand | kFitCommand | kPlanCommand,
-                 nullptr,
-                 nullptr};
+                 kTrainCommand | kFitCommand | kPlanCommand, nullptr, nullptr};
     s.set = [](TrainConfig& c, const std::string& text) { c.device = DeviceChoice::parse(text); };
-    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
-      return c.device.to_string();
-    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.device.to_string(); };
     t.push_back(s);
   }
   t.push_back(switch_option("no-noise-scale",

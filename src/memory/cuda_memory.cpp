@@ -54,8 +54,7 @@ void reset_cuda_peak_memory(int64_t index) {
 
 void set_cuda_memory_budget(int64_t index, int64_t bytes) {
   const CudaDeviceInfo info = cuda_device_info(index);
-  const double fraction =
-      bytes > 0 ? std::min(1.0, double(bytes) / double(info.total_bytes)) : 1.0;
+  const double fraction = bytes > 0 ? std::min(1.0, double(bytes) / double(info.total_bytes)) : 1.0;
   caching::setMemoryFraction(fraction, device_index(index));
 }
 
@@ -76,8 +75,8 @@ CudaDeviceInfo cuda_device_info(int64_t index) {
   info.total_bytes = static_cast<int64_t>(total);
   info.free_bytes = static_cast<int64_t>(free);
   const auto stats = caching::getDeviceStats(device_index(index));
-  info.cached_bytes = stats.reserved_bytes[kAggregate].current -
-                      stats.allocated_bytes[kAggregate].current;
+  info.cached_bytes =
+      stats.reserved_bytes[kAggregate].current - stats.allocated_bytes[kAggregate].current;
   return info;
 }
 

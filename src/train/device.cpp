@@ -37,10 +37,10 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
                 "use --device cpu, or build bigbatch against a CUDA libtorch (README, 'GPUs')");
   }
   if (visible == 0) {
-    throw Error(ErrorKind::Config,
-                flag + ": this libtorch has CUDA, but no CUDA device is visible" +
-                    visible_devices_note(),
-                "check the GPU with nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
+    throw Error(
+        ErrorKind::Config,
+        flag + ": this libtorch has CUDA, but no CUDA device is visible" + visible_devices_note(),
+        "check the GPU with nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
   }
   int64_t index = 0;
   if (choice.index >= 0) {
@@ -50,12 +50,11 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
     // a single device (CUDA_VISIBLE_DEVICES set per rank) takes that one.
     index = local_rank;
     if (index >= visible) {
-      throw Error(ErrorKind::Config,
-                  flag + ": this rank's LOCAL_RANK is " + std::to_string(local_rank) + ", and " +
-                      std::to_string(visible) + " CUDA devices are visible" +
-                      visible_devices_note(),
-                  "start at most " + std::to_string(visible) +
-                      " ranks on this machine (one per GPU)");
+      throw Error(
+          ErrorKind::Config,
+          flag + ": this rank's LOCAL_RANK is " + std::to_string(local_rank) + ", and " +
+              std::to_string(visible) + " CUDA devices are visible" + visible_devices_note(),
+          "start at most " + std::to_string(visible) + " ranks on this machine (one per GPU)");
     }
   }
   if (index >= visible) {

@@ -7,8 +7,8 @@
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/text.h"
-#include "runtime/runtime_env.h"
 #include "memory/tracking_allocator.h"
+#include "runtime/runtime_env.h"
 #include "train/device.h"
 #include "train/run_setup.h"
 
@@ -36,9 +36,8 @@ FitReport run_fit(const TrainConfig& config) {
   report.max_micro_batch = fit.max_micro_batch;
   report.json = fit.to_json().dump(2);
   report.text = config.model + " with " + to_string(config.optimizer) + " on " +
-                describe_device(device) + ", budget " +
-                human_bytes(double(fit.budget_bytes)) + " (usable " +
-                human_bytes(double(fit.usable_bytes)) + " after the " +
+                describe_device(device) + ", budget " + human_bytes(double(fit.budget_bytes)) +
+                " (usable " + human_bytes(double(fit.usable_bytes)) + " after the " +
                 format_double(100 * config.fit_margin) + "% margin), " +
                 std::to_string(torch::get_num_threads()) + " thread(s)\n";
   if (fit.probe_row_tokens > 0) {

@@ -275,9 +275,9 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
                                   const ModelFactory& make_model) {
   FitOptions options;
   options.device = accounted_memory_device();
-  options.budget_bytes = config.memory_budget > 0    ? config.memory_budget
+  options.budget_bytes = config.memory_budget > 0   ? config.memory_budget
                          : options.device.is_cuda() ? device_memory_available(options.device)
-                                                     : available_memory_bytes();
+                                                    : available_memory_bytes();
   if (options.budget_bytes <= 0) {
     throw Error(ErrorKind::Memory, "the available memory could not be read",
                 "give the budget with --memory-budget SIZE");

@@ -87,9 +87,8 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
   VerifyReport report;
   char line[256];
   report.text = "verify: " + config.model + " on " + model_device(*whole.model).str() +
-                ", update 1 of " + plan.describe() +
-                " against one batch of the same " + std::to_string(window.size) +
-                " samples, at lr " + format_significant(lr) + "\n";
+                ", update 1 of " + plan.describe() + " against one batch of the same " +
+                std::to_string(window.size) + " samples, at lr " + format_significant(lr) + "\n";
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s %14s\n", "tensor", "grad max abs",
                 "grad relative", "weight max abs", "weight relative");
   report.text += line;

@@ -62,10 +62,10 @@ TEST(Device, OutOfMemoryMessagesFitOneLine) {
       "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB "
       "of which 1.2 GiB is free. Of the allocated memory 130 GiB is allocated by PyTorch.\n"
       "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF";
-  EXPECT_EQ(short_out_of_memory_message(cuda),
-            "CUDA out of memory. Tried to allocate 2.00 GiB.");
-  const std::string budget = "memory budget exceeded: allocating 4 MiB with 10 MiB in use would "
-                             "pass the budget of 12 MiB";
+  EXPECT_EQ(short_out_of_memory_message(cuda), "CUDA out of memory. Tried to allocate 2.00 GiB.");
+  const std::string budget =
+      "memory budget exceeded: allocating 4 MiB with 10 MiB in use would "
+      "pass the budget of 12 MiB";
   EXPECT_EQ(short_out_of_memory_message(budget), budget);
   EXPECT_EQ(short_out_of_memory_message("one. two\nthree"), "one. two");
 }
@@ -223,9 +223,10 @@ void check_micro_steps_equal_one_batch(const torch::Device& target) {
   // A worker thread refills the other pinned buffer while the card computes on this one.
   const double fp64_background =
       max_relative_difference(gradient(8, target, torch::kFloat64, /*background=*/true), reference);
-  std::printf("[ mlp, %s ] 8 x 32 vs 1 x 256: fp32 %.3g, fp64 against the CPU's %.3g; 32 x 8 "
-              "gathered in the background %.3g\n",
-              target.str().c_str(), fp32, fp64, fp64_background);
+  std::printf(
+      "[ mlp, %s ] 8 x 32 vs 1 x 256: fp32 %.3g, fp64 against the CPU's %.3g; 32 x 8 "
+      "gathered in the background %.3g\n",
+      target.str().c_str(), fp32, fp64, fp64_background);
   EXPECT_LT(fp32, 1e-5);
   EXPECT_LT(fp64, 1e-12);
   EXPECT_LT(fp64_background, 1e-12);

@@ -38,8 +38,8 @@ std::string scripted(const std::string& name) {
     // Debian's python3-torch; BIGBATCH_PYTHON names another (a GPU machine's, bench/gpu_check.sh).
     const char* python = std::getenv("BIGBATCH_PYTHON");
     const std::string command = std::string(python ? python : "/usr/bin/python3") + " " +
-                                BIGBATCH_SOURCE_DIR +
-                                "/tests/python/make_scripted_models.py " + dir;
+                                BIGBATCH_SOURCE_DIR + "/tests/python/make_scripted_models.py " +
+                                dir;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return dir;
   }();

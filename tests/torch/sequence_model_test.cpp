@@ -279,9 +279,10 @@ TEST(GpuSequenceEquivalence, MicroBatchesOnTheCardEqualOneBatch) {
   const double card_vs_cpu = max_relative_difference(gpu_whole, cpu_whole);
   const double micro = max_relative_difference(gpu_accumulated, gpu_whole);
   const double tokens = max_relative_difference(gpu_packed, gpu_whole);
-  std::printf("[ gpt float64, cuda ] 10 AdamW updates: card vs cpu %.3g, 4 x 6 vs 24 x 1 %.3g, "
-              "--micro-batch-tokens 100 vs 24 x 1 %.3g\n",
-              card_vs_cpu, micro, tokens);
+  std::printf(
+      "[ gpt float64, cuda ] 10 AdamW updates: card vs cpu %.3g, 4 x 6 vs 24 x 1 %.3g, "
+      "--micro-batch-tokens 100 vs 24 x 1 %.3g\n",
+      card_vs_cpu, micro, tokens);
   EXPECT_LT(card_vs_cpu, 1e-10);
   EXPECT_LT(micro, 1e-12);
   EXPECT_LT(tokens, 1e-12);
