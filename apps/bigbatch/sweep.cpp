@@ -16,6 +16,7 @@
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
+#include "train/device_check.h"
 
 namespace bigbatch::cli {
 
@@ -116,6 +117,9 @@ class SweepCommand final : public Subcommand {
     options.micro_batch = base.micro_batch.value_or(kDefaultMicroBatchSize);
     base.micro_batch.reset();
     base.validate();
+    // The cells train on base's device: one that cannot work is refused here, in one line,
+    // not once per cell after the sweep's directory exists.
+    check_device_available(base.device);
     const int64_t cpus = available_cpus();
     options.threads_per_cell = base.threads > 0 ? base.threads : 1;
     options.jobs = jobs_ > 0 ? jobs_ : std::max<int64_t>(1, cpus / options.threads_per_cell);

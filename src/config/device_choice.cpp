@@ -1,5 +1,7 @@
 #include "config/device_choice.h"
 
+#include <cctype>
+
 #include "core/error.h"
 #include "core/text.h"
 
@@ -31,8 +33,18 @@ DeviceChoice DeviceChoice::parse(const std::string& raw) {
     return {DeviceKind::Cuda, *index};
   }
   // Near misses get a pointed hint: PyTorch and the launchers spell the GPU "cuda".
+  std::string lower = text;
+  for (char& c : lower)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* other : {"mps", "xpu", "hip", "rocm", "tpu", "xla", "mlu", "npu", "vulkan"}) {
+    if (lower == other || lower.rfind(std::string(other) + ":", 0) == 0)
+      bad_device(text, "is a device bigbatch does not compute on (it has CPU and CUDA back-ends)");
+  }
   std::string meant;
-  if (text == "gpu")
+  if (lower != text &&
+      (lower == "cpu" || lower == "cuda" || lower == "auto" || lower.rfind("cuda:", 0) == 0))
+    meant = lower;
+  else if (text == "gpu")
     meant = "cuda";
   else if (text.rfind("gpu:", 0) == 0)
     meant = "cuda:" + text.substr(4);

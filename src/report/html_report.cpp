@@ -86,8 +86,13 @@ std::string summary(const RunRecords& r) {
   int backoffs = 0;
   const nlohmann::json* diverged = nullptr;
   const nlohmann::json* target = nullptr;
+  // Where the run computed: each start's device (a resume may move it), in order.
+  std::vector<std::string> devices;
   for (const auto& e : r.events) {
     const auto& name = e.at("event");  // events always name themselves
+    if (name == "train_start" && e.contains("device") && e.at("device").is_string() &&
+        (devices.empty() || devices.back() != e.at("device").get<std::string>()))
+      devices.push_back(e.at("device").get<std::string>());
     backoffs += name == "oom_backoff" ? 1 : 0;
     if (name == "diverged")
       diverged = &e;
@@ -138,6 +143,8 @@ std::string summary(const RunRecords& r) {
                                " loss spikes, " + std::to_string(skipped - spikes) +
                                " non-finite): their samples were used, their gradients not");
   }
+  if (!devices.empty())
+    row("device", join(devices, ", then "));
   if (backoffs > 0)
     row("out-of-memory back-offs", std::to_string(backoffs));
   std::string banner;

@@ -1,4 +1,5 @@
 #include "train/device.h"
+#include "train/device_check.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -20,9 +21,9 @@ std::string visible_devices_note() {
   return visible ? std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')" : std::string();
 }
 
-}  // namespace
-
-torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int64_t world_size) {
+// The device `choice` names for this process, or the Error that says why it cannot be; no
+// side effect (the CUDA runtime counts devices without a context).
+torch::Device choose_device(const DeviceChoice& choice, int64_t local_rank, int64_t world_size) {
   if (choice.kind == DeviceKind::Cpu)
     return torch::Device(torch::kCPU);
   const bool built_with_cuda = cuda_memory_supported();
@@ -34,7 +35,8 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
   if (!built_with_cuda) {
     throw Error(ErrorKind::Config,
                 flag + ": this bigbatch is built against a libtorch without CUDA (CPU only)",
-                "use --device cpu, or build bigbatch against a CUDA libtorch (README, 'GPUs')");
+                "use --device cpu (it also overrides the device of a --config file or of a "
+                "resumed run), or build bigbatch against a CUDA libtorch (README, 'GPUs')");
   }
   if (visible == 0) {
     throw Error(
@@ -65,7 +67,15 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
                     ")" + visible_devices_note(),
                 "name a visible device, or use --device cuda");
   }
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+}  // namespace
+
+torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int64_t world_size) {
+  const torch::Device device = choose_device(choice, local_rank, world_size);
+  if (!device.is_cuda())
+    return device;
   // Kernels, the caching allocator and NCCL's communicator follow the current device.
   c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device);
   // The first tensor on the device starts CUDA up in libtorch, the caching allocator with it:
@@ -73,6 +83,10 @@ torch::Device resolve_device(const DeviceChoice& choice, int64_t local_rank, int
   // from then on.
   torch::empty({1}, torch::TensorOptions().device(device));
   return device;
+}
+
+void check_device_available(const DeviceChoice& choice) {
+  choose_device(choice, /*local_rank=*/0, /*world_size=*/1);
 }
 
 std::string describe_device(const torch::Device& device) {

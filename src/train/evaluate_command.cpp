@@ -141,13 +141,14 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   nlohmann::json json = {{"model", config.model},   {"dataset", config.dataset},
                          {"split", options.split},  {"weights", weights},
                          {"samples", split.size()}, {"items", result.items},
-                         {"loss", result.loss}};
+                         {"loss", result.loss},     {"device", device.str()}};
   if (result.has_accuracy)
     json["accuracy"] = result.accuracy;
   if (result.is_regression)
     json["rmse"] = result.rmse;
   std::string text = "evaluate: " + config.model + " (" + weights + ") on " + config.dataset +
-                     ", " + options.split + " split: " + std::to_string(split.size()) + " samples";
+                     ", " + options.split + " split: " + std::to_string(split.size()) +
+                     " samples, on " + device.str();
   if (tokens) {
     json["perplexity"] = std::exp(result.loss);
     const bool text_bytes = result.has_bits_per_byte;  // not known for token files
@@ -230,11 +231,11 @@ std::string run_predict(const PredictOptions& options) {
   if (regression) {
     return "predict: predicted values of " + std::to_string(out.shape[0]) + " samples" +
            (out.shape.size() > 1 ? " x " + std::to_string(out.shape[1]) + " targets" : "") +
-           " written to " + options.output + "\n";
+           " written to " + options.output + " (computed on " + device.str() + ")\n";
   }
   return "predict: " + std::string(options.logits ? "logits" : "class probabilities") + " of " +
          std::to_string(out.shape[0]) + " samples x " + std::to_string(out.shape[1]) +
-         " classes written to " + options.output + "\n";
+         " classes written to " + options.output + " (computed on " + device.str() + ")\n";
 }
 
 }  // namespace bigbatch

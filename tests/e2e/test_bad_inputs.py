@@ -250,13 +250,14 @@ class BadInputCorpus(unittest.TestCase):
     def test_device_unknown(self):
         self.expect(self.train("--device", "gpu"), "config", "--device 'gpu' is not a device: did you mean 'cuda'?")
         self.expect(self.train("--device", "cuda1"), "config", "did you mean 'cuda:1'?")
+        self.expect(self.train("--device", "CUDA"), "config", "did you mean 'cuda'?")
 
     def test_device_bad_index(self):
         self.expect(self.train("--device", "cuda:first"), "config", "names no device index")
 
     def test_device_in_a_config_file(self):
         self.expect(self.train("--config", self.write_config('device = "tpu"\n')), "config",
-                    "--device 'tpu' is not a device")
+                    "--device 'tpu' is a device bigbatch does not compute on")
 
     def skip_unless_cpu_only(self):
         # A device no machine has: refused at once, by a CUDA build too (for another reason).
@@ -271,6 +272,9 @@ class BadInputCorpus(unittest.TestCase):
                         f"--device {device}: this bigbatch is built against a libtorch without CUDA")
         self.expect(["fit", "--model", "mlp", "--device", "cuda"], "config", "without CUDA")
         self.expect(["verify", *self.small(), "--device", "cuda"], "config", "without CUDA")
+        # A sweep refuses before its directory or any cell exists.
+        self.expect(["sweep", "--dataset", "idx:" + self.data, "--global-batch", "64,128", "--max-epochs", "1",
+                     "--jobs", "1", "--device", "cuda", "--out", self.out], "config", "without CUDA")
 
     def test_resume_on_a_device_this_build_lacks(self):
         self.skip_unless_cpu_only()

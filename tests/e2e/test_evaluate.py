@@ -84,6 +84,8 @@ class EvaluateTest(CliTestCase):
         auto = run("evaluate", self.run_dir, "--json", "--device", "auto")
         self.assertEqual(auto.returncode, 0, auto.stderr)
         self.assertEqual(json.loads(auto.stdout)["accuracy"], on_cpu["accuracy"])
+        self.assertEqual((on_cpu["device"], json.loads(auto.stdout)["device"]), ("cpu", "cpu"))
+        self.assertIn("test split: 10000 samples, on cpu", run("evaluate", self.run_dir, "--device", "auto").stdout)
         self.assert_one_line_error(run("evaluate", self.run_dir, "--device", "gpu"), "config", "did you mean 'cuda'?")
         if "without CUDA" in run("evaluate", self.run_dir, "--device", "cuda:99").stderr:
             for command in (["evaluate", self.run_dir], ["predict", self.run_dir, "--input", "x.npy", "--output",

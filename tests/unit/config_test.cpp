@@ -128,9 +128,15 @@ TEST(DeviceChoiceTest, NearMissesNameTheDeviceMeant) {
   EXPECT_NE(error_of("cpuu").find("did you mean 'cpu'?"), std::string::npos);
   EXPECT_NE(error_of("cuda:-1").find("names no device index"), std::string::npos);
   EXPECT_NE(error_of("cuda:").find("names no device index"), std::string::npos);
-  const std::string tpu = error_of("tpu");
-  EXPECT_NE(tpu.find("--device 'tpu' is not a device"), std::string::npos) << tpu;
-  EXPECT_NE(tpu.find("cpu, cuda, cuda:N (a device index) or auto"), std::string::npos) << tpu;
+  EXPECT_NE(error_of("CUDA").find("did you mean 'cuda'?"), std::string::npos);
+  EXPECT_NE(error_of("Cuda:1").find("did you mean 'cuda:1'?"), std::string::npos);
+  // Other frameworks' back-ends are named as such, not mistaken for a typo of "cpu".
+  for (const char* other : {"mps", "tpu", "xpu:0"})
+    EXPECT_NE(error_of(other).find("is a device bigbatch does not compute on"), std::string::npos);
+  const std::string unknown = error_of("potato");
+  EXPECT_NE(unknown.find("--device 'potato' is not a device"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("cpu, cuda, cuda:N (a device index) or auto"), std::string::npos)
+      << unknown;
 }
 
 TEST(TrainConfig, ValidationNamesTheFix) {

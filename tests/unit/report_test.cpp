@@ -215,6 +215,9 @@ TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
       "\"train_seconds\":2.0,\"grad_noise_scale\":300,\"grad_noise_scale_low\":210,"
       "\"grad_noise_scale_high\":390,\"grad_noise_scale_run_average\":350,"
       "\"grad_noise_scale_updates\":20}\n";
+  // A resume moved the run from a GPU to the CPU: the report names both starts' devices.
+  metrics = "{\"event\":\"train_start\",\"device\":\"cuda:0\",\"step\":0}\n" + metrics +
+            "{\"event\":\"train_start\",\"device\":\"cpu\",\"step\":20}\n";
   metrics += "{\"step\":21,\"loss\":";  // a line cut short by a crash is skipped
   atomic_write_file((dir_ / "metrics.jsonl").string(), metrics);
   atomic_write_file((dir_ / "plan.txt").string(), "batch plan\n  global batch 256 <x>\n");
@@ -233,6 +236,7 @@ TEST_F(RunReportTest, SelfContainedPageWithEveryChart) {
                       "updates; 210-390 within two standard errors; 350 averaged over the run"),
             std::string::npos);
   EXPECT_NE(html.find("global batch 256 &lt;x&gt;"), std::string::npos);
+  EXPECT_NE(html.find("<th>device</th><td>cuda:0, then cpu</td>"), std::string::npos);
   EXPECT_NE(html.find("(not found)"), std::string::npos);  // no config.toml in this directory
   // Nothing is fetched: no scripts, links, images or sources.
   for (const char* fetch : {"<script", "<link", "<img", "src=", "href="})
