@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "io/safetensors.h"
+#include "models/models.h"
 #include "stats/loss_spikes.h"
 
 namespace bigbatch {
@@ -34,18 +35,11 @@ std::string first_line(const std::string& text) {
   throw Error(ErrorKind::Format, "checkpoint '" + dir + "' " + what, hint);
 }
 
-// Where the model's parameters live (the CPU for a model without any).
-torch::Device parameter_device(const torch::nn::Module& model) {
-  for (const auto& p : model.parameters())
-    return p.device();
-  return torch::Device(torch::kCPU);
-}
-
 // The random generators a resumed run must continue: the CPU's, and the device's when the
 // model is on a GPU (dropout draws there).
 NamedTensors generator_states(const torch::nn::Module& model) {
   NamedTensors states = {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
-  const torch::Device device = parameter_device(model);
+  const torch::Device device = model_device(model);
   if (device.is_cuda())
     states.emplace_back("cuda_generator", at::globalContext().defaultGenerator(device).get_state());
   return states;
@@ -60,13 +54,12 @@ void restore_generator_states(const NamedTensors& states, const torch::nn::Modul
     }
     return nullptr;
   };
+  const bool known = std::all_of(states.begin(), states.end(), [](const auto& named) {
+    return (named.first == "cpu_generator" || named.first == "cuda_generator") &&
+           named.second.scalar_type() == torch::kUInt8;
+  });
   const torch::Tensor* cpu = state_of("cpu_generator");
-  for (const auto& [key, tensor] : states) {
-    if ((key != "cpu_generator" && key != "cuda_generator") ||
-        tensor.scalar_type() != torch::kUInt8)
-      cpu = nullptr;
-  }
-  if (cpu == nullptr) {
+  if (!known || cpu == nullptr) {
     bad_checkpoint(dir, "has an rng.safetensors without the CPU generator state",
                    "resume from an earlier checkpoint");
   }
@@ -76,7 +69,7 @@ void restore_generator_states(const NamedTensors& states, const torch::nn::Modul
     cpu_generator.set_state(*cpu);
     // A GPU's generator continues where it was when the run resumes on a GPU; a run moved to
     // or from one starts that device's stream afresh (its arithmetic differs anyway).
-    const torch::Device device = parameter_device(model);
+    const torch::Device device = model_device(model);
     if (const torch::Tensor* cuda = state_of("cuda_generator"); cuda && device.is_cuda()) {
       at::Generator cuda_generator = at::globalContext().defaultGenerator(device);
       cuda_generator.set_state(*cuda);
@@ -448,7 +441,7 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
     torch::serialize::InputArchive archive;
     // The optimizer's state lives where the parameters it updates do (a run on a GPU, or a
     // GPU run resumed on the CPU).
-    archive.load_from(dir + "/optimizer.pt", parameter_device(model));
+    archive.load_from(dir + "/optimizer.pt", model_device(model));
     optimizer.load(archive);
   } catch (const std::exception& e) {
     bad_checkpoint(dir, "has an unreadable optimizer.pt: " + first_line(e.what()),

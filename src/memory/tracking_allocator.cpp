@@ -147,10 +147,8 @@ bool tracking_allocator_installed() {
 }
 
 void account_memory_on(c10::Device device) {
-  const int64_t budget = g_budget.load(std::memory_order_relaxed);
   g_accounted_type.store(static_cast<int>(device.type()), std::memory_order_relaxed);
   g_accounted_index.store(device.has_index() ? device.index() : 0, std::memory_order_relaxed);
-  set_memory_budget(budget);  // a budget set before the device was known moves with it
 }
 
 c10::Device accounted_memory_device() {

@@ -44,7 +44,8 @@ void install_tracking_allocator();
 bool tracking_allocator_installed();
 
 // The device whose memory memory_counters(), reset_peak_memory() and set_memory_budget()
-// speak of: the CPU (the default) or a CUDA device. Set once, when a command knows its device.
+// speak of: the CPU (the default) or a CUDA device. Set once, when a command knows its device,
+// before its budget.
 void account_memory_on(c10::Device device);
 c10::Device accounted_memory_device();
 

@@ -166,4 +166,12 @@ int64_t parameter_count(torch::nn::Module& model) {
   return count;
 }
 
+torch::Device model_device(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    return p.device();
+  for (const auto& b : model.buffers())
+    return b.device();
+  return torch::Device(torch::kCPU);
+}
+
 }  // namespace bigbatch

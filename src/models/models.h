@@ -38,6 +38,10 @@ std::vector<std::string> batch_statistics_layers(torch::nn::Module& model);
 
 int64_t parameter_count(torch::nn::Module& model);
 
+// Where a model lives: its parameters' device (its buffers' for a model without parameters;
+// the CPU for one with neither). The engine, evaluation and checkpoints follow it.
+torch::Device model_device(const torch::nn::Module& model);
+
 // BatchNorm under accumulation (docs/design.md, invariant 6). Micro: statistics over each
 // micro-batch (ghost batch norm, ghost size = the micro-batch). Frozen: the running statistics
 // normalise in training too, so no sample depends on another and accumulation is exact (for

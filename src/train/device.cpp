@@ -103,21 +103,10 @@ int64_t device_memory_available(const torch::Device& device) {
 }
 
 std::string short_out_of_memory_message(const std::string& what) {
-  std::string line = what.substr(0, what.find('\n'));
-  size_t end = 0;
-  for (int sentence = 0; sentence < 2 && end != std::string::npos; ++sentence)
-    end = line.find(". ", end == 0 ? 0 : end + 2);
-  if (end != std::string::npos)
-    line = line.substr(0, end + 1);
-  return line;
-}
-
-torch::Device model_device(const torch::nn::Module& model) {
-  for (const auto& p : model.parameters())
-    return p.device();
-  for (const auto& b : model.buffers())
-    return b.device();
-  return torch::Device(torch::kCPU);
+  const std::string line = what.substr(0, what.find('\n'));
+  const size_t first = line.find(". ");
+  const size_t second = first == std::string::npos ? first : line.find(". ", first + 2);
+  return second == std::string::npos ? line : line.substr(0, second + 1);
 }
 
 void synchronize_device(const torch::Device& device) {
@@ -125,10 +114,11 @@ void synchronize_device(const torch::Device& device) {
     torch::cuda::synchronize(device.index());
 }
 
-Batch to_device(const Batch& batch, const torch::Device& device) {
+Batch to_device(const Batch& batch, const torch::Device& device, bool non_blocking) {
   if (batch.inputs.device() == device && batch.targets.device() == device)
     return batch;
-  return {batch.inputs.to(device), batch.targets.to(device), batch.items};
+  return {batch.inputs.to(device, non_blocking), batch.targets.to(device, non_blocking),
+          batch.items};
 }
 
 DeviceFeed::DeviceFeed(torch::Device device) : device_(device) {}
@@ -137,12 +127,11 @@ DeviceFeed::DeviceFeed(DeviceFeed&&) noexcept = default;
 DeviceFeed& DeviceFeed::operator=(DeviceFeed&&) noexcept = default;
 
 Batch DeviceFeed::put(const Batch& host) {
-  if (!device_.is_cuda() || (host.inputs.device() == device_ && host.targets.device() == device_))
+  if (!device_.is_cuda())
     return host;
   // Queued on the current stream, ahead of the forward pass that reads them; from pinned
   // buffers the host does not wait (from pageable memory the copy is synchronous).
-  Batch on_device{host.inputs.to(device_, /*non_blocking=*/true),
-                  host.targets.to(device_, /*non_blocking=*/true), host.items};
+  Batch on_device = to_device(host, device_, /*non_blocking=*/true);
   if (!copied_)
     copied_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
   copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));

@@ -25,6 +25,7 @@
 
 #include "config/device_choice.h"
 #include "data/dataset.h"
+#include "models/models.h"
 
 namespace c10 {
 class Event;
@@ -48,15 +49,13 @@ int64_t device_memory_available(const torch::Device& device);
 // several lines of allocator advice) cut to its first two sentences.
 std::string short_out_of_memory_message(const std::string& what);
 
-// Where a model's parameters live (the CPU for a model without any).
-torch::Device model_device(const torch::nn::Module& model);
-
 // Waits for the work queued on the device (timings read on the host); nothing on the CPU.
 void synchronize_device(const torch::Device& device);
 
-// The batch on `device` (a plain copy, for evaluation and set-up checks; the batch itself on
-// the CPU or when it is there already).
-Batch to_device(const Batch& batch, const torch::Device& device);
+// The batch on `device` (the batch itself when it is there already). `non_blocking`: the copy
+// is queued and the host goes on (DeviceFeed's, from pinned buffers); otherwise a plain copy,
+// for evaluation and set-up checks.
+Batch to_device(const Batch& batch, const torch::Device& device, bool non_blocking = false);
 
 // Copies of micro-batches to the device, queued behind the work before them (see above).
 class DeviceFeed {

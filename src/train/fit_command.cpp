@@ -7,7 +7,6 @@
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/text.h"
-#include "memory/tracking_allocator.h"
 #include "runtime/runtime_env.h"
 #include "train/device.h"
 #include "train/run_setup.h"
@@ -23,8 +22,7 @@ FitReport run_fit(const TrainConfig& config) {
                 "give --memory-budget SIZE, e.g. bigbatch fit --model " + config.model +
                     " --memory-budget 512MiB");
   }
-  start_memory_accounting(config);
-  account_memory_on(device);
+  start_memory_accounting(config, device);
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   torch::manual_seed(config.seed);

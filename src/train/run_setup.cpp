@@ -265,8 +265,9 @@ bool configure_cpu(const TrainConfig& config, int64_t threads) {
   return flushing;
 }
 
-void start_memory_accounting(const TrainConfig& config) {
+void start_memory_accounting(const TrainConfig& config, const torch::Device& device) {
   install_tracking_allocator();
+  account_memory_on(device);
   set_memory_budget(config.memory_budget);
 }
 

@@ -54,8 +54,9 @@ PixelNormalisation idx_pixels(const TrainConfig& config);
 // it comes first. Returns whether flushing is in effect.
 bool configure_cpu(const TrainConfig& config, int64_t threads);
 
-// Counts every tensor allocation from here on, and enforces --memory-budget.
-void start_memory_accounting(const TrainConfig& config);
+// Counts every tensor allocation from here on, and enforces --memory-budget on `device` (the
+// CPU's tracking allocator, or a GPU's caching allocator).
+void start_memory_accounting(const TrainConfig& config, const torch::Device& device);
 
 // The micro-batch search for this configuration, up to `max_micro_batch`, under
 // --memory-budget (or the memory the system reports available); `quiet` hides the per-probe

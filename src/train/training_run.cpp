@@ -15,7 +15,6 @@
 #include "dist/collective_reducer.h"
 #include "dist/rank_agreement.h"
 #include "io/safetensors.h"
-#include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
 #include "report/plan_report.h"
@@ -586,8 +585,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   // Before the data loads: a device that cannot work is said at once.
   const torch::Device device =
       resolve_device(resolved_config.device, job.local_rank(), job.world_size);
-  start_memory_accounting(resolved_config);
-  account_memory_on(device);
+  start_memory_accounting(resolved_config, device);
   const int64_t threads = resolve_thread_count(resolved_config.threads);
   const bool flushing_denormals = configure_cpu(resolved_config, threads);
 

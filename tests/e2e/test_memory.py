@@ -166,8 +166,9 @@ class FitTest(MemoryTestCase):
         line = [l for l in lm.stdout.splitlines() if l.startswith("train with it: ")][0]
         self.assertIn("--model gpt --dataset text:/usr/share/games/fortunes --seq-len 64 --layers 1 --d-model 32 "
                       "--heads 2", line)
-        # ... and plans as written (G filled in).
-        words = line[len("train with it: bigbatch train "):].split(" (or")[0].replace(" G ", " 64 ").split()
+        # ... and plans as written (G filled in: a few micro-batches, whichever size was fastest).
+        micro = int(re.search(r"--micro-batch (\d+)", line).group(1))
+        words = line[len("train with it: bigbatch train "):].split(" (or")[0].replace(" G ", f" {4 * micro} ").split()
         planned = bigbatch("plan", *words)
         self.assertEqual(planned.returncode, 0, planned.stderr)
         # Fitting micro-batches cut by tokens: the answer is a token bound, which train takes.
