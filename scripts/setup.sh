@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Why each package is here: docs/dependencies.md.
 packages=(
   build-essential cmake ninja-build ccache clang libclang-rt-14-dev
-  libtorch-dev libgloo-dev libopenblas0-openmp
+  libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libminizip-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev

@@ -1,9 +1,9 @@
 #include "models/gpt.h"
 
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
+#include "models/causal_attention.h"
 
 namespace bigbatch {
 
@@ -40,29 +40,12 @@ void GptBlockImpl::reset() {
   init_linear(out, residual_std);
 }
 
-torch::Tensor GptBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& future) {
-  const int64_t batch = x.size(0);
-  const int64_t length = x.size(1);
-  const int64_t d = options.d_model;
-  const int64_t heads = options.heads;
-  const int64_t head_dim = d / heads;
+torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   // Dropout only when asked for: at p = 0 it would still cost a pass per call.
-  const auto drop = [&](const torch::Tensor& t) { return options.dropout > 0 ? dropout(t) : t; };
-  // Causal self-attention: position t attends to positions <= t. Padding sits at the end of a
-  // row, so no real position ever attends to it.
-  auto qkv_out = qkv(ln1(x)).chunk(3, /*dim=*/-1);
-  auto split_heads = [&](const torch::Tensor& t) {
-    return t.view({batch, length, heads, head_dim}).transpose(1, 2);  // [B, H, T, hd]
-  };
-  // The 1/sqrt(hd) scale on q ([B, H, T, hd]) rather than on the scores ([B, H, T, T]).
-  const auto q = split_heads(qkv_out[0]) * (1.0 / std::sqrt(double(head_dim)));
-  const auto k = split_heads(qkv_out[1]);
-  const auto v = split_heads(qkv_out[2]);
-  // In place: matmul's backward needs its inputs, not its output.
-  auto scores = torch::matmul(q, k.transpose(-2, -1))
-                    .masked_fill_(future, -std::numeric_limits<double>::infinity());
-  auto attention = drop(torch::softmax(scores, /*dim=*/-1));
-  auto mixed = torch::matmul(attention, v).transpose(1, 2).reshape({batch, length, d});
+  const bool dropout_due = options.dropout > 0 && is_training();
+  const auto drop = [&](const torch::Tensor& t) { return dropout_due ? dropout(t) : t; };
+  // Causal self-attention: position t attends to positions <= t (models/causal_attention.h).
+  const auto mixed = causal_attention(qkv(ln1(x)), options.heads, dropout_due, drop);
   auto h = x + drop(proj(mixed));
   return h + drop(out(torch::gelu(fc(ln2(h)))));
 }
@@ -93,10 +76,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   auto x = token(tokens) + position(positions);
   if (options.dropout > 0)
     x = dropout(x);
-  // Which key positions each query may not see (the future), shared by every block.
-  const auto future = torch::ones({length, length}, tokens.options().dtype(torch::kBool)).triu(1);
   for (const auto& block : *blocks)
-    x = block->as<GptBlockImpl>()->forward(x, future);
+    x = block->as<GptBlockImpl>()->forward(x);
   // The output layer is the token embedding itself (tied): logits = x E^T.
   return torch::matmul(ln_f(x), token->weight.t());
 }

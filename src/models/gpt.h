@@ -37,8 +37,8 @@ class GptBlockImpl : public torch::nn::Cloneable<GptBlockImpl> {
  public:
   explicit GptBlockImpl(const GptOptions& options);
   void reset() override;
-  // x [B, T, d]; future [T, T] bool: true where a query must not see a key.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& future);
+  // x [B, T, d] -> [B, T, d]
+  torch::Tensor forward(const torch::Tensor& x);
 
   GptOptions options;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
