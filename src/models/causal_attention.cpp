@@ -124,8 +124,7 @@ void for_each_head(const HeadLayout& l, const torch::TensorOptions& options, con
   // thread they came from that thread's malloc arena, and a run's resident memory grew with
   // every change of T (1.76 against 1.30 GB after 2 epochs of the README's example on 3000
   // documents).
-  const torch::Tensor scratch =
-      torch::empty({at::get_num_threads(), l.length, l.length}, options);
+  const torch::Tensor scratch = torch::empty({at::get_num_threads(), l.length, l.length}, options);
   at::parallel_for(0, l.batch * l.heads, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
     torch::Tensor own = scratch[at::get_thread_num()];
     for (int64_t bh = begin; bh < end; ++bh)
