@@ -13,20 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "models/causal_attention.h"
 
-namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-}  // namespace
+using bench::median;
+using bench::now;
 
 int main(int argc, char** argv) {
   int threads = 1, rounds = 20;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -32,15 +33,8 @@
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using bench::median;
+using bench::now;
 
 torch::nn::Sequential twin(const std::string& name) {
   torch::manual_seed(0);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -67,31 +68,63 @@ void gemm_through_torch(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
   out.addmm_(view(a, m, k, lda, trans_a), view(b, k, n, ldb, trans_b), beta, alpha);
 }
 
+template <typename scalar_t>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, scalar_t alpha,
+          const scalar_t* a, int64_t lda, const scalar_t* b, int64_t ldb, scalar_t beta,
+          scalar_t* c, int64_t ldc) {
 #ifdef BIGBATCH_WITH_CBLAS
-CBLAS_TRANSPOSE cblas_transpose(bool transposed) {
-  return transposed ? CblasTrans : CblasNoTrans;
-}
-#endif
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-#ifdef BIGBATCH_WITH_CBLAS
-  cblas_sgemm(CblasRowMajor, cblas_transpose(trans_a), cblas_transpose(trans_b), int(m), int(n),
-              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb),
+                beta, c, int(ldc));
+  }
 #else
   gemm_through_torch(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
-          int64_t ldc) {
-#ifdef BIGBATCH_WITH_CBLAS
-  cblas_dgemm(CblasRowMajor, cblas_transpose(trans_a), cblas_transpose(trans_b), int(m), int(n),
-              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-#else
-  gemm_through_torch(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-#endif
+// The three causal products of a head, block by block (kBlock positions), computing only what
+// lies on or below the diagonal of the [T, T] matrix involved (row-major, rows t apart).
+template <typename Body>
+void for_each_block(int64_t t, const Body& body) {
+  for (int64_t first = 0; first < t; first += kBlock)
+    body(first, std::min(t, first + kBlock));
+}
+
+// c [T, T] = alpha a b^T on and below the diagonal (a, b: [T, k], rows lda, ldb apart), and
+// `above` everywhere above it.
+template <typename scalar_t>
+void causal_outer(int64_t t, int64_t k, scalar_t alpha, const scalar_t* a, int64_t lda,
+                  const scalar_t* b, int64_t ldb, scalar_t above, scalar_t* c) {
+  for_each_block(t, [&](int64_t r0, int64_t r1) {
+    gemm(false, true, r1 - r0, r1, k, alpha, a + r0 * lda, lda, b, ldb, scalar_t(0), c + r0 * t, t);
+  });
+  for (int64_t i = 0; i + 1 < t; ++i)
+    std::fill(c + i * t + i + 1, c + (i + 1) * t, above);
+}
+
+// c [T, n] = alpha m b for a lower-triangular m [T, T] (b: [T, n]; rows ldb, ldc apart).
+template <typename scalar_t>
+void causal_times(int64_t t, int64_t n, scalar_t alpha, const scalar_t* m, const scalar_t* b,
+                  int64_t ldb, scalar_t* c, int64_t ldc) {
+  for_each_block(t, [&](int64_t r0, int64_t r1) {
+    gemm(false, false, r1 - r0, n, r1, alpha, m + r0 * t, t, b, ldb, scalar_t(0), c + r0 * ldc,
+         ldc);
+  });
+}
+
+// c [T, n] = alpha m^T b for a lower-triangular m [T, T]: key block j gathers rows i >= j.
+template <typename scalar_t>
+void causal_transposed_times(int64_t t, int64_t n, scalar_t alpha, const scalar_t* m,
+                             const scalar_t* b, int64_t ldb, scalar_t* c, int64_t ldc) {
+  for_each_block(t, [&](int64_t c0, int64_t c1) {
+    gemm(true, false, c1 - c0, n, t - c0, alpha, m + c0 * t + c0, t, b + c0 * ldb, ldb, scalar_t(0),
+         c + c0 * ldc, ldc);
+  });
 }
 
 // Where one head's matrices lie. q, k and v rows are 3d apart (the projection's layout); the
@@ -100,6 +133,7 @@ struct HeadLayout {
   int64_t batch, length, d, heads, head_dim;
 
   int64_t qkv_row() const { return 3 * d; }
+  double scale() const { return 1.0 / std::sqrt(double(head_dim)); }
   // Offsets of head `bh` (= b x heads + h) in the projection, the output and the probabilities.
   int64_t qkv_offset(int64_t bh) const {
     return (bh / heads) * length * 3 * d + (bh % heads) * head_dim;
@@ -142,32 +176,22 @@ torch::Tensor square_view(scalar_t* data, int64_t t) {
 // For each head: p = softmax(scale q k^T over keys <= query) (0 above the diagonal), then
 // out_i = sum_{j <= i} p_ij v_j. Products only on and below the diagonal.
 template <typename scalar_t>
-void attention_forward(const HeadLayout& l, const scalar_t* qkv, scalar_t scale, scalar_t* probs,
-                       scalar_t* out, const torch::TensorOptions& options) {
+void attention_forward(const HeadLayout& l, const scalar_t* qkv, scalar_t* probs, scalar_t* out,
+                       const torch::TensorOptions& options) {
   const int64_t t = l.length;
   const int64_t row = l.qkv_row();
+  const auto scale = scalar_t(l.scale());
   for_each_head(l, options, [&](int64_t bh, torch::Tensor& scores) {
     const scalar_t* q = qkv + l.qkv_offset(bh);
     const scalar_t* k = q + l.d;
     const scalar_t* v = q + 2 * l.d;
-    scalar_t* s = scores.data_ptr<scalar_t>();
     scalar_t* p = probs + l.probs_offset(bh);
-    scalar_t* o = out + l.out_offset(bh);
-    for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
-      const int64_t r1 = std::min(t, r0 + kBlock);
-      gemm(false, true, r1 - r0, r1, l.head_dim, scale, q + r0 * row, row, k, row, scalar_t(0),
-           s + r0 * t, t);
-    }
     // The future: -inf, which softmax turns into exactly 0.
-    for (int64_t i = 0; i + 1 < t; ++i)
-      std::fill(s + i * t + i + 1, s + (i + 1) * t, -std::numeric_limits<scalar_t>::infinity());
+    causal_outer(t, l.head_dim, scale, q, row, k, row, -std::numeric_limits<scalar_t>::infinity(),
+                 scores.data_ptr<scalar_t>());
     torch::Tensor p_view = square_view(p, t);
     torch::_softmax_out(p_view, scores, /*dim=*/-1, /*half_to_float=*/false);
-    for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
-      const int64_t r1 = std::min(t, r0 + kBlock);
-      gemm(false, false, r1 - r0, l.head_dim, r1, scalar_t(1), p + r0 * t, t, v, row, scalar_t(0),
-           o + r0 * l.d, l.d);
-    }
+    causal_times(t, l.head_dim, scalar_t(1), p, v, row, out + l.out_offset(bh), l.d);
   });
 }
 
@@ -177,10 +201,11 @@ void attention_forward(const HeadLayout& l, const scalar_t* qkv, scalar_t scale,
 //   dk_j = scale sum_{i >= j} ds_ij q_i.
 template <typename scalar_t>
 void attention_backward(const HeadLayout& l, const scalar_t* qkv, const scalar_t* probs,
-                        const scalar_t* grad_out, scalar_t scale, scalar_t* grad_qkv,
+                        const scalar_t* grad_out, scalar_t* grad_qkv,
                         const torch::TensorOptions& options) {
   const int64_t t = l.length;
   const int64_t row = l.qkv_row();
+  const auto scale = scalar_t(l.scale());
   for_each_head(l, options, [&](int64_t bh, torch::Tensor& grad_probs) {
     const scalar_t* q = qkv + l.qkv_offset(bh);
     const scalar_t* k = q + l.d;
@@ -188,36 +213,16 @@ void attention_backward(const HeadLayout& l, const scalar_t* qkv, const scalar_t
     const scalar_t* p = probs + l.probs_offset(bh);
     const scalar_t* g = grad_out + l.out_offset(bh);
     scalar_t* dq = grad_qkv + l.qkv_offset(bh);
-    scalar_t* dk = dq + l.d;
-    scalar_t* dv = dq + 2 * l.d;
     scalar_t* dp = grad_probs.data_ptr<scalar_t>();
-    for (int64_t c0 = 0; c0 < t; c0 += kBlock) {
-      const int64_t c1 = std::min(t, c0 + kBlock);
-      gemm(true, false, c1 - c0, l.head_dim, t - c0, scalar_t(1), p + c0 * t + c0, t, g + c0 * l.d,
-           l.d, scalar_t(0), dv + c0 * row, row);
-    }
-    for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
-      const int64_t r1 = std::min(t, r0 + kBlock);
-      gemm(false, true, r1 - r0, r1, l.head_dim, scalar_t(1), g + r0 * l.d, l.d, v, row,
-           scalar_t(0), dp + r0 * t, t);
-    }
-    for (int64_t i = 0; i + 1 < t; ++i)
-      std::fill(dp + i * t + i + 1, dp + (i + 1) * t, scalar_t(0));
+    causal_transposed_times(t, l.head_dim, scalar_t(1), p, g, l.d, dq + 2 * l.d, row);
+    causal_outer(t, l.head_dim, scalar_t(1), g, l.d, v, row, scalar_t(0), dp);
     // In place: each element of the result needs only its own dp and p and the row's sum.
     const torch::Tensor p_view = square_view(const_cast<scalar_t*>(p), t);
     torch::_softmax_backward_data_out(grad_probs, grad_probs, p_view, /*dim=*/-1,
                                       p_view.scalar_type());
     const scalar_t* ds = dp;
-    for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
-      const int64_t r1 = std::min(t, r0 + kBlock);
-      gemm(false, false, r1 - r0, l.head_dim, r1, scale, ds + r0 * t, t, k, row, scalar_t(0),
-           dq + r0 * row, row);
-    }
-    for (int64_t c0 = 0; c0 < t; c0 += kBlock) {
-      const int64_t c1 = std::min(t, c0 + kBlock);
-      gemm(true, false, c1 - c0, l.head_dim, t - c0, scale, ds + c0 * t + c0, t, q + c0 * row, row,
-           scalar_t(0), dk + c0 * row, row);
-    }
+    causal_times(t, l.head_dim, scale, ds, k, row, dq, row);
+    causal_transposed_times(t, l.head_dim, scale, ds, q, row, dq + l.d, row);
   });
 }
 
@@ -230,8 +235,8 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     torch::Tensor probs = torch::empty({l.batch, l.heads, l.length, l.length}, qkv.options());
     torch::Tensor out = torch::empty({l.batch, l.length, l.d}, qkv.options());
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "causal_attention_forward", [&] {
-      attention_forward(l, qkv.data_ptr<scalar_t>(), scalar_t(1.0 / std::sqrt(double(l.head_dim))),
-                        probs.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), qkv.options());
+      attention_forward(l, qkv.data_ptr<scalar_t>(), probs.data_ptr<scalar_t>(),
+                        out.data_ptr<scalar_t>(), qkv.options());
     });
     ctx->save_for_backward({qkv, probs});
     ctx->saved_data["heads"] = heads;
@@ -249,9 +254,8 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     torch::Tensor grad_qkv = torch::empty_like(qkv);
     AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "causal_attention_backward", [&] {
       attention_backward(l, qkv.data_ptr<scalar_t>(), probs.data_ptr<scalar_t>(),
-                         grad_out.data_ptr<scalar_t>(),
-                         scalar_t(1.0 / std::sqrt(double(l.head_dim))),
-                         grad_qkv.data_ptr<scalar_t>(), qkv.options());
+                         grad_out.data_ptr<scalar_t>(), grad_qkv.data_ptr<scalar_t>(),
+                         qkv.options());
     });
     return {grad_qkv, torch::Tensor()};
   }
