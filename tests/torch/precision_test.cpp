@@ -5,6 +5,10 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <mutex>
+#include <set>
+#include <vector>
+
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
@@ -91,6 +95,32 @@ TEST(CpuSetup, DenormalsAreFlushedUnlessKept) {
     // Normal numbers are untouched.
     EXPECT_FLOAT_EQ((torch::tensor({1e-20f}) * torch::tensor({1e-10f})).item<float>(), 1e-30f);
   }
+  config.keep_denormals = true;
+  configure_cpu(config, 1);  // as the other tests expect
+}
+
+// The mode is per thread: configure_cpu() sets it on every intra-op thread through one
+// parallel_for, which runs in parallel only where bigbatch's own code is compiled with
+// libtorch's OpenMP (a build without it once left the workers with denormals on, and every
+// parallel_for of bigbatch's — the attention kernel's heads among them — on one thread).
+TEST(CpuSetup, EveryIntraOpThreadGetsTheDenormalMode) {
+  TrainConfig config;
+  config.keep_denormals = false;
+  if (!configure_cpu(config, 2))
+    GTEST_SKIP() << "no denormal control on this CPU";
+  std::mutex mutex;
+  std::set<int> threads;
+  std::vector<float> products;
+  at::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    volatile float tiny = 1e-30f, small = 1e-10f;
+    const float product = tiny * small;
+    std::lock_guard<std::mutex> lock(mutex);
+    threads.insert(at::get_thread_num());
+    products.push_back(product);
+  });
+  EXPECT_EQ(threads.size(), 2u) << "at::parallel_for ran on one thread: not built with OpenMP?";
+  for (float product : products)
+    EXPECT_EQ(product, 0.0f);
   config.keep_denormals = true;
   configure_cpu(config, 1);  // as the other tests expect
 }
