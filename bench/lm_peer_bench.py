@@ -19,11 +19,12 @@ import sys
 import tempfile
 import time
 
+from bench_env import bigbatch_environment
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 FORTUNES = "/usr/share/games/fortunes"
-ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
-           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 SEQ, LAYERS, D, HEADS = 256, 4, 128, 4
 
 

@@ -31,10 +31,11 @@ import sys
 import tempfile
 import time
 
+from bench_env import bigbatch_environment
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORTUNES = "/usr/share/games/fortunes"
-ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
-           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 END_OF_TEXT, IGNORE = 256, -100
 SEED = 42
 

@@ -18,8 +18,9 @@ import platform
 import subprocess
 import tempfile
 
-ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
-           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+from bench_env import bigbatch_environment
+
+ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 UPDATES = 4
 MIB = 1 << 20
 

@@ -27,9 +27,10 @@ import statistics
 import subprocess
 import tempfile
 
+from bench_env import bigbatch_environment
+
 TARGET_SAMPLES = {"mlp": 40000, "cnn": 6000, "cnn-bn": 5000}
-ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
-           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 
 
 def bigbatch(build, workdir, model, micro, accum, threads, updates, tag):
@@ -108,7 +109,7 @@ def main():
     torch_version = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; libtorch/PyTorch {torch_version}; "
-          f"OPENBLAS_CORETYPE={ENV['OPENBLAS_CORETYPE']} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
+          f"OPENBLAS_CORETYPE={ENV.get('OPENBLAS_CORETYPE', '(OpenBLAS chooses)')} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
     if args.in_process:
         in_process(build, args)
         return

@@ -16,8 +16,9 @@ import subprocess
 import tempfile
 import time
 
-ENV = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"),
-           OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+from bench_env import bigbatch_environment
+
+ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 
 
 def bigbatch(binary, workdir, target, threads, seed, tag):

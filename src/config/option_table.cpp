@@ -468,7 +468,13 @@ std::vector<OptionSpec> build_table() {
                  kTrainCommand,
                  nullptr,
                  nullptr};
-    s.set = [](TrainConfig& c, const std::string& text) { c.eval_every = Interval::parse(text); };
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.eval_every = Interval::parse(text);
+      // Zero would otherwise read as "not given" and evaluate only at epoch ends, silently.
+      check_config(!c.eval_every.is_zero(), "--eval-every " + text + " is a zero interval",
+                   "give a positive one (e.g. 500u), or leave --eval-every out to evaluate at "
+                   "epoch ends only");
+    };
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
       if (c.eval_every.is_zero())
         return std::nullopt;

@@ -395,6 +395,14 @@ void cut_streams_at(TokenFiles& files, int64_t eot_id, const std::string& name) 
     if (starts.back() != end)
       starts.push_back(end);  // the file's tail after its last end-of-text
   }
+  if (found == 0 && eot_id > files.largest_token) {
+    throw Error(ErrorKind::Data,
+                "end-of-text id " + std::to_string(eot_id) + " is above every id in token data '" +
+                    name + "' (" + files.format + ", largest id " +
+                    std::to_string(files.largest_token) + "), so it can never end a document",
+                "give the id the tokenizer ends documents with (GPT-2's <|endoftext|> is 50256; a "
+                "uint16 file holds ids up to 65535), or use --sequences packed");
+  }
   if (found == 0) {
     throw Error(ErrorKind::Data,
                 "end-of-text id " + std::to_string(eot_id) + " never occurs in token data '" +

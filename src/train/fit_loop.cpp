@@ -675,9 +675,14 @@ void FitLoop::check_target(const nlohmann::json& record) {
   if (!target->reached(value))
     return;
   target_reached_ = true;
+  // Epochs done where it was reached: a fraction at an interval's evaluation (--eval-every) or
+  // where a run ends inside an epoch, a whole number at an epoch's end.
+  const double epochs = record.contains("partial_epoch")
+                            ? double(at.epoch) + record["partial_epoch"].get<double>()
+                            : record["epoch"].get<double>();
   nlohmann::json event = {{"event", "target_reached"},
                           {"step", at.step},
-                          {"epoch", at.epoch + 1},
+                          {"epoch", epochs},
                           {"samples_seen", at.samples_seen},
                           {"tokens_seen", at.items_seen},
                           {"train_seconds", at.train_seconds},

@@ -197,6 +197,11 @@ class TrainLmTest(LmTestCase):
             self.assertEqual(epochs[-1]["step"], reached[0]["step"])
             self.assertIn("partial_epoch", epochs[-1])
             self.assertEqual(epochs[-1]["val_bpb"], evaluations[-1]["val_bpb"])
+            # Epochs done where it was reached: the evaluation's fraction, not a whole epoch.
+            self.assertAlmostEqual(reached[0]["epoch"], evaluations[-1]["epoch"])
+            self.assertNotEqual(reached[0]["epoch"], int(reached[0]["epoch"]))
+        else:
+            self.assertEqual(reached[0]["epoch"], epochs[-1]["epoch"])
 
         # A resumed run evaluates at the same updates, to the same figures (a constant rate: the
         # schedule must not depend on the run's length).
@@ -227,6 +232,8 @@ class TrainLmTest(LmTestCase):
                                        "--out", none), "config", "counts tokens")
         self.assert_one_line_error(run("train", *flags, "--eval-every", "5x", "--out", none), "config",
                                    "has no unit")
+        self.assert_one_line_error(run("train", *flags, "--eval-every", "0u", "--out", none), "config",
+                                   "--eval-every 0u is a zero interval")
         self.assertFalse(os.path.exists(none))
 
     def test_verify_checks_the_per_token_mean_on_documents(self):
@@ -386,10 +393,10 @@ class TokenFilesTest(LmTestCase):
         self.assertEqual(self.losses(r), self.losses(m))
         with open(os.path.join(self.path("r"), "config.toml")) as f:
             self.assertIn("eot-id = 700", f.read())
-        # An id that never occurs, an index that records documents, text or packing: one line.
+        # An id above every id of the data, an index that records documents, text or packing: one line.
         for args, kind, fragment in (
-                ([f"tokens:{self.path('raw.bin')}", "--token-dtype", "uint16", "--eot-id", "701"], "data",
-                 "end-of-text id 701 never occurs"),
+                ([f"tokens:{self.path('raw.bin')}", "--token-dtype", "uint16", "--eot-id", "70000"], "data",
+                 "end-of-text id 70000 is above every id in token data"),
                 ([f"tokens:{self.path('mega')}", "--eot-id", "700"], "config", "records its documents"),
                 ([f"text:{self.corpus}", "--eot-id", "256"], "config", "is not tokens:PATH"),
                 ([f"tokens:{self.path('raw.bin')}", "--token-dtype", "uint16", "--eot-id", "700", "--sequences",

@@ -64,9 +64,11 @@ TEST(Precision, Bf16KeepsFp32GradientsAndAccumulatesExactlyEnough) {
     const auto bf16_whole =
         window_gradients(name, Precision::Bf16, 128, inputs, targets, &loss_bf16_whole);
     // bf16 has 8 significant bits: on these random-label gradients (mostly noise) the worst
-    // tensor is 7% (mlp) / 12% (cnn) from fp32 — but any micro-batch gives the same bf16
-    // result to 2%: accumulation adds nothing to bf16's own error.
-    EXPECT_LT(relative(bf16, fp32), 0.2) << name;
+    // tensor is 7% (mlp) / 12% (cnn) from fp32 on CPUs with AVX-512, and 22% for the cnn on
+    // an AVX2-only CPU (no bf16 instructions: its convolutions take other kernels) — but any
+    // micro-batch gives the same bf16 result to 2%: accumulation adds nothing to bf16's own
+    // error.
+    EXPECT_LT(relative(bf16, fp32), 0.35) << name;
     EXPECT_NEAR(loss_bf16, loss_fp32, 0.02 * loss_fp32) << name;
     EXPECT_LT(relative(bf16, bf16_whole), 0.02) << name;
     EXPECT_GT(relative(bf16, fp32), 0.0) << name;  // bf16 really ran

@@ -308,6 +308,14 @@ TEST(TokenFiles, StreamsAreCutIntoDocumentsAtTheEndOfTextId) {
                 .find("end-of-text id 7 never occurs in token data 'shards' (4 tokens, largest id "
                       "50256), so each file would be one document"),
             std::string::npos);
+  // Above every id (a uint16 file cannot even hold 70000): said as such.
+  EXPECT_NE(message_of([&] {
+              TokenFiles small;
+              const Bytes ids = llmc({15, 16, 17});
+              parse_llmc_tokens(ids.data(), ids.size(), "c.bin", small);
+              cut_streams_at(small, 70000, "shards");
+            }).find("end-of-text id 70000 is above every id in token data 'shards' (llm.c shard"),
+            std::string::npos);
   const auto pair = megatron({{1, 2, 3}, {4, 5}});
   TokenFiles indexed;
   parse_megatron_tokens(pair.index.data(), pair.index.size(), pair.data.data(), pair.data.size(),

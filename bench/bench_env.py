@@ -1,0 +1,45 @@
+"""The environment bigbatch gives itself at start-up (src/runtime/runtime_env.cpp), for every
+side of a benchmark: the peers get the same BLAS kernels and OpenMP wait policy as bigbatch.
+
+- OMP_WAIT_POLICY=PASSIVE unless set.
+- OPENBLAS_CORETYPE only where OpenBLAS falls back to a generic core on this CPU (then
+  SkylakeX with AVX-512, Haswell with AVX2), never forced otherwise: forcing SkylakeX on a CPU
+  without AVX-512 kills every side with SIGILL.
+"""
+import ctypes
+import os
+
+# OpenBLAS's fallbacks when it does not know the CPU (runtime_env.cpp: is_generic_core).
+GENERIC_CORES = {"Prescott", "Core2", "Nehalem", "Penryn", "Dunnington", "Katmai", "Coppermine",
+                 "Northwood", "Banias", "Atom"}
+
+
+def openblas_core():
+    """The core OpenBLAS picks here by itself (None when the BLAS is not OpenBLAS)."""
+    for name in ("libblas.so.3", "libopenblas.so.0"):  # libtorch's BLAS, then OpenBLAS by name
+        try:
+            corename = ctypes.CDLL(name).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        corename.restype = ctypes.c_char_p
+        return corename().decode()
+    return None
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bigbatch_environment(base=None):
+    env = dict(os.environ if base is None else base)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OPENBLAS_CORETYPE" not in env and openblas_core() in GENERIC_CORES:
+        flags = cpu_flags()
+        better = "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
+        if better:
+            env["OPENBLAS_CORETYPE"] = better
+    return env
