@@ -43,3 +43,12 @@ def bigbatch_environment(base=None):
         if better:
             env["OPENBLAS_CORETYPE"] = better
     return env
+
+
+if __name__ == "__main__":
+    import argparse
+    argparse.ArgumentParser(description="Prints the variables the benchmarks add to every "
+                            "side's environment (what bigbatch gives itself on this machine).").parse_args()
+    env = bigbatch_environment()
+    for name in ("OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"):
+        print(f"{name}={env.get(name, '(unset: ' + str(openblas_core()) + ' chosen by OpenBLAS)')}")
