@@ -375,6 +375,15 @@ void cut_streams_at(TokenFiles& files, int64_t eot_id, const std::string& name) 
                     ") records its documents, so --eot-id has no stream to cut",
                 "drop --eot-id: --sequences documents takes the documents the index records");
   }
+  // Known without reading a token: the files' largest id is recorded as they are checked.
+  if (eot_id > files.largest_token) {
+    throw Error(ErrorKind::Data,
+                "end-of-text id " + std::to_string(eot_id) + " is above every id in token data '" +
+                    name + "' (" + files.format + ", largest id " +
+                    std::to_string(files.largest_token) + "), so it can never end a document",
+                "give the id the tokenizer ends documents with (GPT-2's <|endoftext|> is 50256), "
+                "or use --sequences packed");
+  }
   TokenDocuments& documents = files.documents;
   std::vector<int64_t> starts{0};
   std::vector<int64_t> chunk(size_t(1) << 16);
@@ -394,14 +403,6 @@ void cut_streams_at(TokenFiles& files, int64_t eot_id, const std::string& name) 
     }
     if (starts.back() != end)
       starts.push_back(end);  // the file's tail after its last end-of-text
-  }
-  if (found == 0 && eot_id > files.largest_token) {
-    throw Error(ErrorKind::Data,
-                "end-of-text id " + std::to_string(eot_id) + " is above every id in token data '" +
-                    name + "' (" + files.format + ", largest id " +
-                    std::to_string(files.largest_token) + "), so it can never end a document",
-                "give the id the tokenizer ends documents with (GPT-2's <|endoftext|> is 50256; a "
-                "uint16 file holds ids up to 65535), or use --sequences packed");
   }
   if (found == 0) {
     throw Error(ErrorKind::Data,
