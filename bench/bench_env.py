@@ -52,3 +52,11 @@ if __name__ == "__main__":
     env = bigbatch_environment()
     for name in ("OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"):
         print(f"{name}={env.get(name, '(unset: ' + str(openblas_core()) + ' chosen by OpenBLAS)')}")
+
+
+def libtorch_version(build):
+    """The libtorch a bigbatch build links, from its CMake cache (Torch_DIR holds the version file)."""
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        torch_dir = next(line.split("=", 1)[1].strip() for line in f if line.startswith("Torch_DIR:"))
+    with open(os.path.join(torch_dir, "TorchConfigVersion.cmake")) as f:
+        return next(line.split('"')[1] for line in f if "PACKAGE_VERSION " in line)

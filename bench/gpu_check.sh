@@ -3,7 +3,7 @@
 # Python PyTorch 2.x whose wheel carries libtorch and its CMake files:
 #
 #   1. the machine: GPU, driver, torch, CUDA, compiler; whether the wheel has Gloo's and NCCL's
-#      headers (without Gloo's, bigbatch builds without data parallelism);
+#      headers (Gloo's come from the bundle's libgloo-dev where the wheel has none);
 #   2. configure and build bigbatch against that libtorch (Release, all cores);
 #   3. the unit and torch test suites: the Gpu* tests run on the card (its memory counters and
 #      budget, the fit, pinned micro-batches equal to one batch, gpt on the card equal to the
@@ -27,6 +27,10 @@
 #   bench/gpu_check.sh [LOG_DIR]
 # A dry run of the same steps on this CPU machine, against an existing build:
 #   BIGBATCH_CHECK_DEVICE=cpu BIGBATCH_CHECK_BUILD=build bench/gpu_check.sh /tmp/gpu-check
+# or building its CUDA configuration here first, against the GPU machine's PyTorch (2.11):
+#   scripts/setup.sh --pytorch 2.11.0   # or any Python with that PyTorch as BIGBATCH_PYTHON
+#   BIGBATCH_CHECK_DEVICE=cpu BIGBATCH_PYTHON=~/.cache/bigbatch/pytorch-2.11.0/bin/python \
+#     bench/gpu_check.sh /tmp/gpu-check
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -7,8 +7,12 @@ The Python side is the oracle's twin (tests/python/gpt_oracle.py: GptTwin) in th
 loop a user would write for the exact mean; both sides run alternately per cell with the same
 thread count and the environment bigbatch gives itself (OpenBLAS kernels, passive OpenMP).
 
-Usage: bench/lm_peer_bench.py BUILD_DIR [--micros 8 32] [--accums 1 8] [--threads 1 2]
-                              [--updates 6] [--repeats 2]
+Several bigbatch builds (Debian's libtorch 1.13, a PyTorch 2.x wheel's) are sides of their own;
+--python names the PyTorch of the Python side, --compile adds it torch.compile'd (compilation
+falls in the two warm-up updates no side counts; the row ends with its seconds).
+
+Usage: bench/lm_peer_bench.py BUILD_DIR [BUILD_DIR...] [--python PYTHON] [--compile] [--no-handwritten]
+                              [--micros 8 32] [--accums 1 8] [--threads 1 2] [--updates 6] [--repeats 2]
 """
 import argparse
 import json
@@ -19,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bench_env import bigbatch_environment
+from bench_env import bigbatch_environment, libtorch_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
@@ -46,7 +50,9 @@ def bigbatch(build, workdir, micro, accum, threads, updates):
     return sum(r["items"] for r in steady) / seconds
 
 
-def python_peer(micro, accum, threads, updates):
+def python_peer(python, compiled, micro, accum, threads, updates):
+    """tokens/s of the steady updates, and the seconds of the two warm-up updates (with
+    torch.compile: its compilation, paid once per run)."""
     code = f"""
 import time, torch, sys
 sys.path.insert(0, {os.path.join(ROOT, 'tests', 'python')!r})
@@ -55,6 +61,8 @@ torch.set_num_threads({threads})
 torch.manual_seed(0)
 model = torch.nn.Sequential(GptTwin({SEQ}, {LAYERS}, {D}, {HEADS}))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
+if {compiled}:
+    model = torch.compile(model)
 data = torch.randint(0, 257, ({micro} * {accum} * {updates + 2}, {SEQ} + 1))
 row, times = 0, []
 for update in range({updates + 2}):
@@ -69,10 +77,11 @@ for update in range({updates + 2}):
     optimizer.step()
     optimizer.zero_grad()
     times.append(time.perf_counter() - start)
-print({micro} * {accum} * {SEQ} * {updates} / sum(times[2:]))
+print({micro} * {accum} * {SEQ} * {updates} / sum(times[2:]), sum(times[:2]))
 """
-    result = subprocess.run(["/usr/bin/python3", "-c", code], check=True, capture_output=True, text=True, env=ENV)
-    return float(result.stdout.strip().splitlines()[-1])
+    result = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True, env=ENV)
+    speed, warmup = result.stdout.strip().splitlines()[-1].split()
+    return float(speed), float(warmup)
 
 
 def handwritten(build, micro, accum, threads, updates):
@@ -99,39 +108,62 @@ def training_flops_per_token(vocab=257):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("build")
+    parser.add_argument("builds", nargs="+", help="bigbatch builds; the first is the one the ratios are of")
+    parser.add_argument("--python", default="/usr/bin/python3", help="the Python whose PyTorch is the peer")
+    parser.add_argument("--compile", action="store_true", help="torch.compile'd PyTorch as a peer too")
+    parser.add_argument("--no-handwritten", action="store_true", help="leave out the hand-written libtorch loop")
     parser.add_argument("--micros", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--accums", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--updates", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    builds = [os.path.abspath(b) for b in args.builds]
     workdir = tempfile.mkdtemp(prefix="lm_peer_")
     flops = training_flops_per_token()
-    print(f"model FLOPs per token (training): {flops / 1e6:.2f}M")
-    print("| micro | accum | threads | bigbatch tokens/s | hand-written libtorch | PyTorch-Python | "
-          "bigbatch / hand-written (min-max) | bigbatch / Python (min-max) | bigbatch MFU (GEMM ceiling) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True).stdout.strip()
+    names = [f"bigbatch {libtorch_version(b)}" for b in builds] + [f"PyTorch {torch_version} eager"]
+    if args.compile:
+        names.append(f"PyTorch {torch_version} compiled")
+    if not args.no_handwritten:
+        names.append("hand-written")
+    ours, others = names[0], names[1:]
+    print(f"model FLOPs per token (training): {flops / 1e6:.2f}M; PyTorch {torch_version} ({args.python}); "
+          f"ratios are {ours}'s tokens/s over each other side's, median of repeats (min-max)")
+    print("| micro | accum | threads | " + " | ".join(f"{k} tokens/s" for k in names) + " | " +
+          " | ".join(f"/ {k}" for k in others) + f" | {ours} MFU (GEMM ceiling) |")
+    print("|---:|---:|---:|" + "---:|" * (len(names) + len(others) + 1))
     for threads in args.threads:
-        ceiling = gemm_gflops(args.build, threads)
+        ceiling = gemm_gflops(builds[0], threads)
         for micro in args.micros:
             for accum in args.accums:
-                ours, loops, theirs = [], [], []
+                speeds = {name: [] for name in names}
+                warmups = []
+                launch = [lambda b=b: bigbatch(b, workdir, micro, accum, threads, args.updates) for b in builds]
+                launch.append(lambda: python_peer(args.python, False, micro, accum, threads, args.updates)[0])
+                if args.compile:
+                    def compiled():
+                        speed, warmup = python_peer(args.python, True, micro, accum, threads, args.updates)
+                        warmups.append(warmup)
+                        return speed
+                    launch.append(compiled)
+                if not args.no_handwritten:
+                    launch.append(lambda: handwritten(builds[0], micro, accum, threads, args.updates))
                 for repeat in range(args.repeats):
                     # Rotate which side runs first: this machine drifts over minutes.
-                    sides = [lambda: ours.append(bigbatch(args.build, workdir, micro, accum, threads, args.updates)),
-                             lambda: loops.append(handwritten(args.build, micro, accum, threads, args.updates)),
-                             lambda: theirs.append(python_peer(micro, accum, threads, args.updates))]
-                    for i in range(3):
-                        sides[(i + repeat) % 3]()
-                to_loop = [a / b for a, b in zip(ours, loops)]
-                to_python = [a / b for a, b in zip(ours, theirs)]
-                mfu = statistics.median(ours) * flops / (ceiling * 1e9)
-                print(f"| {micro} | {accum} | {threads} | {statistics.median(ours):.0f} | "
-                      f"{statistics.median(loops):.0f} | {statistics.median(theirs):.0f} | "
-                      f"{statistics.median(to_loop):.2f}x ({min(to_loop):.2f}-{max(to_loop):.2f}) | "
-                      f"{statistics.median(to_python):.2f}x ({min(to_python):.2f}-{max(to_python):.2f}) | "
-                      f"{100 * mfu:.0f}% ({ceiling:.0f} GFLOP/s) |", flush=True)
+                    order = list(range(len(names)))
+                    for i in order[repeat % len(order):] + order[:repeat % len(order)]:
+                        speeds[names[i]].append(launch[i]())
+                    print("raw: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in speeds.items()) +
+                          (f"; compiled warm-up {warmups[-1]:.1f} s" if warmups else ""), file=sys.stderr, flush=True)
+                ratios = {k: [a / b for a, b in zip(speeds[ours], speeds[k])] for k in others}
+                mfu = statistics.median(speeds[ours]) * flops / (ceiling * 1e9)
+                print(f"| {micro} | {accum} | {threads} | " +
+                      " | ".join(f"{statistics.median(speeds[k]):.0f}" for k in names) + " | " +
+                      " | ".join(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})" for r in ratios.values()) +
+                      f" | {100 * mfu:.0f}% ({ceiling:.0f} GFLOP/s) |" +
+                      (f" compile {statistics.median(warmups):.0f} s" if warmups else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,13 @@ With --in-process it instead runs bench/engine_overhead.cpp over the same cells:
 hand-written loop and bigbatch's engine alternating in blocks inside one process, which resolves
 the engine's own overhead (a few percent) far below this machine's run-to-run noise.
 
-Usage: bench/peer_bench.py BUILD_DIR [--repeats 3] [--threads 1 2] [--models mlp cnn cnn-bn]
+Several builds (Debian's libtorch 1.13 and a PyTorch 2.x wheel's) are sides of their own,
+beside PyTorch in Python (--python: the interpreter of the PyTorch to measure) eager and, with
+--compile, torch.compile'd (its compilation falls in the warm-up updates, which no side counts;
+the raw lines give its seconds).
+
+Usage: bench/peer_bench.py BUILD_DIR [BUILD_DIR...] [--python PYTHON] [--compile] [--no-handwritten]
+                           [--repeats 3] [--threads 1 2] [--models mlp cnn cnn-bn]
                            [--micros 16 64 256] [--accums 1 8] [--in-process]
 """
 import argparse
@@ -27,7 +33,7 @@ import statistics
 import subprocess
 import tempfile
 
-from bench_env import bigbatch_environment
+from bench_env import bigbatch_environment, libtorch_version
 
 TARGET_SAMPLES = {"mlp": 40000, "cnn": 6000, "cnn-bn": 5000}
 ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
@@ -93,7 +99,10 @@ def in_process(build, args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("build")
+    parser.add_argument("builds", nargs="+", help="bigbatch builds; the first is the one the ratios are of")
+    parser.add_argument("--python", default="/usr/bin/python3", help="the Python whose PyTorch is the peer")
+    parser.add_argument("--compile", action="store_true", help="torch.compile'd PyTorch as a peer too")
+    parser.add_argument("--no-handwritten", action="store_true", help="leave out the hand-written libtorch loop")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn", "cnn-bn"])
@@ -102,16 +111,17 @@ def main():
     parser.add_argument("--in-process", action="store_true",
                         help="engine against the hand-written loop inside one process (bench/engine_overhead)")
     args = parser.parse_args()
-    build = os.path.abspath(args.build)
-    handwritten = os.path.join(build, "bench", "handwritten_loop")
+    builds = [os.path.abspath(b) for b in args.builds]
+    handwritten = os.path.join(builds[0], "bench", "handwritten_loop")
     python_peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "pytorch_loop.py")
     workdir = tempfile.mkdtemp(prefix="bigbatch_peer_bench_")
-    torch_version = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; libtorch/PyTorch {torch_version}; "
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; PyTorch {torch_version} ({args.python}); "
+          f"bigbatch builds: {', '.join(f'{b} (libtorch {libtorch_version(b)})' for b in builds)}; "
           f"OPENBLAS_CORETYPE={ENV.get('OPENBLAS_CORETYPE', '(OpenBLAS chooses)')} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
     if args.in_process:
-        in_process(build, args)
+        in_process(builds[0], args)
         return
     ceilings = {}
     for threads in args.threads:
@@ -124,6 +134,13 @@ def main():
         print(f"raw: GEMM 2048^3, {threads} thread(s): fp32 {ceilings[threads]:.1f} GFLOP/s, "
               f"bf16 {bf16:.1f} GFLOP/s")
 
+    # The sides: every bigbatch build, PyTorch eager (and compiled), the hand-written loop.
+    names = [f"bigbatch {libtorch_version(b)}" for b in builds] + [f"PyTorch {torch_version} eager"]
+    if args.compile:
+        names.append(f"PyTorch {torch_version} compiled")
+    if not args.no_handwritten:
+        names.append("hand-written")
+    ours, others = names[0], names[1:]
     rows = []
     tag = 0
     for threads in args.threads:
@@ -131,54 +148,53 @@ def main():
             for micro in args.micros:
                 for accum in args.accums:
                     updates = max(5, TARGET_SAMPLES[model] // (micro * accum))
-                    runs = {"bigbatch": [], "python": [], "handwritten": []}
+                    runs = {name: [] for name in names}
                     common = ["--model", model, "--micro", str(micro), "--accum", str(accum), "--threads",
                               str(threads), "--updates", str(updates)]
                     for repeat in range(args.repeats):
                         tag += 1
-                        launch = {
-                            "bigbatch": lambda: bigbatch(build, workdir, model, micro, accum, threads, updates,
-                                                         f"run{tag}"),
-                            "python": lambda: peer(["/usr/bin/python3", python_peer, *common]),
-                            "handwritten": lambda: peer([handwritten, *common]),
-                        }
-                        # The order rotates, so no engine always runs first (or right after another).
-                        names = list(launch)
-                        for name in names[repeat % 3:] + names[:repeat % 3]:
-                            runs[name].append(launch[name]())
+                        launch = [lambda b=b: bigbatch(b, workdir, model, micro, accum, threads, updates,
+                                                       f"run{tag}-{os.path.basename(b)}") for b in builds]
+                        launch.append(lambda: peer([args.python, python_peer, *common]))
+                        if args.compile:
+                            launch.append(lambda: peer([args.python, python_peer, *common, "--compile"]))
+                        if not args.no_handwritten:
+                            launch.append(lambda: peer([handwritten, *common]))
+                        # The order rotates, so no side always runs first (or right after another).
+                        order = list(range(len(names)))
+                        order = order[repeat % len(order):] + order[:repeat % len(order)]
+                        for i in order:
+                            runs[names[i]].append(launch[i]())
                         print(f"raw: {model} micro {micro} x{accum} {threads}t repeat {repeat}: " +
                               ", ".join(f"{k} {v[-1]['samples_per_s']:.0f} samples/s "
-                                        f"+{v[-1]['rss_growth'] / 2**20:.1f} MiB" for k, v in runs.items()),
+                                        f"+{v[-1]['rss_growth'] / 2**20:.1f} MiB" +
+                                        (f" (warm-up {v[-1]['warmup_s']:.1f} s)" if "warmup_s" in v[-1] else "")
+                                        for k, v in runs.items()),
                               flush=True)
                     med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.items()}
                     memory = {k: statistics.median(r["rss_growth"] for r in v) / 2**20 for k, v in runs.items()}
                     speeds = {k: [r["samples_per_s"] for r in v] for k, v in runs.items()}
-                    # Each repeat's three runs follow one another: their ratio cancels the machine's
+                    # Each repeat's runs follow one another: their ratio cancels the machine's
                     # slower drifts, so the median of per-repeat ratios is the steadier figure.
-                    paired = {k: [b / p for b, p in zip(speeds["bigbatch"], speeds[k])]
-                              for k in ("python", "handwritten")}
+                    paired = {k: [b / p for b, p in zip(speeds[ours], speeds[k])] for k in others}
                     # The same pairs by their median update time: the typical update, not moved by
                     # the streaks of slow updates this machine has at random moments.
                     typical = {k: [p["update_ms_median"] / b["update_ms_median"]
-                                   for b, p in zip(runs["bigbatch"], runs[k])]
-                               for k in ("python", "handwritten")}
-                    mfu = med["bigbatch"] * flops_per_sample(model) / (ceilings[threads] * 1e9)
+                                   for b, p in zip(runs[ours], runs[k])] for k in others}
+                    mfu = med[ours] * flops_per_sample(model) / (ceilings[threads] * 1e9)
                     rows.append((model, micro, accum, threads, med, speeds, paired, typical, mfu, memory))
 
-    print("\n| model | micro | accum | threads | bigbatch samples/s (min-max) | updates/s | Python | hand-written | "
-          "bigbatch / Python: median of repeats (min-max) | bigbatch / hand-written: median of repeats (min-max) | "
-          "by median update: / Python, / hand-written | "
-          "of GEMM ceiling | training RSS growth MiB: bigbatch / Python / hand-written |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"\nRatios are {ours}'s speed over each other side's: median of repeats (min-max), then by median update.")
+    print("\n| model | micro | accum | threads | " + " | ".join(f"{k} samples/s" for k in names) + " | " +
+          " | ".join(f"/ {k}" for k in others) + f" | {ours} of GEMM ceiling | training RSS growth MiB: " +
+          " / ".join(names) + " |")
+    print("|---|---:|---:|---:|" + "---:|" * (len(names) + len(others) + 2))
     for model, micro, accum, threads, med, speeds, paired, typical, mfu, memory in rows:
-        b = speeds["bigbatch"]
-        ratios = {k: f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" for k, v in paired.items()}
-        by_update = {k: f"{statistics.median(v):.2f}x" for k, v in typical.items()}
-        print(f"| {model} | {micro} | {accum} | {threads} | {med['bigbatch']:.0f} ({min(b):.0f}-{max(b):.0f}) | "
-              f"{med['bigbatch'] / (micro * accum):.1f} | {med['python']:.0f} | {med['handwritten']:.0f} | "
-              f"{ratios['python']} | {ratios['handwritten']} | {by_update['python']}, {by_update['handwritten']} | "
-              f"{100 * mfu:.0f}% | {memory['bigbatch']:.0f} / {memory['python']:.0f} / "
-              f"{memory['handwritten']:.0f} |")
+        cells = [f"{med[k]:.0f} ({min(speeds[k]):.0f}-{max(speeds[k]):.0f})" for k in names]
+        ratios = [f"{statistics.median(paired[k]):.2f}x ({min(paired[k]):.2f}-{max(paired[k]):.2f}), "
+                  f"{statistics.median(typical[k]):.2f}x" for k in others]
+        print(f"| {model} | {micro} | {accum} | {threads} | " + " | ".join(cells + ratios) +
+              f" | {100 * mfu:.0f}% | " + " / ".join(f"{memory[k]:.0f}" for k in names) + " |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # Prepares, on this Debian machine, what bench/gpu_check.sh needs on a GPU machine that has no
 # package registries (issue 19): the Debian packages of the libraries bigbatch builds with
 # besides libtorch (unpacked, not installed: CLI11, toml++, nlohmann-json, zlib, minizip,
-# SentencePiece, GoogleTest) and the data its checks train on (Fashion-MNIST, fortunes).
+# SentencePiece, GoogleTest, and Gloo's headers, which a PyTorch wheel's libtorch needs for data
+# parallelism and does not ship: docs/dependencies.md) and the data its checks train on
+# (Fashion-MNIST, fortunes).
 # Writes .gpu-bundle/ (about 40 MB, git-ignored); the device tool carries it with the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,7 @@ mkdir -p "$bundle/debs" "$bundle/root" "$bundle/data"
 packages=(
   libcli11-dev libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev
   zlib1g-dev zlib1g libminizip-dev libminizip1 libsentencepiece-dev libsentencepiece0
-  libgtest-dev
+  libgtest-dev libgloo-dev
 )
 (cd "$bundle/debs" && apt-get download -q "${packages[@]}")
 for deb in "$bundle"/debs/*.deb; do

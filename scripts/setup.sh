@@ -1,21 +1,50 @@
 #!/usr/bin/env bash
 # Sets bigbatch up on a fresh Debian 12 machine: installs the Debian packages it needs (only
-# those missing) and builds it in Release into build/. Safe to run again: it then only
-# rebuilds what changed.
+# those missing) and builds it in Release. Safe to run again: it then only rebuilds what changed.
+#
+#   scripts/setup.sh                    Debian's libtorch 1.13 (CPU), into build/
+#   scripts/setup.sh --pytorch PYTHON   the libtorch inside the PyTorch 2.x that PYTHON imports
+#                                       (CUDA where that PyTorch has it), into build-pytorch-VERSION/
+#   scripts/setup.sh --pytorch 2.15.0   that PyTorch from pip, in a virtual environment cached
+#                                       outside the checkout (~/.cache/bigbatch/pytorch-2.15.0),
+#                                       into build-pytorch-2.15.0/
+#
+# Why each package and which libtorch is the default: docs/dependencies.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Why each package is here: docs/dependencies.md.
+usage() {
+  echo "usage: scripts/setup.sh [--pytorch PYTHON|VERSION]" >&2
+  exit 2
+}
+pytorch=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pytorch)
+      [ $# -ge 2 ] && [ -n "$2" ] || usage
+      pytorch=$2
+      shift 2
+      ;;
+    *) usage ;;
+  esac
+done
+
+# The libraries bigbatch builds with whichever libtorch it uses, its data and its test tools.
 packages=(
   build-essential cmake ninja-build ccache clang libclang-rt-14-dev
-  libtorch-dev libgloo-dev libopenblas0-openmp libblas-dev
+  libgloo-dev libopenblas0-openmp libblas-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev zlib1g-dev libminizip-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev
   dataset-fashion-mnist fortunes
-  python3-torch python3-numpy
+  python3-numpy
   chromium python3-pil
 )
+if [ -z "$pytorch" ]; then
+  packages+=(libtorch-dev python3-torch)  # Debian's libtorch, and its Python twin for the oracles
+elif [[ "$pytorch" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
+  packages+=(python3-venv)
+fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -34,6 +63,42 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build
-echo "setup: built build/bigbatch"
+if [ -z "$pytorch" ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build
+  echo "setup: built build/bigbatch"
+  exit 0
+fi
+
+# A PyTorch version: pip installs it (with numpy, which the tests use) into a virtual
+# environment of its own, outside the checkout, made once and reused.
+python=$pytorch
+if [[ "$pytorch" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
+  venv=${XDG_CACHE_HOME:-$HOME/.cache}/bigbatch/pytorch-$pytorch
+  # .complete is written last, so an interrupted install is made again, never half-used.
+  if [ ! -f "$venv/.complete" ]; then
+    echo "setup: installing PyTorch $pytorch with pip into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "torch==$pytorch" numpy pillow
+    touch "$venv/.complete"
+  fi
+  python=$venv/bin/python
+fi
+if ! command -v "$python" >/dev/null; then
+  echo "setup: error: --pytorch $pytorch is neither a PyTorch version (like 2.15.0) nor a Python interpreter" >&2
+  exit 2
+fi
+python=$(command -v "$python")
+if ! facts=$("$python" -c 'import torch; print(torch.__version__.split("+")[0]); print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  echo "setup: error: $python cannot import torch; install PyTorch for it (pip install torch) or pass --pytorch VERSION" >&2
+  exit 2
+fi
+version=$(sed -n 1p <<<"$facts")
+prefix=$(sed -n 2p <<<"$facts")
+build=build-pytorch-$version
+# The tests' Python is this one, whose PyTorch matches the libtorch linked (tests/CMakeLists.txt).
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+  -DBIGBATCH_TEST_PYTHON="$python"
+cmake --build "$build"
+echo "setup: built $build/bigbatch against PyTorch $version ($python)"

@@ -64,6 +64,8 @@ def main():
     p.add_argument("--data", choices=["fashion", "random"], default="fashion")
     p.add_argument("--torchscript", help="train this scripted module (torch.jit.load) instead of --model")
     p.add_argument("--no-jit-optimize", action="store_true", help="the graph executor's optimisation off")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (PyTorch 2.x; inductor's C++/OpenMP kernels on the CPU)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -71,6 +73,8 @@ def main():
         torch._C._jit_set_graph_executor_optimize(False)
     net = torch.jit.load(a.torchscript) if a.torchscript else make(a.model)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    if a.compile:
+        net = torch.compile(net)  # compiled on the first update (inside the warm-up, timed apart)
     if a.data == "random":
         inputs, labels = torch.randn(60000, 1, 28, 28), torch.randint(0, 10, (60000,))
     else:
@@ -96,8 +100,10 @@ def main():
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     rss_setup = status_bytes("VmRSS")
+    warmup_start = time.perf_counter()
     for _ in range(3):
         update()
+    warmup_seconds = time.perf_counter() - warmup_start
     # Each update's duration too: its median is not moved by the machine's slow streaks.
     durations = []
     start = time.perf_counter()
@@ -108,6 +114,7 @@ def main():
     seconds = time.perf_counter() - start
     print(json.dumps({"samples_per_s": a.updates * a.accum * a.micro / seconds, "updates_per_s": a.updates / seconds,
                       "update_ms_median": 1e3 * statistics.median_high(durations),
+                      "warmup_s": warmup_seconds,  # the first 3 updates: torch.compile's compilation
                       "rss_setup_bytes": rss_setup,
                       "rss_peak_bytes": status_bytes("VmHWM")}))
 

@@ -6,7 +6,7 @@ cnn, Fashion-MNIST normalised the same way, 256 = 32 x 8 with the standard accum
 epoch. Stops at the first epoch whose test accuracy reaches --target. Prints JSON per epoch.
 Benchmarks only; never part of the product.
 
-Usage: pytorch_train.py --threads 2 --target 0.9 [--seed 42]
+Usage: pytorch_train.py --threads 2 --target 0.9 [--seed 42] [--compile]
 """
 import argparse
 import json
@@ -24,6 +24,7 @@ def main():
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)  # initialisation and shuffling
@@ -35,6 +36,8 @@ def main():
     nn = torch.nn
     net = make("cnn")
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    if a.compile:
+        net = torch.compile(net)  # compiled during the first updates, inside the timed training
     micro, accum = 32, 8
     n = train_x.shape[0]
     updates_per_epoch = math.ceil(n / (micro * accum))

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include "core/text.h"
 
@@ -30,6 +31,11 @@ using CollectiveBackend = c10d::Backend;
 #else
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
+
+// A parameter's gradient accumulator, whose post-hook says its gradient is complete: held by a
+// std::shared_ptr in libtorch 1.13 and by a c10::intrusive_ptr in newer ones (2.15).
+using GradAccumulator =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
 // The window's totals travel at the end of the last bucket, the last to be launched: by then
 // this rank's pre-reduction gradient norm is complete too (WindowTotals::pre_reduction_norm_scale).
@@ -356,9 +362,9 @@ class CollectiveReducer final : public GradientReducer {
 #endif
   std::vector<at::Tensor> buckets_;
   std::vector<int64_t> parameters_in_bucket_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // hooks live as long as these
-  bool armed_ = false;            // inside a window's last backward pass
-  std::vector<int64_t> pending_;  // parameters per bucket still to become final
+  std::vector<GradAccumulator> accumulators_;  // hooks live as long as these
+  bool armed_ = false;                         // inside a window's last backward pass
+  std::vector<int64_t> pending_;               // parameters per bucket still to become final
   size_t next_launch_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;

@@ -136,7 +136,7 @@ class BenchmarkCommandsTest(unittest.TestCase):
             path = os.path.join(ROOT, script)
             self.assertTrue(os.path.exists(path), script)
             if script not in helps:
-                result = subprocess.run(["/usr/bin/python3", path, "--help"], capture_output=True, text=True,
+                result = subprocess.run([sys.executable, path, "--help"], capture_output=True, text=True,
                                         timeout=120)
                 self.assertEqual(result.returncode, 0, script + "\n" + result.stderr)
                 helps[script] = result.stdout + result.stderr
@@ -153,7 +153,7 @@ class YourModelDocTest(DocTestCase):
         write_module = os.path.join(self.dir, "write_module.py")
         with open(write_module, "w") as f:
             f.write(python[0])
-        subprocess.run(["/usr/bin/python3", write_module], cwd=self.dir, check=True)
+        subprocess.run([sys.executable, write_module], cwd=self.dir, check=True)
         for line in shell[0].strip().splitlines():
             words = shlex.split(line)
             self.assertEqual(words[0], "bigbatch")
@@ -173,7 +173,7 @@ class YourModelDocTest(DocTestCase):
         with open(use_results, "w") as f:
             f.write(python[0] + "\n" + python[1])  # the class, then its use
         env = dict(os.environ, PYTHONPATH=os.path.join(self.dir, "stand_in"))
-        result = subprocess.run(["/usr/bin/python3", use_results], cwd=self.dir, env=env, capture_output=True,
+        result = subprocess.run([sys.executable, use_results], cwd=self.dir, env=env, capture_output=True,
                                 text=True)
         self.assertEqual(result.returncode, 0, result.stderr)
 
@@ -224,7 +224,7 @@ with torch.no_grad():
         script = os.path.join(self.dir, "check.py")
         with open(script, "w") as f:
             f.write(check)
-        checked = subprocess.run(["/usr/bin/python3", script], capture_output=True, text=True, timeout=300)
+        checked = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
         self.assertEqual(checked.returncode, 0, checked.stderr)
         with open(os.path.join(run, "metrics.jsonl")) as f:
             test_accuracy = [json.loads(line) for line in f if "test_accuracy" in line][-1]["test_accuracy"]
