@@ -40,7 +40,7 @@ if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
     "use PyTorch 2.7 or newer (its wheels use the C++11 ABI) or a 'cxx11-abi' libtorch")
 endif()
 
-# libtorch 2.12 and newer require C++20 through their target's compile features. Build the whole
+# libtorch 2.15 (not yet 2.11) requires C++20 through its target's compile features. Build the whole
 # project in the standard libtorch needs, and refuse a standard set by hand that is older.
 get_target_property(bigbatch_torch_features torch INTERFACE_COMPILE_FEATURES)
 get_target_property(bigbatch_torch_options torch INTERFACE_COMPILE_OPTIONS)
