@@ -8,6 +8,7 @@ side of a benchmark: the peers get the same BLAS kernels and OpenMP wait policy 
 """
 import ctypes
 import os
+import subprocess
 
 # OpenBLAS's fallbacks when it does not know the CPU (runtime_env.cpp: is_generic_core).
 GENERIC_CORES = {"Prescott", "Core2", "Nehalem", "Penryn", "Dunnington", "Katmai", "Coppermine",
@@ -60,3 +61,20 @@ def libtorch_version(build):
         torch_dir = next(line.split("=", 1)[1].strip() for line in f if line.startswith("Torch_DIR:"))
     with open(os.path.join(torch_dir, "TorchConfigVersion.cmake")) as f:
         return next(line.split('"')[1] for line in f if "PACKAGE_VERSION " in line)
+
+
+def python_torch_version(python):
+    """The PyTorch version a Python interpreter imports."""
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def side_names(builds, torch_version, compiled, handwritten):
+    """A comparison's sides in order: every bigbatch build (named by its libtorch), PyTorch in
+    Python eager, then torch.compile'd and the hand-written libtorch loop where asked for."""
+    names = [f"bigbatch {libtorch_version(b)}" for b in builds] + [f"PyTorch {torch_version} eager"]
+    if compiled:
+        names.append(f"PyTorch {torch_version} compiled")
+    if handwritten:
+        names.append("hand-written")
+    return names

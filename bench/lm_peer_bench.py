@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bench_env import bigbatch_environment, libtorch_version
+from bench_env import bigbatch_environment, python_torch_version, side_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
@@ -121,13 +121,8 @@ def main():
     builds = [os.path.abspath(b) for b in args.builds]
     workdir = tempfile.mkdtemp(prefix="lm_peer_")
     flops = training_flops_per_token()
-    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip()
-    names = [f"bigbatch {libtorch_version(b)}" for b in builds] + [f"PyTorch {torch_version} eager"]
-    if args.compile:
-        names.append(f"PyTorch {torch_version} compiled")
-    if not args.no_handwritten:
-        names.append("hand-written")
+    torch_version = python_torch_version(args.python)
+    names = side_names(builds, torch_version, args.compile, not args.no_handwritten)
     ours, others = names[0], names[1:]
     print(f"model FLOPs per token (training): {flops / 1e6:.2f}M; PyTorch {torch_version} ({args.python}); "
           f"ratios are {ours}'s tokens/s over each other side's, median of repeats (min-max)")

@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import tempfile
 
-from bench_env import bigbatch_environment, libtorch_version
+from bench_env import bigbatch_environment, libtorch_version, python_torch_version, side_names
 
 TARGET_SAMPLES = {"mlp": 40000, "cnn": 6000, "cnn-bn": 5000}
 ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
@@ -115,8 +115,7 @@ def main():
     handwritten = os.path.join(builds[0], "bench", "handwritten_loop")
     python_peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "pytorch_loop.py")
     workdir = tempfile.mkdtemp(prefix="bigbatch_peer_bench_")
-    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip()
+    torch_version = python_torch_version(args.python)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; PyTorch {torch_version} ({args.python}); "
           f"bigbatch builds: {', '.join(f'{b} (libtorch {libtorch_version(b)})' for b in builds)}; "
           f"OPENBLAS_CORETYPE={ENV.get('OPENBLAS_CORETYPE', '(OpenBLAS chooses)')} OMP_WAIT_POLICY={ENV['OMP_WAIT_POLICY']}")
@@ -135,11 +134,7 @@ def main():
               f"bf16 {bf16:.1f} GFLOP/s")
 
     # The sides: every bigbatch build, PyTorch eager (and compiled), the hand-written loop.
-    names = [f"bigbatch {libtorch_version(b)}" for b in builds] + [f"PyTorch {torch_version} eager"]
-    if args.compile:
-        names.append(f"PyTorch {torch_version} compiled")
-    if not args.no_handwritten:
-        names.append("hand-written")
+    names = side_names(builds, torch_version, args.compile, not args.no_handwritten)
     ours, others = names[0], names[1:]
     rows = []
     tag = 0

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from bench_env import bigbatch_environment, libtorch_version
+from bench_env import bigbatch_environment, libtorch_version, python_torch_version
 
 ENV = bigbatch_environment()  # the same BLAS kernels and OpenMP policy on every side
 
@@ -64,8 +64,7 @@ def main():
     builds = [os.path.abspath(b) for b in a.builds]
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "pytorch_train.py")
     workdir = tempfile.mkdtemp(prefix="bigbatch_tta_")
-    torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip()
+    torch_version = python_torch_version(a.python)
     print(f"target {a.target:.0%} test accuracy, {a.threads} thread(s), seeds {a.seeds}")
     sides = {f"bigbatch {libtorch_version(b)}": lambda seed, b=b: bigbatch(
         os.path.join(b, "bigbatch"), workdir, a.target, a.threads, seed, f"seed{seed}-{os.path.basename(b)}")
