@@ -58,5 +58,10 @@ if(BIGBATCH_WHEEL_LIB_DIRS)
   foreach(dir IN LISTS BIGBATCH_WHEEL_LIB_DIRS)
     add_link_options("LINKER:-rpath-link,${dir}")
   endforeach()
+  # PyTorch 2.11's libtorch.so exports copies of libstdc++'s std::filesystem functions, built
+  # in by its own toolchain; a program's calls bound to them crashed (remove_all jumped to
+  # address 0). Naming libstdc++ first among the libraries the program needs makes the
+  # program's std:: calls find the real ones, whatever a libtorch exports.
+  add_link_options("SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
   message(STATUS "bigbatch: linked with the CUDA, NCCL and cuDNN libraries of the PyTorch wheel (${BIGBATCH_TORCH_SITE}/nvidia)")
 endif()
