@@ -154,30 +154,6 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, in
   }
   return run;
 }
-}  // namespace
-
-BatchPlan plan_for_ramp_step(int64_t global_batch, int64_t micro, int64_t world) {
-  BatchRequest request;
-  request.global_batch_size = global_batch;
-  request.micro_batch_size = micro;
-  request.world_size = world;
-  try {
-    return BatchPlan::resolve(request);
-  } catch (const Error& e) {
-    throw Error(e.kind(),
-                "--global-batch-schedule step " + std::to_string(global_batch) + ": " + e.what(),
-                e.hint());
-  }
-}
-
-double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t global_batch) {
-  BB_INTERNAL_ASSERT(run.ramp.has_value(), "ramp_learning_rate needs a batch ramp");
-  const double position = double(samples_seen) / double(run.ramp->reference_batch);
-  return run.schedule.lr_at_position(position) *
-         scale_lr(1.0, run.ramp->reference_batch, global_batch, run.schedule.config().scaling);
-}
-
-namespace {
 
 // The plan, the run's length and its rates (everything but the evaluation interval).
 ResolvedRun resolve_batches_and_rates(const TrainConfig& config, int64_t dataset_size,
@@ -237,6 +213,20 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
         std::max<int64_t>(1, config.eval_every.to_updates(run.plan, run.epoch));
   }
   return run;
+}
+
+std::unique_ptr<RunSchedule> make_run_schedule(const ResolvedRun& run) {
+  const RunBounds bounds{run.epochs, run.total_updates};
+  if (run.ramp) {
+    return std::make_unique<RampSchedule>(run.plan, run.epoch, run.schedule, bounds,
+                                          run.ramp->batches, run.ramp->reference_batch);
+  }
+  if (run.adascale) {
+    return std::make_unique<AdaScaleSchedule>(run.plan, run.epoch, run.schedule, bounds,
+                                              run.adascale->reference_batch,
+                                              run.adascale->scale_invariant_total);
+  }
+  return std::make_unique<FixedSchedule>(run.plan, run.epoch, run.schedule, bounds);
 }
 
 }  // namespace bigbatch

@@ -6,12 +6,14 @@
 //   ResolvedRun run = resolve_run(config, /*dataset_size=*/60000, /*world_size=*/1);
 //   double lr = run.schedule.lr_at(step);
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "batching/batch_plan.h"
 #include "config/train_config.h"
 #include "schedule/batch_schedule.h"
 #include "schedule/lr_schedule.h"
+#include "schedule/run_schedule.h"
 
 namespace bigbatch {
 
@@ -53,13 +55,8 @@ struct ResolvedRun {
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
                         double items_per_sample = 0);
 
-// A ramp step's plan: `global_batch` cut into micro-batches of `micro` over `world` ranks
-// (accumulation derived). Errors name the --global-batch-schedule step.
-BatchPlan plan_for_ramp_step(int64_t global_batch, int64_t micro, int64_t world);
-
-// The rate of a ramp's update that starts after `samples_seen` samples at `global_batch`: the
-// scaling rule from the reference batch to `global_batch`, times the schedule's curve at
-// samples_seen / reference_batch.
-double ramp_learning_rate(const ResolvedRun& run, int64_t samples_seen, int64_t global_batch);
+// The regime that runs this resolution (schedule/run_schedule.h): a batch ramp, AdaScale or one
+// fixed global batch, starting from `plan` and `epoch`.
+std::unique_ptr<RunSchedule> make_run_schedule(const ResolvedRun& run);
 
 }  // namespace bigbatch

@@ -212,12 +212,8 @@ UpdateStats AccumulationEngine::finish_gradients() {
   return stats;
 }
 
-UpdateStats AccumulationEngine::update(
-    const std::function<double(const UpdateStats&)>& rate_for,
-    const std::function<bool(const UpdateStats&)>& is_loss_spike) {
+UpdateStats AccumulationEngine::update(double lr) {
   UpdateStats stats = finish_gradients();
-  stats.loss_spike = !stats.non_finite && is_loss_spike && is_loss_spike(stats);
-  const double lr = rate_for(stats);
   if (stats.skipped()) {
     discard();
   } else {

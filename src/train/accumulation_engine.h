@@ -114,16 +114,10 @@ class AccumulationEngine {
   WindowState window_state() const;
   void restore_window(const WindowState& state, const std::vector<torch::Tensor>& gradients);
 
-  // finish_gradients(), then apply() at the rate `rate_for` picks from the update's statistics
-  // (AdaScale's gain needs them; it is asked for skipped updates too, whose rate is logged) —
-  // or discard() when the update is skipped: its loss or gradient is not finite, or
-  // `is_loss_spike` (if given) calls its finite loss a spike (stats/loss_spikes.h). One bad
-  // window must not poison the weights or the momentum.
-  UpdateStats update(const std::function<double(const UpdateStats&)>& rate_for,
-                     const std::function<bool(const UpdateStats&)>& is_loss_spike = {});
-  UpdateStats update(double lr) {
-    return update([lr](const UpdateStats&) { return lr; });
-  }
+  // finish_gradients(), then apply() at `lr`, or discard() when the loss or the gradient is
+  // not finite: one bad window must not poison the weights or the momentum. (train_step
+  // does the same steps with a loss-spike verdict and a rate from the run schedule between.)
+  UpdateStats update(double lr);
 
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 

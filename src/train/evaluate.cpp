@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -76,6 +78,43 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
   for (const auto& [module, training] : modes)
     module->train(training);
   return result;
+}
+
+nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool tokens) {
+  nlohmann::json record = {{prefix + "_loss", r.loss}};
+  if (r.has_accuracy)  // a module with its own loss has no predictions to score
+    record[prefix + "_accuracy"] = r.accuracy;
+  if (r.is_regression)
+    record[prefix + "_rmse"] = r.rmse;
+  if (tokens) {
+    record[prefix + "_perplexity"] = std::exp(r.loss);
+    if (r.has_bits_per_byte)  // text whose bytes are known (not token files)
+      record[prefix + "_bpb"] = r.bits_per_byte;
+  }
+  return record;
+}
+
+nlohmann::json HeldOutEvaluation::figures(int64_t step, torch::nn::Sequential& model,
+                                          const DatasetSplits& data, int64_t batch_size,
+                                          Precision precision) {
+  if (evaluated_step_ == step)
+    return evaluated_;
+  // Tests: a signal that arrives while the model is evaluated, at a known moment.
+  if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
+    std::raise(std::atoi(raise_signal));
+  const bool tokens = data.train.is_tokens();
+  nlohmann::json figures = nlohmann::json::object();
+  if (data.validation.size() > 0) {
+    last_validation_ = evaluate(model, data.validation, batch_size, precision);
+    figures.update(eval_record("val", last_validation_, tokens));
+  }
+  if (data.test.size() > 0) {  // text corpora have no test split
+    last_test_ = evaluate(model, data.test, batch_size, precision);
+    figures.update(eval_record("test", last_test_, tokens));
+  }
+  evaluated_step_ = step;
+  evaluated_ = figures;
+  return figures;
 }
 
 }  // namespace bigbatch

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "data/dataset.h"
 #include "train/precision.h"
@@ -43,5 +45,25 @@ inline int64_t evaluation_rows(const TensorDataset& data) {
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision = Precision::Fp32);
+
+// A split's figures as the records name them: "val_loss", "test_accuracy", "val_rmse",
+// "val_perplexity", "val_bpb" (`tokens`: token rows).
+nlohmann::json eval_record(const std::string& prefix, const EvalResult& result, bool tokens);
+
+// The held-out splits' figures for an epoch's or an interval's record, evaluated at most once
+// per step: the evaluation of an interval whose target stops the run is its epoch's record too.
+class HeldOutEvaluation {
+ public:
+  nlohmann::json figures(int64_t step, torch::nn::Sequential& model, const DatasetSplits& data,
+                         int64_t batch_size, Precision precision);
+  const EvalResult& last_test() const { return last_test_; }
+  const EvalResult& last_validation() const { return last_validation_; }
+
+ private:
+  int64_t evaluated_step_ = -1;  // the step last evaluated, and its figures
+  nlohmann::json evaluated_;
+  EvalResult last_test_;
+  EvalResult last_validation_;
+};
 
 }  // namespace bigbatch

@@ -11,9 +11,7 @@
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
-#include "report/plan_report.h"
 #include "runtime/runtime_env.h"
-#include "schedule/adascale.h"
 #include "stats/loss_spikes.h"
 #include "train/device.h"
 #include "train/run_setup.h"
@@ -28,96 +26,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-nlohmann::json eval_record(const std::string& prefix, const EvalResult& r, bool tokens) {
-  nlohmann::json record = {{prefix + "_loss", r.loss}};
-  if (r.has_accuracy)  // a module with its own loss has no predictions to score
-    record[prefix + "_accuracy"] = r.accuracy;
-  if (r.is_regression)
-    record[prefix + "_rmse"] = r.rmse;
-  if (tokens) {
-    record[prefix + "_perplexity"] = std::exp(r.loss);
-    if (r.has_bits_per_byte)  // text whose bytes are known (not token files)
-      record[prefix + "_bpb"] = r.bits_per_byte;
-  }
-  return record;
-}
-
 }  // namespace
-
-// --- Checkpointer -------------------------------------------------------------------------
-
-Checkpointer::Checkpointer(TrainingRun& run)
-    : run_(run),
-      cadence_(run.config.checkpoint_every.empty() ? Cadence{}
-                                                   : Cadence::parse(run.config.checkpoint_every)),
-      last_step_(run.at.step),
-      last_time_(Clock::now()),
-      last_clean_step_(run.resuming && run.at.bad_in_a_row == 0 ? run.at.step : -1) {
-  if (cadence_.amount) {
-    cadence_updates_ =
-        std::max<int64_t>(1, cadence_.amount->to_updates(run.resolved.plan, run.resolved.epoch));
-  }
-}
-
-// While updates are being skipped, checkpoints wait for the next applied one: should the run
-// diverge, its newest checkpoint is then one from before the trouble.
-bool Checkpointer::due() const {
-  if (run_.at.bad_in_a_row > 0)
-    return false;
-  if (cadence_updates_ > 0 && run_.at.step - last_step_ >= cadence_updates_)
-    return true;
-  return cadence_.seconds > 0 && seconds_since(last_time_) >= cadence_.seconds;
-}
-
-bool Checkpointer::due_inside_window() const {
-  return run_.at.bad_in_a_row == 0 && cadence_.micro_steps > 0 &&
-         micro_steps_since_ >= cadence_.micro_steps;
-}
-
-// A checkpoint's metrics lines reach the file before it does: a run killed after it resumes
-// with every line up to it.
-void Checkpointer::flush_metrics() {
-  if (run_.metrics) {
-    run_.metrics->flush();
-    run_.at.metrics_bytes = run_.metrics->flushed_bytes();
-  }
-}
-
-void Checkpointer::write() {
-  flush_metrics();
-  if (run_.job.is_main()) {
-    write_checkpoint(run_.run_dir, run_.at, run_.identity, *run_.model, *run_.optimizer,
-                     run_.config.keep_checkpoints, plan_json(run_.resolved));
-  }
-  last_step_ = run_.at.step;
-  last_time_ = Clock::now();
-  micro_steps_since_ = 0;
-  note_written();
-}
-
-void Checkpointer::note_written() {
-  last_clean_step_ = run_.at.bad_in_a_row == 0 ? run_.at.step : -1;
-}
-
-// Only a single process checkpoints inside a window (ranks meet at update boundaries only).
-void Checkpointer::write_inside_window() {
-  flush_metrics();
-  PartialWindow window{run_.resolved.plan.micro_batch_size,
-                       run_.job.world_size,
-                       run_.config.micro_batch_tokens,
-                       run_.engine->window_state(),
-                       {}};
-  for (const auto& p : run_.model->parameters())
-    window.gradients.push_back(p.grad());
-  if (run_.window_bn)
-    run_.window_bn->suspend();  // the checkpoint holds the running statistics, not the window's
-  write_checkpoint(run_.run_dir, run_.at, run_.identity, *run_.model, *run_.optimizer,
-                   run_.config.keep_checkpoints, plan_json(run_.resolved), &window);
-  if (run_.window_bn)
-    run_.window_bn->resume();
-  micro_steps_since_ = 0;
-  note_written();
-}
 
 // --- FitLoop: the epochs ----------------------------------------------------------------------
 
@@ -144,11 +53,11 @@ void FitLoop::run() {
                          {"tensor_bytes", memory_counters().current_bytes},
                          {"rss_bytes", current_rss_bytes()}});
   }
-  while (at.epoch < run_.resolved.epochs && !run_complete()) {
+  while (!run_.schedule->complete(at)) {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (!epoch_used_up() && !run_complete() && !stop && !target_reached_)
+    while (!epoch_used_up() && !run_.schedule->complete(at) && !stop && !target_reached_)
       stop = run_update(order);
     if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
@@ -168,43 +77,24 @@ void FitLoop::run() {
   finish();
 }
 
-// The run's length: --epochs and --max-updates, or AdaScale's scale-invariant updates.
-bool FitLoop::run_complete() const {
-  const TrainingProgress& at = run_.at;
-  const ResolvedRun& resolved = run_.resolved;
-  if (resolved.adascale) {
-    return at.scale_invariant_step >= double(resolved.adascale->scale_invariant_total) - 1e-9 ||
-           at.step >= resolved.total_updates;
-  }
-  return at.step >= resolved.total_updates;
-}
-
-// The global batch of the next update: the plan's, or the ramp's at the current position.
-int64_t FitLoop::next_global_batch() const {
-  const TrainingProgress& at = run_.at;
-  return run_.resolved.ramp
-             ? run_.resolved.ramp->batches.global_batch_at(
-                   {at.samples_seen, at.epoch, at.position_in_epoch}, run_.data.train.size())
-             : run_.resolved.plan.global_batch_size;
-}
-
 // Whether the epoch's order has no window left (under --last-window drop, none that the next
 // update's batch fills).
 bool FitLoop::epoch_used_up() const {
   const int64_t rest = run_.data.train.size() - run_.at.position_in_epoch;
-  return rest == 0 || (run_.config.last_window == LastWindow::Drop && rest < next_global_batch());
+  return rest == 0 || (run_.config.last_window == LastWindow::Drop &&
+                       rest < run_.schedule->global_batch_at(run_.at));
 }
 
 // --- One update -------------------------------------------------------------------------------
 
 bool FitLoop::run_update(const std::vector<int64_t>& order) {
   TrainingProgress& at = run_.at;
-  if (run_.resolved.ramp)
-    follow_batch_schedule();
+  if (const auto change = run_.schedule->plan_update(at))
+    announce_batch_change(*change);
   const auto update_start = Clock::now();
   const int64_t calls_before = run_.reducer->calls();
   const UpdateWindow window =
-      window_at(run_.resolved.plan, run_.data.train.size(), run_.config.last_window,
+      window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
                 at.position_in_epoch, run_.job.rank);
   const StepRequest request = step_request(order, window);
   reset_peak_memory();
@@ -212,7 +102,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   try {
     if (!assembler_) {
       assembler_ =
-          std::make_unique<BatchAssembler>(run_.data.train, run_.resolved.plan.micro_batch_size,
+          std::make_unique<BatchAssembler>(run_.data.train, run_.schedule->plan().micro_batch_size,
                                            /*background=*/run_.config.prefetch,
                                            /*pinned=*/run_.device.is_cuda());
     }
@@ -265,12 +155,12 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
   request.first_micro_step = run_.at.micro_step;
   request.window_bn = run_.window_bn.get();
   request.noise = &noise_;
-  request.rate = [this](const UpdateStats& stats) { return rate_for(stats); };
+  request.schedule = run_.schedule.get();
+  request.at = &run_.at;
   request.stop_requested = [this] { return interrupts_.requested(); };
-  request.micro_batch_tokens = run_.config.micro_batch_tokens;
-  request.is_loss_spike = [this](const UpdateStats& stats) {
-    return is_loss_spike(run_.at.recent_losses, stats.loss(), run_.config.spike_factor);
-  };
+  request.micro_batch_tokens = run_.schedule->micro_batch_tokens();
+  request.recent_losses = &run_.at.recent_losses;
+  request.spike_factor = run_.config.spike_factor;
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
     checkpoints_.note_micro_step();
@@ -287,39 +177,17 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
   return request;
 }
 
-UpdateRate FitLoop::rate_for(const UpdateStats& stats) const {
-  const ResolvedRun& resolved = run_.resolved;
-  const TrainingProgress& at = run_.at;
-  UpdateRate rate;
-  if (resolved.adascale) {
-    // AdaScale's gain from the averages that now include this update's gradients.
-    if (noise_.state().samples > 0) {
-      rate.gain =
-          adascale_gain(double(stats.counts.items), double(resolved.adascale->reference_batch),
-                        noise_.trace(), noise_.gradient_sq())
-              .gain;
-    }
-    rate.lr = rate.gain * resolved.schedule.lr_at(static_cast<int64_t>(at.scale_invariant_step));
-  } else if (resolved.ramp) {
-    rate.lr = ramp_learning_rate(resolved, at.samples_seen, resolved.plan.global_batch_size);
-  } else {
-    rate.lr = resolved.schedule.lr_at(at.step);
-  }
-  return rate;
-}
-
 void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, double seconds) {
   TrainingProgress& at = run_.at;
   const UpdateStats& stats = step.stats;
-  if (run_.resolved.adascale && !stats.skipped())
-    at.scale_invariant_step += step.rate.gain;
+  run_.schedule->count(at, step.rate, /*applied=*/!stats.skipped());
   at.noise = noise_.state();
   at.micro_step = 0;
   at.train_seconds += seconds;
   ++at.step;
   ++at.update_in_epoch;
   at.position_in_epoch += window.size;
-  at.global_batch = run_.resolved.plan.global_batch_size;
+  at.global_batch = run_.schedule->plan().global_batch_size;
   // A skipped update consumed its samples but taught nothing: the epoch's training loss and
   // accuracy are those of the updates that were applied.
   at.samples_seen += stats.counts.samples;
@@ -332,18 +200,7 @@ void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, d
   }
   ++at.skipped_updates;
   ++at.bad_in_a_row;
-  std::string why;
-  if (stats.loss_spike) {
-    const double median = recent_loss_median(at.recent_losses);
-    why = "loss " + format_loss(stats.loss()) + " is " +
-          format_significant(stats.loss() / median, 3) + "x the median of the last " +
-          std::to_string(at.recent_losses.size()) + " applied updates (" + format_loss(median) +
-          ")";
-  } else {
-    why = std::string(std::isfinite(stats.loss()) ? "gradient" : "loss") + " is not finite";
-  }
-  console_.say("warning: update " + std::to_string(at.step) + " skipped: " + why + " (" +
-               std::to_string(at.bad_in_a_row) + " in a row)");
+  tell(skipped_update_event(at, stats.loss(), stats.loss_spike));
 }
 
 void FitLoop::check_divergence() {
@@ -358,59 +215,26 @@ void FitLoop::check_divergence() {
   // it is kept, to resume from. Otherwise the weights as they stand (no skipped update touched
   // them) are written.
   const int64_t clean = checkpoints_.last_clean_step();
-  const bool kept = clean >= 0 && clean + 1 < first_bad;
-  const int64_t bad_in_a_row = at.bad_in_a_row;
-  const int64_t resume_step = kept ? clean : at.step;
-  if (!kept) {
+  Divergence divergence;
+  divergence.step = at.step;
+  divergence.samples_seen = at.samples_seen;
+  divergence.bad_in_a_row = at.bad_in_a_row;
+  divergence.kept = clean >= 0 && clean + 1 < first_bad;
+  divergence.had_checkpoint = clean >= 0;
+  divergence.resume_step = divergence.kept ? clean : at.step;
+  divergence.spike_factor = run_.config.spike_factor;
+  divergence.clipping = run_.config.clip_norm > 0;
+  divergence.run_dir = run_.run_dir;
+  divergence.schedule = &run_.schedule->lr_schedule();
+  if (!divergence.kept) {
     // Resuming it is a decision to go on from these weights (with a lower rate): the guard
     // then judges the resumed run by its own losses, not by the streak that stopped this one.
     run_.at.bad_in_a_row = 0;
     run_.at.recent_losses.clear();
     checkpoints_.write();
   }
-  // Said in the metrics too, so a sweep's summary can tell a diverged cell from a stopped one.
-  if (run_.metrics) {  // rank 0's
-    run_.metrics->write({{"event", "diverged"},
-                         {"step", at.step},
-                         {"samples_seen", at.samples_seen},
-                         {"bad_updates_in_a_row", bad_in_a_row},
-                         {"checkpoint_step", resume_step}});
-  }
-  // What helps, in this run's numbers: the rate that diverged and how it was reached.
-  const LrSchedule& schedule = run_.resolved.schedule;
-  const LrScheduleConfig& lr = schedule.config();
-  const double lower = lr.base_lr / 4;
-  std::string fix =
-      "lower the peak rate (" + format_significant(schedule.peak_lr()) +
-      (lr.reference_batch != lr.global_batch
-           ? ": --lr " + format_significant(lr.base_lr) + " scaled " + to_string(lr.scaling) +
-                 " from " + std::to_string(lr.reference_batch) + " to " +
-                 std::to_string(lr.global_batch)
-           : std::string()) +
-      "), e.g. --lr " + format_significant(lower) +
-      (lr.scaling == LrScaling::Linear ? " or --lr-scaling sqrt" : "") +
-      "; warm up longer (--warmup, now " + std::to_string(lr.warmup_updates) + " updates)";
-  if (run_.config.clip_norm <= 0)
-    fix += "; clip gradients (--clip-norm 1)";
-  fix += ". Then 'bigbatch train --resume " + run_.run_dir + " --lr " + format_significant(lower) +
-         "' continues from update " + std::to_string(resume_step) +
-         (kept ? "" : " (whose loss had already risen: a new run is the safer fix)");
-  const std::string what =
-      std::to_string(bad_in_a_row) + " updates in a row were skipped (" +
-      std::to_string(first_bad) + " to " + std::to_string(at.step) + ": " +
-      (run_.config.spike_factor > 0
-           ? "a non-finite loss or gradient, or a loss over " +
-                 format_significant(run_.config.spike_factor) + "x the recent median"
-           : std::string("a non-finite loss or gradient")) +
-      "); " +
-      (kept ? "the newest checkpoint, at update " + std::to_string(resume_step) +
-                  ", is from before them and is kept"
-            : std::string(clean >= 0 ? "the newest checkpoint holds weights whose loss had "
-                                       "already risen"
-                                     : "no checkpoint came before them") +
-                  ", so the weights before update " + std::to_string(first_bad) +
-                  " (untouched by the skipped ones) are checkpointed");
-  throw Error(ErrorKind::Diverged, what, fix);
+  tell(diverged_event(divergence));
+  throw divergence_error(divergence);
 }
 
 // Out of memory inside a window (a budget lowered on resume, fragmentation, a larger sample):
@@ -419,13 +243,13 @@ void FitLoop::check_divergence() {
 // (except BatchNorm's statistics, which follow the micro-batch).
 void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
   TrainingProgress& at = run_.at;
-  BatchPlan& plan = run_.resolved.plan;
+  RunSchedule& schedule = *run_.schedule;
   at.micro_step = 0;
   // What the failed window held is free again; a GPU's allocator gives its cache back too, so
   // the smaller micro-batch starts from what is really in use.
   release_cached_memory();
   const std::string what = short_out_of_memory_message(oom.what_without_backtrace());
-  const int64_t from = plan.micro_batch_size;
+  const int64_t from = schedule.plan().micro_batch_size;
   if (run_.job.world_size > 1) {
     throw Error(ErrorKind::Memory,
                 "rank " + std::to_string(run_.job.rank) + " ran out of memory at micro-batch " +
@@ -433,7 +257,7 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                 "lower --micro-batch or raise --memory-budget (ranks do not back off together "
                 "yet)");
   }
-  if (run_.config.micro_batch_tokens > 0) {
+  if (run_.schedule->micro_batch_tokens() > 0) {
     back_off_tokens(what);
     return;
   }
@@ -451,45 +275,19 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
                     "'s normalisation batch to " + std::to_string(to),
                 "raise --memory-budget, or start with --micro-batch " + std::to_string(to));
   }
-  plan = plan.with_micro_batch(to);
-  run_.resolved.epoch = plan_epoch(plan, run_.data.train.size(), run_.config.last_window,
-                                   run_.resolved.epoch.items_per_sample);
+  schedule.set_micro_batch(to);
+  const BatchPlan& plan = schedule.plan();
   assembler_.reset();  // the next window allocates the smaller buffer
   prepare_for_training(run_.model, run_.config, plan.accumulation_steps);  // BatchNorm momentum
   ++at.oom_backoffs;
-  console_.say("warning: out of memory in update " + std::to_string(at.step + 1) +
-               " at micro-batch " + std::to_string(from) + " (" + what + "); backing off to " +
-               plan.describe() +
-               ": the same global batch, the window replayed from its first "
-               "sample");
-  if (batch_norm) {
-    console_.say("warning: " + run_.config.model + " now normalises over micro-batches of " +
-                 std::to_string(to) + " instead of " + std::to_string(from) +
-                 ", which changes its updates (use cnn-gn to be independent of the micro-batch)");
-  }
-  record_back_off({{"micro_batch_from", from},
-                   {"micro_batch", to},
-                   {"accumulation_steps", plan.accumulation_steps}},
-                  what);
-}
-
-// The oom_backoff line: the update it happened in (updates done), what changed, the error.
-void FitLoop::record_back_off(nlohmann::json changed, const std::string& what) {
-  if (!run_.metrics)
-    return;
-  changed["event"] = "oom_backoff";
-  changed["step"] = run_.at.step;
-  changed["global_batch"] = run_.resolved.plan.global_batch_size;
-  changed["error"] = what;
-  run_.metrics->write(changed);
+  tell(micro_batch_back_off_event(at, what, from, plan, batch_norm ? run_.config.model : ""));
 }
 
 // Under --micro-batch-tokens the window is cut by padded tokens, so the budget is what halves:
 // the same samples replayed in smaller micro-batches (the plan, the whole window, stays).
 void FitLoop::back_off_tokens(const std::string& what) {
   TrainingProgress& at = run_.at;
-  int64_t& budget = run_.config.micro_batch_tokens;
-  const int64_t from = budget;
+  const int64_t from = run_.schedule->micro_batch_tokens();
   // Below one row of --seq-len the budget stops grouping rows of full length, which is what
   // runs out: the floor is that row.
   const int64_t row = run_.data.train.width();
@@ -500,47 +298,29 @@ void FitLoop::back_off_tokens(const std::string& what) {
                     ")",
                 "raise --memory-budget, lower --seq-len, or train a smaller model");
   }
-  budget = std::max(row, from / 2);
+  const int64_t budget = std::max(row, from / 2);
+  run_.schedule->set_micro_batch_tokens(budget);
   ++at.oom_backoffs;
-  console_.say("warning: out of memory in update " + std::to_string(at.step + 1) + " at " +
-               std::to_string(from) + " padded tokens per micro-batch (" + what +
-               "); backing off to " + std::to_string(budget) +
-               ": the same window, replayed from its first sample in smaller micro-batches");
-  record_back_off({{"micro_batch_tokens_from", from}, {"micro_batch_tokens", budget}}, what);
+  tell(token_back_off_event(at, what, run_.schedule->plan().global_batch_size, from, budget));
 }
 
-// --global-batch-schedule: at the first update boundary past a threshold, the next step's plan
-// — the same micro-batch (after any back-off), accumulation re-derived, BatchNorm's momentum
-// recomputed. A window resumed from a checkpoint began under the batch that the same position
-// selects, so it continues unchanged.
-void FitLoop::follow_batch_schedule() {
-  const int64_t global = next_global_batch();
-  ResolvedRun& resolved = run_.resolved;
-  if (global == resolved.plan.global_batch_size)
-    return;
+// A ramp's switch of global batch, made by the schedule at this update boundary: BatchNorm's
+// momentum follows the new accumulation steps.
+void FitLoop::announce_batch_change(const BatchChange& change) {
   const TrainingProgress& at = run_.at;
-  const int64_t from = resolved.plan.global_batch_size;
-  resolved.plan = plan_for_ramp_step(global, resolved.plan.micro_batch_size, run_.job.world_size);
-  resolved.epoch = plan_epoch(resolved.plan, run_.data.train.size(), run_.config.last_window,
-                              resolved.epoch.items_per_sample);
-  prepare_for_training(run_.model, run_.config, resolved.plan.accumulation_steps);
-  const double next_lr = ramp_learning_rate(resolved, at.samples_seen, global);
-  console_.say("global batch " + std::to_string(from) + " -> " + resolved.plan.describe() +
-               " at update " + std::to_string(at.step + 1) + " (" +
-               std::to_string(at.samples_seen) + " samples seen); lr now " +
-               format_significant(next_lr, 4));
-  if (run_.metrics && at.step + 1 != run_.update_already_logged) {
-    // Keyed by the first update at the new batch. A run resumed from a checkpoint taken before
-    // it drops the line and writes it again; one resumed from inside that update's window kept
-    // it (it was written before the checkpoint) and announces it on stderr only.
-    run_.metrics->write({{"event", "batch_change"},
-                         {"step", at.step + 1},
-                         {"samples_seen", at.samples_seen},
-                         {"global_batch_from", from},
-                         {"global_batch", global},
-                         {"accumulation_steps", resolved.plan.accumulation_steps},
-                         {"lr", next_lr}});
-  }
+  prepare_for_training(run_.model, run_.config, change.plan.accumulation_steps);
+  RunEvent event = batch_change_event(change, at.step + 1, at.samples_seen);
+  // Keyed by the first update at the new batch. A run resumed from a checkpoint taken before it
+  // drops the line and writes it again; one resumed from inside that update's window kept it
+  // (it was written before the checkpoint) and announces it on stderr only.
+  if (at.step + 1 == run_.update_already_logged)
+    event.record = nullptr;
+  tell(event);
+}
+
+void FitLoop::tell(const RunEvent& event) {
+  for (auto& observer : observers_)
+    observer->on_event(run_, event);
 }
 
 // --- Epoch ends -------------------------------------------------------------------------------
@@ -569,7 +349,7 @@ void FitLoop::record_epoch(bool ends_inside) {
       {"train_seconds", at.train_seconds},
       {"peak_bytes", epoch_peak_bytes_},
       {"rss_peak_bytes", peak_rss_bytes()},
-      {"micro_batch", run_.resolved.plan.micro_batch_size},
+      {"micro_batch", run_.schedule->plan().micro_batch_size},
       {"oom_backoffs", at.oom_backoffs},
       {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
   // The estimate's range within two standard errors (high null: unbounded) and the run's
@@ -587,7 +367,7 @@ void FitLoop::record_epoch(bool ends_inside) {
     record["train_rmse"] =
         std::sqrt(counts.loss_sum / double(counts.items * run_.data.train.outputs()));
   if (ends_inside)
-    record["partial_epoch"] = epoch_progress(run_);
+    record["partial_epoch"] = run_.schedule->epoch_progress(run_.at);
   evaluate_into(record, /*interval=*/false);
 }
 
@@ -607,35 +387,18 @@ void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
   check_target(record);
 }
 
+// Under a budget, evaluation runs at the training micro-batch, which inference (no saved
+// activations, no gradients) always fits; under a token budget (after any back-off), at as many
+// full rows as it holds.
 nlohmann::json FitLoop::evaluate_splits() {
-  if (evaluated_step_ == run_.at.step)
-    return evaluated_;  // an interval's, whose target stopped the run: its epoch's record
-  // Tests: a signal that arrives while the model is evaluated, at a known moment.
-  if (const char* raise_signal = std::getenv("BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS"))
-    std::raise(std::atoi(raise_signal));
-  // Under a budget, evaluation runs at the training micro-batch, which inference (no saved
-  // activations, no gradients) always fits; under a token budget (after any back-off), at as
-  // many full rows as it holds.
-  const bool tokens = run_.data.train.is_tokens();
-  const int64_t eval_rows = evaluation_rows(run_.data.train);
-  int64_t training_rows = run_.resolved.plan.micro_batch_size;
-  if (tokens && run_.config.micro_batch_tokens > 0) {
-    training_rows = std::max<int64_t>(1, run_.config.micro_batch_tokens / run_.data.train.width());
-  }
+  const TensorDataset& train = run_.data.train;
+  const int64_t eval_rows = evaluation_rows(train);
+  int64_t training_rows = run_.schedule->plan().micro_batch_size;
+  if (const int64_t budget = run_.schedule->micro_batch_tokens(); train.is_tokens() && budget > 0)
+    training_rows = std::max<int64_t>(1, budget / train.width());
   const int64_t eval_batch =
       run_.config.memory_budget > 0 ? std::min(eval_rows, training_rows) : eval_rows;
-  nlohmann::json figures = nlohmann::json::object();
-  if (run_.data.validation.size() > 0) {
-    last_validation_ = evaluate(run_.model, run_.data.validation, eval_batch, run_.precision);
-    figures.update(eval_record("val", last_validation_, tokens));
-  }
-  if (run_.data.test.size() > 0) {  // text corpora have no test split
-    last_test_ = evaluate(run_.model, run_.data.test, eval_batch, run_.precision);
-    figures.update(eval_record("test", last_test_, tokens));
-  }
-  evaluated_step_ = run_.at.step;
-  evaluated_ = figures;
-  return figures;
+  return held_out_.figures(run_.at.step, run_.model, run_.data, eval_batch, run_.precision);
 }
 
 // Every eval_every_updates-th update, counted from the run's start (a resumed run keeps the
@@ -643,7 +406,8 @@ nlohmann::json FitLoop::evaluate_splits() {
 bool FitLoop::evaluation_due() const {
   const int64_t every = run_.resolved.eval_every_updates;
   // The run's end records (and evaluates) the epoch where it stops: not twice.
-  return every > 0 && run_.at.step % every == 0 && !epoch_used_up() && !run_complete();
+  return every > 0 && run_.at.step % every == 0 && !epoch_used_up() &&
+         !run_.schedule->complete(run_.at);
 }
 
 void FitLoop::evaluate_on_interval() {
@@ -651,7 +415,7 @@ void FitLoop::evaluate_on_interval() {
     const TrainingProgress& at = run_.at;
     nlohmann::json record = {{"event", "evaluation"},
                              {"step", at.step},
-                             {"epoch", double(at.epoch) + epoch_progress(run_)},
+                             {"epoch", double(at.epoch) + run_.schedule->epoch_progress(at)},
                              {"samples_seen", at.samples_seen},
                              {"train_seconds", at.train_seconds},
                              {"wall_s", seconds_since(train_start_)}};
@@ -680,28 +444,7 @@ void FitLoop::check_target(const nlohmann::json& record) {
   const double epochs = record.contains("partial_epoch")
                             ? double(at.epoch) + record["partial_epoch"].get<double>()
                             : record["epoch"].get<double>();
-  nlohmann::json event = {{"event", "target_reached"},
-                          {"step", at.step},
-                          {"epoch", epochs},
-                          {"samples_seen", at.samples_seen},
-                          {"tokens_seen", at.items_seen},
-                          {"train_seconds", at.train_seconds},
-                          {"metric", metric},
-                          {"value", value},
-                          {"target", target->value},
-                          {"condition", target->to_string()}};
-  if (target->metric == "accuracy")
-    event["accuracy"] = value;  // the field's name before --target generalised it
-  run_.metrics->write(event);
-  const bool percent = target->metric == "accuracy";
-  const std::string shown =
-      percent ? format_significant(100 * value) + "%" : format_significant(value);
-  const std::string goal =
-      percent ? format_significant(100 * target->value) + "%" : format_significant(target->value);
-  console_.say("target reached: " + metric + " " + shown + (target->at_least ? " >= " : " <= ") +
-               goal + " after " + std::to_string(at.step) + " updates, " +
-               std::to_string(at.samples_seen) + " samples, " + human_duration(at.train_seconds) +
-               " of training; stopping");
+  tell(target_reached_event(at, *target, metric, value, epochs));
 }
 
 void FitLoop::share_target_verdict() {
@@ -740,10 +483,8 @@ void FitLoop::finish() {
   // that record already written.
   if (at.update_in_epoch > 0 && at.recorded_epoch_step != at.step)
     record_epoch(/*ends_inside=*/true);
-  if (run_.resolved.adascale) {
-    console_.say(
-        describe_adascale_run(at.step, at.scale_invariant_step, run_.resolved.adascale->scale));
-  }
+  if (const std::string summary = run_.schedule->summary(at); !summary.empty())
+    console_.say(summary);
   // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
   // run can be extended later with more --epochs.
   // A signal during the last evaluation: the run stops as asked (130/143), from a checkpoint
@@ -757,9 +498,10 @@ void FitLoop::finish() {
     checkpoints_.write();
   if (const auto b_noise = noise_.summary()) {
     // A language model's mean, and so its noise scale, is over tokens: so is the batch here.
-    const double per_sample = run_.resolved.epoch.items_per_sample;
+    const double per_sample = run_.schedule->epoch().items_per_sample;
     const bool tokens = per_sample > 0;
-    const double batch = double(run_.resolved.plan.global_batch_size) * (tokens ? per_sample : 1);
+    const double batch =
+        double(run_.schedule->plan().global_batch_size) * (tokens ? per_sample : 1);
     console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
   } else if (noise_.state().samples == 0) {
     console_.say(

@@ -18,6 +18,7 @@
 #include "runtime/interrupts.h"
 #include "schedule/interval.h"
 #include "stats/gradient_noise.h"
+#include "train/checkpointer.h"
 #include "train/evaluate.h"
 #include "train/fit_observers.h"
 #include "train/train_step.h"
@@ -25,57 +26,27 @@
 
 namespace bigbatch {
 
-// --checkpoint-every: when the next checkpoint is due, and writing one at an update boundary
-// or inside a window (rank 0 writes; every rank keeps the cadence).
-class Checkpointer {
- public:
-  explicit Checkpointer(TrainingRun& run);
-  bool due() const;  // at an update boundary, by updates or seconds since the last one
-  bool due_inside_window() const;  // by micro-steps (--checkpoint-every Nmicro)
-  void note_micro_step() { ++micro_steps_since_; }
-  void write();                // at an update boundary
-  void write_inside_window();  // run.at.micro_step micro-steps into the next update
-  int64_t last_step() const { return last_step_; }
-  bool has_cadence() const { return cadence_.is_set(); }
-  // The step of the newest checkpoint (written by this process, or the one it resumed from)
-  // when it was written outside a streak of skipped updates; -1 when there is none, or the
-  // newest was written inside one (a signal or the run's end can stop a run there).
-  int64_t last_clean_step() const { return last_clean_step_; }
-
- private:
-  void flush_metrics();
-  void note_written();
-  TrainingRun& run_;
-  Cadence cadence_;
-  int64_t cadence_updates_ = 0;
-  int64_t last_step_ = 0;
-  std::chrono::steady_clock::time_point last_time_;
-  int64_t micro_steps_since_ = 0;
-  int64_t last_clean_step_ = -1;
-};
-
 class FitLoop {
  public:
   FitLoop(TrainingRun& run, Console& console);
   // Trains to the end of the run, writing metrics, progress and checkpoints on the way.
   void run();
-  const EvalResult& last_test() const { return last_test_; }
-  const EvalResult& last_validation() const { return last_validation_; }
+  const EvalResult& last_test() const { return held_out_.last_test(); }
+  const EvalResult& last_validation() const { return held_out_.last_validation(); }
 
  private:
   // One update of the epoch whose sample order is `order`; returns whether a stop was asked
   // for (by a signal on any rank).
   bool run_update(const std::vector<int64_t>& order);
   StepRequest step_request(const std::vector<int64_t>& order, const UpdateWindow& window);
-  // The rate of the update whose gradients are final, and AdaScale's gain in it.
-  UpdateRate rate_for(const UpdateStats& stats) const;
   // Advances run.at by a finished update.
   void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
   void back_off_tokens(const std::string& what);
-  void record_back_off(nlohmann::json changed, const std::string& what);
-  void follow_batch_schedule();
+  void announce_batch_change(const BatchChange& change);
+  // Tells every observer (metrics.jsonl, the terminal) of an event.
+  void tell(const RunEvent& event);
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
   void record_epoch(bool ends_inside);
   // --eval-every: whether this update ends an interval (and no epoch end evaluates it anyway),
@@ -91,8 +62,6 @@ class FitLoop {
   void start_next_epoch();
   void finish();
 
-  bool run_complete() const;
-  int64_t next_global_batch() const;
   bool epoch_used_up() const;
   [[noreturn]] void stop_after_update() const;
 
@@ -108,10 +77,7 @@ class FitLoop {
   std::chrono::steady_clock::time_point train_start_;
   int64_t epoch_peak_bytes_ = 0;
   bool target_reached_ = false;  // --target met at an epoch's end or an interval's evaluation
-  int64_t evaluated_step_ = -1;  // the step evaluate_splits() last evaluated, and its figures
-  nlohmann::json evaluated_;
-  EvalResult last_test_;
-  EvalResult last_validation_;
+  HeldOutEvaluation held_out_;
 };
 
 }  // namespace bigbatch

@@ -15,39 +15,6 @@ nlohmann::json optional_number(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-// The updates and epochs the progress display counts down to.
-struct RunLength {
-  int64_t updates_per_epoch = 0;
-  int64_t total_updates = 0;
-  int64_t epochs = 0;
-};
-
-RunLength expected_length(const TrainingRun& run) {
-  const ResolvedRun& resolved = run.resolved;
-  const TrainingProgress& at = run.at;
-  RunLength length{resolved.epoch.updates_per_epoch, resolved.total_updates, resolved.epochs};
-  if (resolved.ramp) {
-    // The batch changes inside epochs: what is left of this one, at the current batch.
-    const int64_t global = resolved.plan.global_batch_size;
-    length.updates_per_epoch =
-        at.update_in_epoch + (run.data.train.size() - at.position_in_epoch + global - 1) / global;
-  }
-  if (resolved.adascale) {
-    // The run ends at a scale-invariant count: its length in updates follows the mean gain so
-    // far.
-    const double mean_gain = std::max(1e-9, at.scale_invariant_step / double(at.step));
-    length.total_updates = std::min(
-        resolved.total_updates,
-        at.step + static_cast<int64_t>(
-                      std::ceil(std::max(0.0, double(resolved.adascale->scale_invariant_total) -
-                                                  at.scale_invariant_step) /
-                                mean_gain)));
-    length.epochs = (length.total_updates + resolved.epoch.updates_per_epoch - 1) /
-                    resolved.epoch.updates_per_epoch;
-  }
-  return length;
-}
-
 // " | test loss 0.3521 acc 87.52% | val loss 2.1034 bpb 3.0345": the held-out figures of an
 // epoch's or an interval's record (validation accuracy apart: it closes the line).
 std::string held_out_summary(const nlohmann::json& record) {
@@ -118,21 +85,15 @@ std::string evaluation_summary(const nlohmann::json& record) {
 
 }  // namespace
 
-double epoch_progress(const TrainingRun& run) {
-  const TrainingProgress& at = run.at;
-  return run.resolved.ramp
-             ? double(at.position_in_epoch) / double(run.data.train.size())
-             : double(at.update_in_epoch) / double(run.resolved.epoch.updates_per_epoch);
-}
-
 void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
   if (!run.metrics)
     return;
   const TrainingProgress& at = run.at;
   const UpdateStats& stats = update.step.stats;
-  const BatchPlan& plan = run.resolved.plan;
+  const RunSchedule& schedule = *run.schedule;
+  const BatchPlan& plan = schedule.plan();
   nlohmann::json record = {{"step", at.step},
-                           {"epoch", double(at.epoch) + epoch_progress(run)},
+                           {"epoch", double(at.epoch) + schedule.epoch_progress(at)},
                            {"samples_seen", at.samples_seen},
                            {"loss", stats.loss()},
                            {"lr", update.step.rate.lr},
@@ -152,7 +113,7 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
                            {"rss_peak_bytes", peak_rss_bytes()}};
   if (stats.loss_spike)
     record["loss_spike"] = true;  // skipped for its loss, not for a non-finite value
-  if (run.resolved.adascale) {
+  if (schedule.measures_gain()) {
     record["lr_gain"] = update.step.rate.gain;
     record["scale_invariant_step"] = at.scale_invariant_step;
   }
@@ -160,8 +121,8 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
     record["tokens_seen"] = at.items_seen;
     record["tokens_per_s"] = double(stats.counts.items) / update.seconds;
     record["padded_tokens"] = update.step.padded_tokens;
-    if (run.config.micro_batch_tokens > 0)  // the micro-batches' bound (after any back-off)
-      record["micro_batch_tokens"] = run.config.micro_batch_tokens;
+    if (schedule.micro_batch_tokens() > 0)  // the micro-batches' bound (after any back-off)
+      record["micro_batch_tokens"] = schedule.micro_batch_tokens();
   }
   run.metrics->write(record);
 }
@@ -177,13 +138,23 @@ void MetricsLog::on_evaluation(const TrainingRun& run, const EpochReport& evalua
   on_epoch(run, evaluation);  // a record like an epoch's, flushed at once
 }
 
+void MetricsLog::on_event(const TrainingRun& run, const RunEvent& event) {
+  if (run.metrics && !event.record.is_null())
+    run.metrics->write(event.record);
+}
+
 void ProgressDisplay::on_evaluation(const TrainingRun&, const EpochReport& evaluation) {
   console_.say(evaluation_summary(evaluation.record));
 }
 
+void ProgressDisplay::on_event(const TrainingRun&, const RunEvent& event) {
+  for (const auto& line : event.lines)
+    console_.say(line);
+}
+
 void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& update) {
   const TrainingProgress& at = run.at;
-  const RunLength length = expected_length(run);
+  const RunLength length = run.schedule->expected_length(at);
   ProgressState state;
   state.epoch = at.epoch + 1;
   state.epochs = length.epochs;
@@ -191,13 +162,13 @@ void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& upda
   state.updates_per_epoch = length.updates_per_epoch;
   state.step = at.step;
   state.total_updates = length.total_updates;
-  if (run.resolved.adascale)
+  if (run.schedule->measures_gain())
     state.lr_gain = update.step.rate.gain;
   state.loss = update.step.stats.loss();
   state.samples_per_s = double(at.samples_seen) / at.train_seconds;
   state.elapsed_s = at.train_seconds;
   state.memory_bytes = update.peak_bytes;
-  state.global_batch = run.resolved.plan.global_batch_size;
+  state.global_batch = run.schedule->plan().global_batch_size;
   state.noise_scale = update.noise_scale.value_or(0);
   console_.show(state);
 }

@@ -1,8 +1,8 @@
 #pragma once
-// What the fit loop tells after each update and each epoch, and who listens: metrics.jsonl
-// (MetricsLog) and the terminal (ProgressDisplay). Observers only report; what decides
-// (evaluation, stopping, checkpoints) stays in the loop, which calls them in order after it has
-// advanced the progress counters.
+// What the fit loop tells after each update, each epoch and each event, and who listens:
+// metrics.jsonl (MetricsLog) and the terminal (ProgressDisplay). Observers only report; what
+// decides (evaluation, stopping, checkpoints) stays in the loop, which calls them in order after it
+// has advanced the progress counters.
 //
 //   std::vector<std::unique_ptr<FitObserver>> observers;
 //   observers.push_back(std::make_unique<MetricsLog>());
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "report/run_events.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
 
@@ -40,11 +41,10 @@ class FitObserver {
   virtual void on_update(const TrainingRun& run, const UpdateReport& update) = 0;
   virtual void on_epoch(const TrainingRun& run, const EpochReport& epoch) = 0;
   virtual void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) = 0;
+  // Anything else the loop did (report/run_events.h): a skipped update, a batch switch, a
+  // back-off, a target reached, divergence.
+  virtual void on_event(const TrainingRun& run, const RunEvent& event) = 0;
 };
-
-// Fractional epochs done after the update just counted (run.at): by updates for a fixed plan,
-// by position under a ramp.
-double epoch_progress(const TrainingRun& run);
 
 // metrics.jsonl: a record per update, the epoch records (flushed at once: the epoch's numbers
 // are what a reader waits for). Rank 0 only.
@@ -53,6 +53,7 @@ class MetricsLog final : public FitObserver {
   void on_update(const TrainingRun& run, const UpdateReport& update) override;
   void on_epoch(const TrainingRun& run, const EpochReport& epoch) override;
   void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) override;
+  void on_event(const TrainingRun& run, const RunEvent& event) override;
 };
 
 // The progress bar or lines, and a summary line per epoch.
@@ -62,6 +63,7 @@ class ProgressDisplay final : public FitObserver {
   void on_update(const TrainingRun& run, const UpdateReport& update) override;
   void on_epoch(const TrainingRun& run, const EpochReport& epoch) override;
   void on_evaluation(const TrainingRun& run, const EpochReport& evaluation) override;
+  void on_event(const TrainingRun& run, const RunEvent& event) override;
 
  private:
   Console& console_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "batching/token_packing.h"
+#include "stats/loss_spikes.h"
 
 namespace bigbatch {
 
@@ -68,16 +69,25 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
     return result;
   if (request.stop_requested && request.stop_requested())
     engine.request_stop();
-  // The rate comes from the averages that now include this update's gradients (AdaScale).
-  // The noise sample is made of reduced values only, so every rank computes the same rate.
-  result.stats = engine.update(
-      [&](const UpdateStats& stats) {
-        if (request.noise)
-          feed_noise_scale(*request.noise, stats);
-        result.rate = request.rate ? request.rate(stats) : UpdateRate{};
-        return result.rate.lr;
-      },
-      request.is_loss_spike);
+  // Every value below is reduced over the ranks, so every rank judges and rates alike.
+  UpdateStats& stats = result.stats;
+  stats = engine.finish_gradients();
+  stats.loss_spike = !stats.non_finite && request.recent_losses &&
+                     is_loss_spike(*request.recent_losses, stats.loss(), request.spike_factor);
+  // The rate comes from the averages that now include this update's gradients (AdaScale); a
+  // skipped update's is asked for too, and logged.
+  if (request.noise)
+    feed_noise_scale(*request.noise, stats);
+  result.rate = request.schedule
+                    ? request.schedule->rate(*request.at, {stats.counts.items, request.noise})
+                    : UpdateRate{request.lr};
+  if (request.on_final_gradients)
+    request.on_final_gradients();
+  if (stats.skipped()) {
+    engine.discard();
+  } else {
+    engine.apply(result.rate.lr);
+  }
   if (request.window_bn)
     request.window_bn->end(/*applied=*/!result.stats.skipped());
   return result;
@@ -86,7 +96,7 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
 UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
                          const std::vector<int64_t>& order, const UpdateWindow& window, double lr) {
   StepRequest request{order, window};
-  request.rate = [lr](const UpdateStats&) { return UpdateRate{lr}; };
+  request.lr = lr;
   return train_step(engine, assembler, request).stats;
 }
 

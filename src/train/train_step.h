@@ -6,12 +6,14 @@
 //
 //   one update:  [window BatchNorm: statistics pass]
 //                micro-steps (forward, summed loss, backward into .grad, counts += )
-//                reduce (one collective: gradients + counts) -> mean gradient -> norm -> clip
-//                noise scale takes the update's two batch sizes -> rate (AdaScale's gain)
-//                optimizer step at that rate, or discard when not finite or a loss spike
+//                finish: reduce (one collective: gradients + counts) -> mean -> norm -> clip
+//                judge: not finite, or a loss spike against the recent applied losses
+//                rate: the noise scale takes the update's two batch sizes, then the run
+//                      schedule's rate (AdaScale's gain needs both)
+//                apply the optimizer step at that rate, or discard the window
 //
 //   StepRequest request{order, window};
-//   request.rate = [&](const UpdateStats&) { return UpdateRate{schedule.lr_at(step)}; };
+//   request.schedule = &schedule;  request.at = &at;   // or request.lr = 0.1
 //   StepResult result = train_step(engine, assembler, request);
 #include <cstdint>
 #include <functional>
@@ -19,17 +21,12 @@
 
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
+#include "schedule/run_schedule.h"
 #include "stats/gradient_noise.h"
 #include "train/accumulation_engine.h"
 #include "train/window_batch_norm.h"
 
 namespace bigbatch {
-
-// The rate an update is applied at, chosen once its gradients are final.
-struct UpdateRate {
-  double lr = 0;
-  double gain = 1;  // AdaScale's gain in the rate (1 under the other rules)
-};
 
 struct StepRequest {
   StepRequest(const std::vector<int64_t>& order_in, const UpdateWindow& window_in)
@@ -39,8 +36,11 @@ struct StepRequest {
   const UpdateWindow& window;         // this update's positions in it, this rank's share
   // Micro-steps already done (a window restored from a mid-window checkpoint).
   int64_t first_micro_step = 0;
-  // Called with the update's statistics after the noise scale has taken its sample.
-  std::function<UpdateRate(const UpdateStats&)> rate;
+  // The rate: the run schedule's at `at`, from the update's measured gradients; or, without a
+  // schedule, `lr` (the equivalence tests, verify, the benchmarks).
+  const RunSchedule* schedule = nullptr;
+  const TrainingProgress* at = nullptr;
+  double lr = 0;
   // Called after each micro-step with the count done and the window's count; returning false
   // leaves the window open (for a checkpoint) and train_step returns at once.
   MicroStepCallback after_micro_step;
@@ -52,9 +52,13 @@ struct StepRequest {
   std::function<bool()> stop_requested;
   WindowBatchNorm* window_bn = nullptr;  // --bn-mode window
   NoiseScaleTracker* noise = nullptr;    // the gradient noise scale, fed every measured update
-  // Whether a finite update is a loss spike, to be skipped like a non-finite one
-  // (stats/loss_spikes.h); none: every finite update is applied.
-  std::function<bool(const UpdateStats&)> is_loss_spike;
+  // A finite update whose loss is over `spike_factor` times the median of these recent
+  // applied losses is a loss spike, skipped like a non-finite one (stats/loss_spikes.h);
+  // none or a factor of 0: every finite update is applied.
+  const std::vector<double>* recent_losses = nullptr;
+  double spike_factor = 0;
+  // Called once the gradients are final, before the optimizer step (verify reads them).
+  std::function<void()> on_final_gradients;
 };
 
 struct StepResult {

@@ -407,21 +407,16 @@ void check_ranks_agree(GradientReducer& reducer, const std::function<RankDescrip
 
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
   const TrainConfig& config = r.config;
-  ResolvedRun& run = r.resolved;
+  RunSchedule& schedule = *r.schedule;
   TrainingProgress& at = r.at;
   at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &r.partial);
-  if (run.ramp && at.global_batch > 0 && at.global_batch != run.plan.global_batch_size) {
-    // The ramp's step of the last update done; the next update switches on from there.
-    run.plan = plan_for_ramp_step(at.global_batch, run.plan.micro_batch_size, r.job.world_size);
-    run.epoch =
-        plan_epoch(run.plan, r.data.train.size(), config.last_window, run.epoch.items_per_sample);
-    prepare_for_training(r.model, config, run.plan.accumulation_steps);
-  }
+  if (schedule.restore(at))
+    prepare_for_training(r.model, config, schedule.plan().accumulation_steps);
   console.say("resumed from " + config.resume + " at update " + std::to_string(at.step) +
               " (epoch " + std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
-              " samples seen); batch plan " + run.plan.describe());
+              " samples seen); batch plan " + schedule.plan().describe());
   const bool resumed_inside_window = at.micro_step > 0;
-  if (at.micro_step > 0 && (r.partial.micro_batch_size != run.plan.micro_batch_size ||
+  if (at.micro_step > 0 && (r.partial.micro_batch_size != schedule.plan().micro_batch_size ||
                             r.partial.world_size != r.job.world_size ||
                             r.partial.micro_batch_tokens != config.micro_batch_tokens)) {
     // The partial gradient belongs to another cut of the window: redo the window instead, on
@@ -434,7 +429,7 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
     at.micro_step = 0;
   }
   if (at.position_in_epoch < 0)  // a checkpoint from before positions were saved
-    at.position_in_epoch = at.update_in_epoch * run.plan.global_batch_size;
+    at.position_in_epoch = at.update_in_epoch * schedule.plan().global_batch_size;
   if (at.position_in_epoch > r.data.train.size()) {
     throw Error(ErrorKind::Format,
                 "checkpoint '" + config.resume + "' is at sample " +
@@ -442,37 +437,11 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
                     std::to_string(r.data.train.size()),
                 "resume with the dataset and --train-subset the run was started with");
   }
-  if (!run.ramp) {
-    // Under one global batch the counters follow from each other: every window of an epoch
-    // but its last is full, and an epoch has at most one more update than its full windows.
-    const int64_t global = run.plan.global_batch_size;
-    const int64_t most_per_epoch = (r.data.train.size() + global - 1) / global;
-    const auto refuse = [&](const std::string& what) {
-      throw Error(ErrorKind::Format, "checkpoint '" + config.resume + "' has " + what,
-                  "state.json was edited or damaged: resume from an earlier checkpoint");
-    };
-    // (A checkpoint written as a run diverges in an epoch's short last window stands at the
-    // epoch's end: its position is the dataset's size.)
-    if (at.update_in_epoch > most_per_epoch ||
-        at.position_in_epoch != std::min(at.update_in_epoch * global, r.data.train.size()))
-      refuse("progress.position_in_epoch " + std::to_string(at.position_in_epoch) +
-             " where update " + std::to_string(at.update_in_epoch) + " of an epoch of " +
-             std::to_string(most_per_epoch) + " updates of " + std::to_string(global) +
-             " samples starts");
-    if (!run.adascale && at.step > (at.epoch + 1) * most_per_epoch)
-      refuse("progress.step " + std::to_string(at.step) + " in epoch " +
-             std::to_string(at.epoch + 1) + ", more updates than epochs of " +
-             std::to_string(most_per_epoch) + " updates hold");
-    if (at.samples_seen > (at.epoch + 1) * r.data.train.size())
-      refuse("progress.samples_seen " + std::to_string(at.samples_seen) + " in epoch " +
-             std::to_string(at.epoch + 1) + ", more samples than epochs of " +
-             std::to_string(r.data.train.size()) + " hold");
+  if (const std::string wrong = schedule.inconsistency(at); !wrong.empty()) {
+    throw Error(ErrorKind::Format, "checkpoint '" + config.resume + "' has " + wrong,
+                "state.json was edited or damaged: resume from an earlier checkpoint");
   }
-  const bool nothing_left =
-      at.micro_step == 0 &&
-      (at.step >= run.total_updates || at.epoch >= run.epochs ||
-       (run.adascale &&
-        at.scale_invariant_step >= double(run.adascale->scale_invariant_total) - 1e-9));
+  const bool nothing_left = at.micro_step == 0 && schedule.complete(at);
   // The run's final weights belong to its newest history: with newer checkpoints abandoned,
   // they are not this resume's.
   if (nothing_left && !r.abandons_newer && path_exists(r.run_dir + "/weights.safetensors")) {
@@ -529,7 +498,7 @@ void tune_threads(TrainingRun& r, Console& console) {
     const int64_t rows =
         r.config.micro_batch_tokens > 0
             ? std::max<int64_t>(1, r.config.micro_batch_tokens / r.data.train.width())
-            : r.resolved.plan.micro_batch_size;
+            : r.schedule->plan().micro_batch_size;
     BatchAssembler probe_batch(r.data.train, rows);
     const ThreadChoice choice = measure_fastest_thread_count(
         r.model,
@@ -570,9 +539,16 @@ JobPlace read_job_place() {
   return job;
 }
 
+ResolvedRun TrainingRun::resolved_now() const {
+  ResolvedRun now = resolved;
+  now.plan = schedule->plan();
+  now.epoch = schedule->epoch();
+  return now;
+}
+
 void TrainingRun::write_description() const {
   atomic_write_file(run_dir + "/config.toml", render_toml_config(config));
-  atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved));
+  atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved_now()));
 }
 
 TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console,
@@ -628,6 +604,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   ResolvedRun resolved =
       resolve_run(resolved_config, data.train.size(), job.world_size, items_per_sample(data.train));
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
+  r.schedule = make_run_schedule(r.resolved);
+  r.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);
   TrainConfig& config = r.config;
   r.reducer = std::move(reducer);
   r.device = device;

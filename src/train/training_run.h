@@ -4,8 +4,9 @@
 // data, the resolved plan, the run directory, model, optimizer, reducer and engine, and the
 // progress to continue from (a fresh run's zeros, or a checkpoint's).
 //
-//   Console console(/*is_main=*/true, ProgressMode::Auto);
-//   TrainingRun run = set_up_training(config, console);
+//   const JobPlace job = read_job_place();
+//   Console console(job.is_main(), ProgressMode::Auto);
+//   TrainingRun run = set_up_training(config, job, console);
 //   FitLoop(run, console).run();
 #include <torch/torch.h>
 
@@ -24,6 +25,7 @@
 #include "dist/gradient_reducer.h"
 #include "report/metrics_writer.h"
 #include "report/progress.h"
+#include "schedule/run_schedule.h"
 #include "state/training_progress.h"
 #include "train/accumulation_engine.h"
 #include "train/custom_problem.h"
@@ -79,9 +81,12 @@ struct TrainingRun {
   TrainConfig config;
   JobPlace job;
   DatasetSplits data;
-  // The plan, schedule and length; its micro-batch may shrink (an out-of-memory back-off) and a
-  // ramp moves its global batch, so it is the fit loop's to change.
+  // The plan, schedule and length as resolved at start-up (what plan.txt describes first).
   ResolvedRun resolved;
+  // The batch regime from there (schedule/run_schedule.h): the plan in force, whose micro-batch
+  // may shrink (an out-of-memory back-off) and whose global batch a ramp moves, the rate of each
+  // update and the run's length.
+  std::unique_ptr<RunSchedule> schedule;
   std::string run_dir;
   bool resuming = false;
   // A resumed run that had already finished (its final weights written, nothing left to
@@ -112,6 +117,8 @@ struct TrainingRun {
   // The resolved --threads (measured when auto).
   int64_t threads = 1;
 
+  // The resolved run with the plan in force: what checkpoints and plan.txt describe.
+  ResolvedRun resolved_now() const;
   // Writes config.toml and plan.txt (rank 0).
   void write_description() const;
 };

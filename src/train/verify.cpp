@@ -65,10 +65,10 @@ void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assemble
                 WindowBatchNorm* window_bn) {
   StepRequest request(order, window);
   request.window_bn = window_bn;
-  request.rate = [&](const UpdateStats&) {
+  request.lr = lr;
+  request.on_final_gradients = [&] {
     for (const auto& p : side.model->parameters())
       side.gradients.push_back(p.grad().detach().clone());
-    return UpdateRate{lr};
   };
   train_step(engine, assembler, request);
   for (const auto& named : side.model->named_parameters())

@@ -13,7 +13,8 @@ import sys
 LAYERS = [
     ["core"],
     ["batching", "stats", "runtime", "memory"],
-    ["state", "schedule", "io"],
+    ["state", "io"],
+    ["schedule"],
     ["config"],
     ["data", "models", "dist"],
     ["checkpoint", "report"],

@@ -89,7 +89,7 @@ std::vector<torch::Tensor> train_lm(const TensorDataset& data, const LmRun& run,
       const UpdateWindow window = window_for_update(plan, epoch_plan, u, 0);
       StepRequest step(order, window);
       step.micro_batch_tokens = run.micro_batch_tokens;
-      step.rate = [&](const UpdateStats&) { return UpdateRate{3e-3 * double(count + 1) / 4.0}; };
+      step.lr = 3e-3 * double(count + 1) / 4.0;
       const StepResult result = train_step(engine, assembler, step);
       EXPECT_TRUE(result.completed);
       EXPECT_FALSE(result.stats.non_finite);

@@ -7,6 +7,7 @@
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "schedule/batch_schedule.h"
+#include "schedule/run_schedule.h"
 
 namespace bigbatch {
 namespace {
@@ -54,6 +55,17 @@ TEST(GlobalBatchSchedule, SampleThresholdsCountSamplesEpochThresholdsCountTheOrd
   EXPECT_EQ(s.global_batch_at({1800, 2, 0}, 1000), 500);
   EXPECT_EQ(GlobalBatchSchedule::parse("0:100 1.5e:200").global_batch_at({1500, 1, 500}, 1000),
             200);
+}
+
+// The rate a ramp's update at `global` trains at after `samples_seen` samples: the run's schedule
+// put where a checkpoint of such an update would leave it.
+double ramp_rate(const ResolvedRun& run, int64_t samples_seen, int64_t global) {
+  const auto schedule = make_run_schedule(run);
+  TrainingProgress at;
+  at.samples_seen = samples_seen;
+  at.global_batch = global;
+  schedule->restore(at);
+  return schedule->rate(at, {}).lr;
 }
 
 BatchPlan plan_of(int64_t global) {
@@ -151,21 +163,19 @@ TEST(ResolvedRun, RampFollowsTheRuleWithACurveInSamples) {
   EXPECT_EQ(run.schedule.config().total_updates, (120000 + 255) / 256);
   // The curve counts samples / 256; the peak is linear in the batch.
   const double half = 0.5 * 120000;
-  EXPECT_NEAR(ramp_learning_rate(run, int64_t(half), 1024),
+  EXPECT_NEAR(ramp_rate(run, int64_t(half), 1024),
               0.4 * 0.5 * (1 + std::cos(M_PI * (half / 256) / 469)), 1e-12);
-  EXPECT_DOUBLE_EQ(ramp_learning_rate(run, 0, 256), 0.1);
+  EXPECT_DOUBLE_EQ(ramp_rate(run, 0, 256), 0.1);
   // Continuity at a switch: the curve's position is the same on both sides, only the rule's
   // factor changes — and with --lr-scaling none (Smith et al.'s recipe) nothing changes.
   const int64_t at_switch = 79 * 256;
-  EXPECT_DOUBLE_EQ(ramp_learning_rate(run, at_switch, 1024),
-                   4 * ramp_learning_rate(run, at_switch, 256));
+  EXPECT_DOUBLE_EQ(ramp_rate(run, at_switch, 1024), 4 * ramp_rate(run, at_switch, 256));
   config.lr_scaling = LrScaling::None;
   const ResolvedRun constant = resolve_run(config, 60000, 1);
-  EXPECT_DOUBLE_EQ(ramp_learning_rate(constant, at_switch, 1024),
-                   ramp_learning_rate(constant, at_switch, 256));
+  EXPECT_DOUBLE_EQ(ramp_rate(constant, at_switch, 1024), ramp_rate(constant, at_switch, 256));
   // The next update moves along the cosine by 4 reference updates at most: 0.1 x pi/2 x 4/469.
-  EXPECT_NEAR(ramp_learning_rate(constant, at_switch + 1024, 1024),
-              ramp_learning_rate(constant, at_switch, 256), 0.1 * M_PI / 2 * 4 / 469);
+  EXPECT_NEAR(ramp_rate(constant, at_switch + 1024, 1024), ramp_rate(constant, at_switch, 256),
+              0.1 * M_PI / 2 * 4 / 469);
 }
 
 TEST(ResolvedRun, RampRefusesWhatItSetsItself) {

@@ -1,0 +1,161 @@
+#include "report/run_events.h"
+
+#include <cmath>
+
+#include "core/text.h"
+#include "stats/loss_spikes.h"
+
+namespace bigbatch {
+
+RunEvent skipped_update_event(const TrainingProgress& at, double loss, bool loss_spike) {
+  std::string why;
+  if (loss_spike) {
+    const double median = recent_loss_median(at.recent_losses);
+    why = "loss " + format_loss(loss) + " is " + format_significant(loss / median, 3) +
+          "x the median of the last " + std::to_string(at.recent_losses.size()) +
+          " applied updates (" + format_loss(median) + ")";
+  } else {
+    why = std::string(std::isfinite(loss) ? "gradient" : "loss") + " is not finite";
+  }
+  return {nullptr,
+          {"warning: update " + std::to_string(at.step) + " skipped: " + why + " (" +
+           std::to_string(at.bad_in_a_row) + " in a row)"}};
+}
+
+RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64_t samples_seen) {
+  const BatchPlan& plan = change.plan;
+  return {{{"event", "batch_change"},
+           {"step", first_step},
+           {"samples_seen", samples_seen},
+           {"global_batch_from", change.from_global_batch},
+           {"global_batch", plan.global_batch_size},
+           {"accumulation_steps", plan.accumulation_steps},
+           {"lr", change.lr}},
+          {"global batch " + std::to_string(change.from_global_batch) + " -> " + plan.describe() +
+           " at update " + std::to_string(first_step) + " (" + std::to_string(samples_seen) +
+           " samples seen); lr now " + format_significant(change.lr, 4)}};
+}
+
+namespace {
+
+// The oom_backoff line: the update it happened in (updates done), what changed, the error.
+nlohmann::json back_off_record(nlohmann::json changed, const TrainingProgress& at,
+                               int64_t global_batch, const std::string& error) {
+  changed["event"] = "oom_backoff";
+  changed["step"] = at.step;
+  changed["global_batch"] = global_batch;
+  changed["error"] = error;
+  return changed;
+}
+
+}  // namespace
+
+RunEvent micro_batch_back_off_event(const TrainingProgress& at, const std::string& error,
+                                    int64_t from, const BatchPlan& plan,
+                                    const std::string& batch_norm_model) {
+  const int64_t to = plan.micro_batch_size;
+  RunEvent event{
+      back_off_record({{"micro_batch_from", from},
+                       {"micro_batch", to},
+                       {"accumulation_steps", plan.accumulation_steps}},
+                      at, plan.global_batch_size, error),
+      {"warning: out of memory in update " + std::to_string(at.step + 1) + " at micro-batch " +
+       std::to_string(from) + " (" + error + "); backing off to " + plan.describe() +
+       ": the same global batch, the window replayed from its first sample"}};
+  if (!batch_norm_model.empty()) {
+    event.lines.push_back("warning: " + batch_norm_model +
+                          " now normalises over micro-batches of " + std::to_string(to) +
+                          " instead of " + std::to_string(from) +
+                          ", which changes its updates (use cnn-gn to be independent of the "
+                          "micro-batch)");
+  }
+  return event;
+}
+
+RunEvent token_back_off_event(const TrainingProgress& at, const std::string& error,
+                              int64_t global_batch, int64_t from_tokens, int64_t to_tokens) {
+  return {
+      back_off_record({{"micro_batch_tokens_from", from_tokens}, {"micro_batch_tokens", to_tokens}},
+                      at, global_batch, error),
+      {"warning: out of memory in update " + std::to_string(at.step + 1) + " at " +
+       std::to_string(from_tokens) + " padded tokens per micro-batch (" + error +
+       "); backing off to " + std::to_string(to_tokens) +
+       ": the same window, replayed from its first sample in smaller micro-batches"}};
+}
+
+RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& target,
+                              const std::string& metric, double value, double epochs) {
+  RunEvent event{{{"event", "target_reached"},
+                  {"step", at.step},
+                  {"epoch", epochs},
+                  {"samples_seen", at.samples_seen},
+                  {"tokens_seen", at.items_seen},
+                  {"train_seconds", at.train_seconds},
+                  {"metric", metric},
+                  {"value", value},
+                  {"target", target.value},
+                  {"condition", target.to_string()}},
+                 {}};
+  if (target.metric == "accuracy")
+    event.record["accuracy"] = value;  // the field's name before --target generalised it
+  const bool percent = target.metric == "accuracy";
+  const std::string shown =
+      percent ? format_significant(100 * value) + "%" : format_significant(value);
+  const std::string goal =
+      percent ? format_significant(100 * target.value) + "%" : format_significant(target.value);
+  event.lines.push_back("target reached: " + metric + " " + shown +
+                        (target.at_least ? " >= " : " <= ") + goal + " after " +
+                        std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
+                        " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+  return event;
+}
+
+RunEvent diverged_event(const Divergence& d) {
+  // Said in the metrics too, so a sweep's summary can tell a diverged cell from a stopped one.
+  return {{{"event", "diverged"},
+           {"step", d.step},
+           {"samples_seen", d.samples_seen},
+           {"bad_updates_in_a_row", d.bad_in_a_row},
+           {"checkpoint_step", d.resume_step}},
+          {}};
+}
+
+Error divergence_error(const Divergence& d) {
+  const int64_t first_bad = d.step - d.bad_in_a_row + 1;
+  // What helps, in this run's numbers: the rate that diverged and how it was reached.
+  const LrSchedule& schedule = *d.schedule;
+  const LrScheduleConfig& lr = schedule.config();
+  const double lower = lr.base_lr / 4;
+  std::string fix =
+      "lower the peak rate (" + format_significant(schedule.peak_lr()) +
+      (lr.reference_batch != lr.global_batch
+           ? ": --lr " + format_significant(lr.base_lr) + " scaled " + to_string(lr.scaling) +
+                 " from " + std::to_string(lr.reference_batch) + " to " +
+                 std::to_string(lr.global_batch)
+           : std::string()) +
+      "), e.g. --lr " + format_significant(lower) +
+      (lr.scaling == LrScaling::Linear ? " or --lr-scaling sqrt" : "") +
+      "; warm up longer (--warmup, now " + std::to_string(lr.warmup_updates) + " updates)";
+  if (!d.clipping)
+    fix += "; clip gradients (--clip-norm 1)";
+  fix += ". Then 'bigbatch train --resume " + d.run_dir + " --lr " + format_significant(lower) +
+         "' continues from update " + std::to_string(d.resume_step) +
+         (d.kept ? "" : " (whose loss had already risen: a new run is the safer fix)");
+  const std::string what =
+      std::to_string(d.bad_in_a_row) + " updates in a row were skipped (" +
+      std::to_string(first_bad) + " to " + std::to_string(d.step) + ": " +
+      (d.spike_factor > 0 ? "a non-finite loss or gradient, or a loss over " +
+                                format_significant(d.spike_factor) + "x the recent median"
+                          : std::string("a non-finite loss or gradient")) +
+      "); " +
+      (d.kept ? "the newest checkpoint, at update " + std::to_string(d.resume_step) +
+                    ", is from before them and is kept"
+              : std::string(d.had_checkpoint ? "the newest checkpoint holds weights whose loss "
+                                               "had already risen"
+                                             : "no checkpoint came before them") +
+                    ", so the weights before update " + std::to_string(first_bad) +
+                    " (untouched by the skipped ones) are checkpointed");
+  return Error(ErrorKind::Diverged, what, fix);
+}
+
+}  // namespace bigbatch

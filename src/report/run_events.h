@@ -1,0 +1,67 @@
+#pragma once
+// What the fit loop tells besides its updates and epochs, in words and as metrics.jsonl events:
+// a skipped update, a switch of global batch, an out-of-memory back-off, a target reached, and
+// divergence. The loop states the facts; these functions choose the words and the record, and
+// the loop's observers (train/fit_observers.h) write and show them. Torch-free.
+//
+//   RunEvent event = batch_change_event(change, /*first_step=*/41, /*samples_seen=*/10240);
+//   metrics.write(event.record);                     // MetricsLog
+//   for (const auto& line : event.lines) say(line);  // ProgressDisplay
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/stop_target.h"
+#include "core/error.h"
+#include "schedule/lr_schedule.h"
+#include "schedule/run_schedule.h"
+#include "state/training_progress.h"
+
+namespace bigbatch {
+
+struct RunEvent {
+  nlohmann::json record;           // the metrics.jsonl line; null: none
+  std::vector<std::string> lines;  // said on the terminal (rank 0)
+};
+
+// "warning: update 12 skipped: loss 4.1 is 11.2x the median of the last 32 applied updates
+// (0.366) (1 in a row)" — `at` has counted the update.
+RunEvent skipped_update_event(const TrainingProgress& at, double loss, bool loss_spike);
+
+// A ramp's switch at the boundary before update `first_step` (1-based: the first update at the
+// new batch).
+RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64_t samples_seen);
+
+// An out-of-memory back-off in update `at.step + 1`: the micro-batch halved to `plan`'s (with
+// `batch_norm_model` named when the model normalises over micro-batches, "" otherwise), or a
+// token budget halved from `from_tokens` to `to_tokens`. `error` is the allocator's message.
+RunEvent micro_batch_back_off_event(const TrainingProgress& at, const std::string& error,
+                                    int64_t from, const BatchPlan& plan,
+                                    const std::string& batch_norm_model);
+RunEvent token_back_off_event(const TrainingProgress& at, const std::string& error,
+                              int64_t global_batch, int64_t from_tokens, int64_t to_tokens);
+
+// --target met by `value` of `metric` after `epochs` (fractional where reached inside one).
+RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& target,
+                              const std::string& metric, double value, double epochs);
+
+// --max-bad-updates skipped updates in a row: the run stops, from a checkpoint before them when
+// one was kept, else from the weights as they stand.
+struct Divergence {
+  int64_t step = 0;  // updates done, the last bad one included
+  int64_t samples_seen = 0;
+  int64_t bad_in_a_row = 0;
+  int64_t resume_step = 0;      // the checkpoint a resume continues from
+  bool kept = false;            // resume_step's checkpoint is from before the streak
+  bool had_checkpoint = false;  // a checkpoint existed (its loss had already risen)
+  double spike_factor = 0;      // --spike-factor (0: only non-finite updates are bad)
+  bool clipping = false;        // --clip-norm is set
+  std::string run_dir;
+  const LrSchedule* schedule = nullptr;  // the rates the run trained at
+};
+RunEvent diverged_event(const Divergence& d);
+// The error the run stops with: what happened, and what helps in this run's numbers.
+Error divergence_error(const Divergence& d);
+
+}  // namespace bigbatch
