@@ -2,26 +2,17 @@
 
 #include <algorithm>
 
+#include "core/clock.h"
 #include "report/plan_report.h"
 
 namespace bigbatch {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
 
 Checkpointer::Checkpointer(TrainingRun& run)
     : run_(run),
       cadence_(run.config.checkpoint_every.empty() ? Cadence{}
                                                    : Cadence::parse(run.config.checkpoint_every)),
       last_step_(run.at.step),
-      last_time_(Clock::now()),
+      last_time_(SteadyClock::now()),
       last_clean_step_(run.resuming && run.at.bad_in_a_row == 0 ? run.at.step : -1) {
   if (cadence_.amount) {
     cadence_updates_ = std::max<int64_t>(
@@ -60,7 +51,7 @@ void Checkpointer::write() {
                      run_.config.keep_checkpoints, plan_json(run_.resolved_now()));
   }
   last_step_ = run_.at.step;
-  last_time_ = Clock::now();
+  last_time_ = SteadyClock::now();
   micro_steps_since_ = 0;
   note_written();
 }

@@ -5,9 +5,9 @@
 //
 //   Checkpointer checkpoints(run);
 //   if (checkpoints.due()) checkpoints.write();
-#include <chrono>
 #include <cstdint>
 
+#include "core/clock.h"
 #include "schedule/interval.h"
 #include "train/training_run.h"
 
@@ -35,7 +35,7 @@ class Checkpointer {
   Cadence cadence_;
   int64_t cadence_updates_ = 0;
   int64_t last_step_ = 0;
-  std::chrono::steady_clock::time_point last_time_;
+  SteadyClock::time_point last_time_;
   int64_t micro_steps_since_ = 0;
   int64_t last_clean_step_ = -1;
 };

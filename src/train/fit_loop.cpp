@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "data/sampler.h"
@@ -17,16 +18,6 @@
 #include "train/run_setup.h"
 
 namespace bigbatch {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
 
 // --- FitLoop: the epochs ----------------------------------------------------------------------
 
@@ -44,7 +35,7 @@ void FitLoop::run() {
   reset_peak_rss();
   // Wall-clock time from here, everything included (metrics, progress, checkpoints): what a
   // stopwatch beside the run would read, unlike train_seconds, which times the updates alone.
-  train_start_ = Clock::now();
+  train_start_ = SteadyClock::now();
   TrainingProgress& at = run_.at;
   if (run_.metrics) {
     run_.metrics->write({{"event", "train_start"},
@@ -91,7 +82,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   TrainingProgress& at = run_.at;
   if (const auto change = run_.schedule->plan_update(at))
     announce_batch_change(*change);
-  const auto update_start = Clock::now();
+  const auto update_start = SteadyClock::now();
   const int64_t calls_before = run_.reducer->calls();
   const UpdateWindow window =
       window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,

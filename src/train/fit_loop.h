@@ -9,12 +9,12 @@
 //   FitLoop loop(run, console);
 //   loop.run();                       // throws Interrupted / Error(Diverged) where it stops
 //   double accuracy = loop.last_test().accuracy;
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/clock.h"
 #include "runtime/interrupts.h"
 #include "schedule/interval.h"
 #include "stats/gradient_noise.h"
@@ -74,7 +74,7 @@ class FitLoop {
   // The batch buffer belongs to the micro-steps' memory: it is allocated inside the window
   // that the out-of-memory back-off protects, and rebuilt smaller after a back-off.
   std::unique_ptr<BatchAssembler> assembler_;
-  std::chrono::steady_clock::time_point train_start_;
+  SteadyClock::time_point train_start_;
   int64_t epoch_peak_bytes_ = 0;
   bool target_reached_ = false;  // --target met at an epoch's end or an interval's evaluation
   HeldOutEvaluation held_out_;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/files.h"
 #include "core/text.h"
 #include "io/safetensors.h"
@@ -17,12 +18,6 @@
 namespace bigbatch {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 std::map<std::string, std::string> weights_metadata(const TrainConfig& config, int64_t step) {
   std::vector<std::string> hidden;
@@ -96,7 +91,7 @@ std::string finished_run_summary(const TrainingRun& run) {
 }  // namespace
 
 TrainResult run_training(const TrainConfig& requested, const CustomProblem* problem) {
-  const auto run_start = Clock::now();
+  const auto run_start = SteadyClock::now();
   requested.validate();
   const JobPlace job = read_job_place();
   Console console(job.is_main(), requested.progress);
