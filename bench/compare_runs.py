@@ -11,7 +11,7 @@ import pathlib
 import sys
 
 # Fields that time or measure the process, not the training.
-MACHINE_FIELDS = {"wall_s", "samples_per_s", "updates_per_s", "train_seconds", "rss_peak_bytes",
+MACHINE_FIELDS = {"wall_s", "samples_per_s", "tokens_per_s", "updates_per_s", "train_seconds", "rss_peak_bytes",
                   "rss_bytes"}
 
 

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "device/device_check.h"
 #include "flags.h"
 #include "runtime/runtime_env.h"
 #include "schedule/interval.h"
@@ -16,7 +17,6 @@
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
-#include "train/device_check.h"
 
 namespace bigbatch::cli {
 

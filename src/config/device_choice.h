@@ -1,7 +1,7 @@
 #pragma once
 // Where a run computes, as the user asks for it (--device): the CPU, a CUDA device, or
 // whichever is there. Torch-free: parsing and its errors are unit-tested and fuzzed with the
-// rest of the configuration; train/device.h turns a choice into a torch::Device once the
+// rest of the configuration; device/device.h turns a choice into a torch::Device once the
 // process knows its rank and what libtorch can see.
 //
 //   DeviceChoice d = DeviceChoice::parse("cuda:1");   // d.kind == DeviceKind::Cuda, d.index == 1

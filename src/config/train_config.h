@@ -98,7 +98,7 @@ struct TrainConfig {
   // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
   bool keep_denormals = false;
   Precision precision = Precision::Fp32;  // bf16: autocast forward, fp32 weights and gradients
-  // Where the model, its batches, gradients and optimizer state live (train/device.h).
+  // Where the model, its batches, gradients and optimizer state live (device/device.h).
   DeviceChoice device;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;

@@ -151,7 +151,7 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
 //   assembler.prefetch(order, 64, 64);   // gathered while `batch` trains
 //
 // `pinned`: the buffers are page-locked host memory (a GPU run), so copies to the device can
-// run without the host waiting (train/device.h's DeviceFeed); a buffer is reused only after
+// run without the host waiting (device/device.h's DeviceFeed); a buffer is reused only after
 // the copy out of it has finished.
 class BatchAssembler {
  public:

@@ -335,7 +335,7 @@ class CollectiveReducer final : public GradientReducer {
             c10::make_intrusive<c10d::PrefixStore>("nccl", store_), static_cast<int>(env_.rank),
             static_cast<int>(env_.world_size));
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-        // The rank's own GPU (train/device.h made it current): NCCL's communicator and any
+        // The rank's own GPU (device/device.h made it current): NCCL's communicator and any
         // device-less call (a barrier) use it rather than guessing rank % GPUs.
         nccl_->setBoundDeviceId(tensor.device());
 #endif

@@ -3,7 +3,7 @@
 // tensors, the allocator's refusals, a budget enforced as the allocator's memory fraction, and
 // the card's free and total memory. Compiled for real only where libtorch has CUDA
 // (BIGBATCH_WITH_CUDA); elsewhere cuda_memory_supported() is false and the rest is never
-// called (train/device.h refuses --device cuda first). memory_counters() and the budget in
+// called (device/device.h refuses --device cuda first). memory_counters() and the budget in
 // tracking_allocator.h read these when the accounted device is a GPU.
 #include <cstdint>
 #include <string>

@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "models/accumulating_linear.h"
 #include "train/optimizer.h"
-#include "train/prediction_rows.h"
 
 namespace bigbatch {
 
@@ -17,9 +16,8 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
       optimizer_(optimizer),
       reducer_(reducer),
       options_(options),
+      task_(options.task.value_or(Task::of(*model_, /*regression=*/false))),
       feed_(model_device(*model_)) {
-  if (auto* scripted = as_scripted(*model_); scripted && scripted->computes_loss())
-    loss_model_ = scripted;
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad())
       parameters_.push_back(p);
@@ -34,45 +32,14 @@ AccumulationEngine::AccumulationEngine(torch::nn::Sequential model,
 
 void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                                     MicroStep kind) {
-  // Classification: one item per sample; token targets: those that are not padding.
-  const int64_t items = targets.dim() == 1 || targets.is_floating_point()
-                            ? targets.size(0)
-                            : targets.ne(kIgnoreTarget).sum().item<int64_t>();
-  micro_step(Batch{inputs, targets, items}, kind);
+  micro_step(Batch{inputs, targets, Task::items_of(targets)}, kind);
 }
 
 void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   const Batch batch = feed_.put(host_batch);
-  const c10::DeviceType device = feed_.device().type();
-  torch::Tensor loss;
-  int64_t items = batch.items;
-  if (loss_model_) {
-    ModuleLoss own;
-    {
-      AutocastScope autocast(options_.precision, device);
-      own = loss_model_->forward_loss(batch.inputs, batch.targets);
-    }
-    loss = own.loss_sum.scalar_type() == torch::kBFloat16 ? own.loss_sum.to(torch::kFloat32)
-                                                          : own.loss_sum;
-    items = own.items;
-    tally_.add_loss(loss);
-  } else {
-    torch::Tensor logits;
-    {
-      AutocastScope autocast(options_.precision, device);
-      logits = model_->forward(batch.inputs);
-    }
-    if (logits.scalar_type() != torch::kFloat32 && options_.precision == Precision::Bf16)
-      logits = logits.to(torch::kFloat32);    // the loss and its sum in fp32
-    if (batch.targets.is_floating_point()) {  // regression: nothing to score but the loss
-      loss = summed_squared_error(logits, batch.targets);
-      tally_.add_loss(loss);
-    } else {
-      const PredictionRows rows = prediction_rows(logits, batch.targets);
-      loss = summed_cross_entropy(rows);
-      tally_.add(rows.logits, loss, rows.targets);
-    }
-  }
+  const TaskLoss task_loss = task_.loss(model_, batch, options_.precision, &tally_);
+  const torch::Tensor& loss = task_loss.loss_sum;
+  const int64_t items = task_loss.items;
   samples_ += batch.size();
   items_ += items;
   ++micro_steps_;
@@ -118,7 +85,7 @@ void AccumulationEngine::read_first_gradient(int64_t items) {
 
 void AccumulationEngine::begin_window(int64_t global_samples, int64_t global_items) {
   // Inside a window only to re-announce it (a window restored from a checkpoint).
-  const int64_t announced_items = loss_model_ ? 0 : global_items;
+  const int64_t announced_items = task_.computes_own_loss() ? 0 : global_items;
   BB_INTERNAL_ASSERT(expected_samples_ == 0 || (expected_samples_ == global_samples &&
                                                 expected_items_ == announced_items),
                      "begin_window() changed the window");
@@ -162,9 +129,10 @@ UpdateStats AccumulationEngine::finish_gradients() {
   const WindowTotals local = local_totals();
   const WindowTotals global = reducer_.reduce(gradients, local);
   const Counts& counts = global.counts;
-  if (loss_model_ && counts.items == 0) {
+  if (task_.computes_own_loss() && counts.items == 0) {
     throw Error(ErrorKind::Model,
-                "model '" + loss_model_->path() + "' counted no items in a whole update window (" +
+                "model '" + as_scripted(*model_)->path() +
+                    "' counted no items in a whole update window (" +
                     std::to_string(counts.samples) + " samples)",
                 "return the number of items its loss_sum adds up, e.g. targets.numel()");
   }

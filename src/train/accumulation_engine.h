@@ -22,17 +22,19 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
+#include "device/device.h"
+#include "device/precision.h"
 #include "dist/gradient_reducer.h"
 #include "models/scripted_model.h"
 #include "state/counts.h"
 #include "state/training_progress.h"
-#include "train/device.h"
-#include "train/precision.h"
-#include "train/prediction_tally.h"
+#include "task/prediction_tally.h"
+#include "task/task.h"
 
 namespace bigbatch {
 
@@ -52,6 +54,9 @@ struct EngineOptions {
   // the gradients live in its buckets from the start, so every micro-step adds in place. Off
   // only to compare against autograd's own accumulation.
   bool fuse_gradient_accumulation = true;
+  // What the model learns (task/task.h): Task::of(model, data) for a run. Unset: the module's
+  // own loss when it computes one, else classification.
+  std::optional<Task> task;
 };
 
 struct UpdateStats {
@@ -130,9 +135,9 @@ class AccumulationEngine {
   void read_first_gradient(int64_t items);
 
   torch::nn::Sequential model_;
-  // A TorchScript module that computes its own loss and item count (null otherwise): its
-  // windows' items are known only from it, so they are divided by after the reduction.
-  ScriptedModelImpl* loss_model_ = nullptr;
+  // A module that computes its own loss counts its own items: its windows' items are known only
+  // from it, so they are divided by after the reduction.
+  Task task_;
   torch::optim::Optimizer& optimizer_;
   GradientReducer& reducer_;
   EngineOptions options_;

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "train/device.h"
-#include "train/prediction_rows.h"
-#include "train/prediction_tally.h"
+#include "device/device.h"
+#include "task/prediction_tally.h"
+#include "task/task.h"
 
 namespace bigbatch {
 
@@ -29,38 +29,21 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
   {
     c10::InferenceMode inference;
     PredictionTally tally;
-    ScriptedModelImpl* loss_model = as_scripted(*model);
-    if (loss_model && !loss_model->computes_loss())
-      loss_model = nullptr;
+    const Task task = Task::of(*model, data);
     int64_t own_items = 0;
     const torch::Device device = model_device(*model);
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
       const Batch batch = to_device(batch_of(data, begin, end), device);
-      if (loss_model) {  // its own loss and count; no predictions to score
-        const ModuleLoss own = loss_model->forward_loss(batch.inputs, batch.targets);
-        tally.add_loss(own.loss_sum.to(torch::kFloat32));
-        own_items += own.items;
-        continue;
-      }
-      torch::Tensor logits;
-      {
-        AutocastScope autocast(precision, device.type());
-        logits = model->forward(batch.inputs).to(torch::kFloat32);
-      }
-      if (data.is_regression()) {
-        tally.add_loss(summed_squared_error(logits, batch.targets));
-      } else {
-        const PredictionRows rows = prediction_rows(logits, batch.targets);
-        tally.add(rows.logits, summed_cross_entropy(rows), rows.targets);
-      }
+      own_items += task.loss(model, batch, precision, &tally).items;
     }
-    result.items = loss_model ? own_items : data.items(0, data.size());
+    // A module that computes its own loss counts its items; for the others the data know them.
+    result.items = task.computes_own_loss() ? own_items : data.items(0, data.size());
     result.loss_sum = tally.loss_sum();
     result.loss = result.items > 0 ? result.loss_sum / double(result.items) : 0.0;
-    result.has_accuracy = loss_model == nullptr && !data.is_regression();
+    result.has_accuracy = task.scores_predictions();
     result.accuracy = result.has_accuracy ? double(tally.correct()) / double(result.items) : 0.0;
-    result.is_regression = loss_model == nullptr && data.is_regression();
+    result.is_regression = task.is_regression();
     if (result.is_regression && result.items > 0) {
       // Over every output of every sample: the error in the targets' own units.
       result.rmse = std::sqrt(result.loss_sum / double(result.items * data.outputs()));

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "train/precision.h"
+#include "device/precision.h"
 
 namespace bigbatch {
 

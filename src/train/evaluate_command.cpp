@@ -12,9 +12,9 @@
 #include "core/files.h"
 #include "core/text.h"
 #include "data/npy_format.h"
+#include "device/device.h"
 #include "io/safetensors.h"
 #include "runtime/runtime_env.h"
-#include "train/device.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
 

@@ -7,8 +7,8 @@
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "device/device.h"
 #include "runtime/runtime_env.h"
-#include "train/device.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {

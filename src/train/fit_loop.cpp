@@ -9,12 +9,12 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "data/sampler.h"
+#include "device/device.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
 #include "runtime/runtime_env.h"
 #include "stats/loss_spikes.h"
-#include "train/device.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -352,9 +352,10 @@ void FitLoop::record_epoch(bool ends_inside) {
     record["grad_noise_scale_run_average"] = summary->run_average;
     record["grad_noise_scale_updates"] = summary->updates;
   }
-  if (computes_own_loss(*run_.model) || run_.data.train.is_regression())
+  const Task task = run_.task();
+  if (!task.scores_predictions())
     record.erase("train_accuracy");  // its own loss, or values: no predictions were scored
-  if (run_.data.train.is_regression() && !computes_own_loss(*run_.model) && counts.items > 0)
+  if (task.is_regression() && counts.items > 0)
     record["train_rmse"] =
         std::sqrt(counts.loss_sum / double(counts.items * run_.data.train.outputs()));
   if (ends_inside)

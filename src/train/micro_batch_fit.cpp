@@ -8,10 +8,10 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "device/device.h"
 #include "dist/gradient_reducer.h"
 #include "memory/tracking_allocator.h"
 #include "train/accumulation_engine.h"
-#include "train/device.h"
 
 namespace bigbatch {
 
@@ -48,7 +48,9 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
     model->train();
     auto optimizer = make_optimizer(settings, model->parameters());
     LocalReducer reducer;
-    AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+    EngineOptions engine_options;
+    engine_options.task = Task::of(*model, data);
+    AccumulationEngine engine(model, *optimizer, reducer, engine_options);
     BatchAssembler assembler(data, micro);
     const Batch batch = assembler.gather(order, 0, micro);
     // Two updates: the optimizer creates its state in the first, and the second runs a

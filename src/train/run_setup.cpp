@@ -4,10 +4,10 @@
 
 #include "core/error.h"
 #include "data/text_corpus.h"
+#include "device/device.h"
 #include "memory/tracking_allocator.h"
 #include "models/scripted_model.h"
 #include "runtime/runtime_env.h"
-#include "train/device.h"
 #include "train/optimizer.h"
 
 namespace bigbatch {

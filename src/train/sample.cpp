@@ -11,10 +11,10 @@
 #include "core/files.h"
 #include "core/text.h"
 #include "data/text_corpus.h"
+#include "device/device.h"
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
-#include "train/device.h"
 
 namespace bigbatch {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "models/scripted_model.h"
-#include "train/prediction_rows.h"
+#include "task/task.h"
 
 namespace bigbatch {
 
@@ -33,15 +33,9 @@ ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Ba
     return choice;
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
-  auto* loss_model = as_scripted(*probe);
-  if (loss_model && !loss_model->computes_loss())
-    loss_model = nullptr;
-  auto step = [&] {
-    if (loss_model)
-      loss_model->forward_loss(batch.inputs, batch.targets).loss_sum.backward();
-    else
-      summed_task_loss(probe->forward(batch.inputs), batch.targets).backward();
-  };
+  torch::nn::Sequential probe_model(probe);
+  const Task task = Task::of(*probe, batch.targets.is_floating_point());
+  auto step = [&] { task.loss(probe_model, batch, Precision::Fp32).loss_sum.backward(); };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;
   std::vector<int64_t> candidates = {1, max_threads};

@@ -146,8 +146,8 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.val_has_bits_per_byte = loop.last_validation().has_bits_per_byte;
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
-  result.has_accuracy = !computes_own_loss(*run.model) && !run.data.train.is_regression();
-  result.is_regression = !computes_own_loss(*run.model) && run.data.train.is_regression();
+  result.has_accuracy = run.task().scores_predictions();
+  result.is_regression = run.task().is_regression();
   result.test_rmse = loop.last_test().rmse;
   result.train_seconds = at.train_seconds;
   result.samples_per_s = at.train_seconds > 0 ? double(at.samples_seen) / at.train_seconds : 0;

@@ -12,6 +12,7 @@
 #include "core/files.h"
 #include "core/text.h"
 #include "data/sampler.h"
+#include "device/device.h"
 #include "dist/collective_reducer.h"
 #include "dist/rank_agreement.h"
 #include "io/safetensors.h"
@@ -20,7 +21,6 @@
 #include "report/plan_report.h"
 #include "report/run_records.h"
 #include "runtime/runtime_env.h"
-#include "train/device.h"
 #include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
@@ -470,6 +470,7 @@ void build_engine(TrainingRun& r, Console& console) {
   }
   EngineOptions engine_options{r.config.clip_norm, r.config.noise_scale};
   engine_options.precision = r.precision;
+  engine_options.task = r.task();
   r.engine =
       std::make_unique<AccumulationEngine>(r.model, *r.optimizer, *r.reducer, engine_options);
   if (r.config.bn_mode == BatchNormMode::Window && uses_batch_statistics(*r.model))

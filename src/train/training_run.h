@@ -21,15 +21,16 @@
 #include "config/train_config.h"
 #include "core/files.h"
 #include "data/dataset.h"
+#include "device/precision.h"
 #include "dist/environment.h"
 #include "dist/gradient_reducer.h"
 #include "report/metrics_writer.h"
 #include "report/progress.h"
 #include "schedule/run_schedule.h"
 #include "state/training_progress.h"
+#include "task/task.h"
 #include "train/accumulation_engine.h"
 #include "train/custom_problem.h"
-#include "train/precision.h"
 #include "train/window_batch_norm.h"
 
 namespace bigbatch {
@@ -95,7 +96,7 @@ struct TrainingRun {
   // A resume from a checkpoint older than the run's newest (--discard-newer).
   bool abandons_newer = false;
   Precision precision = Precision::Fp32;
-  // Where the model, its batches, gradients and optimizer state live (train/device.h).
+  // Where the model, its batches, gradients and optimizer state live (device/device.h).
   torch::Device device{torch::kCPU};
 
   std::unique_ptr<GradientReducer> reducer;
@@ -117,6 +118,8 @@ struct TrainingRun {
   // The resolved --threads (measured when auto).
   int64_t threads = 1;
 
+  // What the model learns from the data (task/task.h).
+  Task task() const { return Task::of(*model, data.train); }
   // The resolved run with the plan in force: what checkpoints and plan.txt describe.
   ResolvedRun resolved_now() const;
   // Writes config.toml and plan.txt (rank 0).

@@ -10,11 +10,11 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "data/sampler.h"
+#include "device/device.h"
 #include "dist/gradient_reducer.h"
 #include "io/safetensors.h"
 #include "runtime/runtime_env.h"
 #include "train/accumulation_engine.h"
-#include "train/device.h"
 #include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
@@ -163,6 +163,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   {
     EngineOptions options{config.clip_norm, /*measure_noise=*/false};
     options.per_micro_batch_mean_for_tests = break_normalisation_for_tests;
+    options.task = Task::of(*accumulated.model, data.train);
     AccumulationEngine engine(accumulated.model, *accumulated.optimizer, reducer, options);
     BatchAssembler assembler(data.train, run.plan.micro_batch_size);
     // --bn-mode window on the accumulating side only: the other side is one true batch.
@@ -175,8 +176,9 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   }
   Side whole = make_side(config, data.train, run.plan, device);
   {
-    AccumulationEngine engine(whole.model, *whole.optimizer, reducer,
-                              EngineOptions{config.clip_norm, /*measure_noise=*/false});
+    EngineOptions options{config.clip_norm, /*measure_noise=*/false};
+    options.task = Task::of(*whole.model, data.train);
+    AccumulationEngine engine(whole.model, *whole.optimizer, reducer, options);
     BatchAssembler assembler(data.train, window.size);
     UpdateWindow one = window;
     one.micro_batch_sizes = {window.size};

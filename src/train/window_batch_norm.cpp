@@ -1,7 +1,7 @@
 #include "train/window_batch_norm.h"
 
 #include "core/error.h"
-#include "train/device.h"
+#include "device/device.h"
 
 namespace bigbatch {
 

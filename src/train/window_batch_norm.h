@@ -25,7 +25,7 @@
 
 #include "batching/batch_plan.h"
 #include "data/dataset.h"
-#include "train/precision.h"
+#include "device/precision.h"
 
 namespace bigbatch {
 

@@ -17,6 +17,8 @@ LAYERS = [
     ["schedule"],
     ["config"],
     ["data", "models", "dist"],
+    ["device"],
+    ["task"],
     ["checkpoint", "report"],
     ["sweep"],
     ["train"],

@@ -14,15 +14,15 @@
 #include "checkpoint/checkpoint_paths.h"
 #include "core/error.h"
 #include "data/sampler.h"
+#include "device/device.h"
+#include "device/precision.h"
 #include "dist/gradient_reducer.h"
 #include "memory/cuda_memory.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
-#include "train/device.h"
 #include "train/micro_batch_fit.h"
 #include "train/optimizer.h"
-#include "train/precision.h"
 #include "weight_difference.h"
 
 namespace bigbatch {

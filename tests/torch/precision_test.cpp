@@ -10,11 +10,11 @@
 #include <set>
 #include <vector>
 
+#include "device/precision.h"
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
 #include "train/accumulation_engine.h"
 #include "train/optimizer.h"
-#include "train/precision.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {

@@ -1,5 +1,5 @@
-#include "train/device.h"
-#include "train/device_check.h"
+#include "device/device.h"
+#include "device/device_check.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>

@@ -1,4 +1,4 @@
-#include "train/prediction_tally.h"
+#include "task/prediction_tally.h"
 
 #include "stats/prediction_counts.h"
 

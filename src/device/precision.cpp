@@ -1,4 +1,4 @@
-#include "train/precision.h"
+#include "device/precision.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
