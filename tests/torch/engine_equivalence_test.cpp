@@ -120,7 +120,9 @@ TEST(RegressionEquivalence, AccumulatedSquaredErrorIsTheBigBatchsMean) {
       auto model = regressor();
       auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
       LocalReducer reducer;
-      AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{});
+      EngineOptions options;
+      options.task = Task::of(*model, /*regression=*/true);
+      AccumulationEngine engine(model, *optimizer, reducer, options);
       int64_t begin = 0;
       for (int64_t size : micro_sizes) {
         engine.micro_step(x.slice(0, begin, begin + size), y.slice(0, begin, begin + size));
