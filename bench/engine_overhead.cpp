@@ -26,8 +26,8 @@
 #include "dist/gradient_reducer.h"
 #include "models/accumulating_linear.h"
 #include "models/models.h"
+#include "optim/fused_sgd.h"
 #include "train/accumulation_engine.h"
-#include "train/fused_sgd.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
 

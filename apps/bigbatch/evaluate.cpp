@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "commands/evaluate_command.h"
 #include "subcommand.h"
-#include "train/evaluate_command.h"
 
 namespace bigbatch::cli {
 

@@ -2,9 +2,9 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/fit_command.h"
 #include "flags.h"
 #include "subcommand.h"
-#include "train/fit_command.h"
 
 namespace bigbatch::cli {
 

@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "commands/sample.h"
 #include "subcommand.h"
-#include "train/sample.h"
 
 namespace bigbatch::cli {
 

@@ -4,10 +4,10 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/verify.h"
 #include "core/error.h"
 #include "flags.h"
 #include "subcommand.h"
-#include "train/verify.h"
 
 namespace bigbatch::cli {
 

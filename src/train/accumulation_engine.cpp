@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "models/accumulating_linear.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace bigbatch {
 

@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace bigbatch {
 

@@ -7,8 +7,8 @@
 #include "device/device.h"
 #include "memory/tracking_allocator.h"
 #include "models/scripted_model.h"
+#include "optim/optimizer.h"
 #include "runtime/runtime_env.h"
-#include "train/optimizer.h"
 
 namespace bigbatch {
 

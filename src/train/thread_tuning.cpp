@@ -4,9 +4,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "models/scripted_model.h"
-#include "task/task.h"
-
 namespace bigbatch {
 
 std::string ThreadChoice::describe() const {
@@ -26,15 +23,14 @@ std::string ThreadChoice::describe() const {
   return text + ")";
 }
 
-ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Batch& batch,
-                                          int64_t max_threads) {
+ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Task& task,
+                                          const Batch& batch, int64_t max_threads) {
   ThreadChoice choice;
   if (max_threads <= 1)
     return choice;
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
   torch::nn::Sequential probe_model(probe);
-  const Task task = Task::of(*probe, batch.targets.is_floating_point());
   auto step = [&] { task.loss(probe_model, batch, Precision::Fp32).loss_sum.backward(); };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;

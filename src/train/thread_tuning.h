@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "task/task.h"
 
 namespace bigbatch {
 
@@ -22,7 +23,8 @@ struct ThreadChoice {
   std::string describe() const;  // "1 (measured 2.1 ms/micro-step; 2 threads 2.9 ms)"
 };
 
-ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Batch& batch,
-                                          int64_t max_threads);
+// Times a micro-step of `task` (forward, summed loss, backward) on a copy of `model`.
+ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Task& task,
+                                          const Batch& batch, int64_t max_threads);
 
 }  // namespace bigbatch

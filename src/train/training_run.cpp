@@ -18,11 +18,11 @@
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
+#include "optim/optimizer.h"
 #include "report/plan_report.h"
 #include "report/run_records.h"
 #include "runtime/runtime_env.h"
 #include "train/micro_batch_fit.h"
-#include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/thread_tuning.h"
 
@@ -502,7 +502,7 @@ void tune_threads(TrainingRun& r, Console& console) {
             : r.schedule->plan().micro_batch_size;
     BatchAssembler probe_batch(r.data.train, rows);
     const ThreadChoice choice = measure_fastest_thread_count(
-        r.model,
+        r.model, r.task(),
         probe_batch.gather(epoch_order(r.config.seed, 0, r.data.train.size(), Shuffle::Off), 0,
                            rows),
         r.threads);

@@ -17,11 +17,12 @@ LAYERS = [
     ["schedule"],
     ["config"],
     ["data", "models", "dist"],
-    ["device"],
+    ["device", "optim"],
     ["task"],
     ["checkpoint", "report"],
     ["sweep"],
     ["train"],
+    ["commands"],
     ["apps"],
 ]
 RANK = {module: rank for rank, modules in enumerate(LAYERS) for module in modules}

@@ -20,9 +20,9 @@
 #include "memory/cuda_memory.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
+#include "optim/optimizer.h"
 #include "train/accumulation_engine.h"
 #include "train/micro_batch_fit.h"
-#include "train/optimizer.h"
 #include "weight_difference.h"
 
 namespace bigbatch {

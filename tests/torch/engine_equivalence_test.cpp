@@ -13,9 +13,9 @@
 #include "data/sampler.h"
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
+#include "optim/optimizer.h"
 #include "task/prediction_tally.h"
 #include "train/accumulation_engine.h"
-#include "train/optimizer.h"
 #include "train/train_step.h"
 #include "weight_difference.h"
 

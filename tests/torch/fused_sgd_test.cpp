@@ -1,8 +1,8 @@
-// train/fused_sgd.h: libtorch's SGD in one pass per parameter. Same trajectory as
+// optim/fused_sgd.h: libtorch's SGD in one pass per parameter. Same trajectory as
 // torch::optim::SGD over several steps in every combination of momentum, dampening, Nesterov
 // and weight decay; libtorch's own path (bit for bit) for tensors the loop does not cover; the
 // same checkpoint format in both directions.
-#include "train/fused_sgd.h"
+#include "optim/fused_sgd.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

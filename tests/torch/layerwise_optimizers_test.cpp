@@ -7,8 +7,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "train/layerwise_optimizers.h"
-#include "train/optimizer.h"
+#include "optim/layerwise_optimizers.h"
+#include "optim/optimizer.h"
 
 namespace bigbatch {
 namespace {

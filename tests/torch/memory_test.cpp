@@ -13,9 +13,9 @@
 #include "memory/tracking_allocator.h"
 #include "models/gpt.h"
 #include "models/models.h"
+#include "optim/optimizer.h"
 #include "train/accumulation_engine.h"
 #include "train/micro_batch_fit.h"
-#include "train/optimizer.h"
 
 namespace bigbatch {
 namespace {

@@ -13,8 +13,8 @@
 #include "device/precision.h"
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
+#include "optim/optimizer.h"
 #include "train/accumulation_engine.h"
-#include "train/optimizer.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {

@@ -20,8 +20,8 @@
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
+#include "optim/optimizer.h"
 #include "train/accumulation_engine.h"
-#include "train/optimizer.h"
 #include "train/train_step.h"
 #include "weight_difference.h"
 

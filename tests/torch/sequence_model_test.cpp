@@ -16,9 +16,9 @@
 #include "data/text_corpus.h"
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
+#include "optim/optimizer.h"
 #include "train/accumulation_engine.h"
 #include "train/evaluate.h"
-#include "train/optimizer.h"
 #include "train/train_step.h"
 #include "weight_difference.h"
 

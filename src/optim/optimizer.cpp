@@ -1,11 +1,11 @@
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <sstream>
 #include <type_traits>
 
 #include "core/text.h"
-#include "train/fused_sgd.h"
-#include "train/layerwise_optimizers.h"
+#include "optim/fused_sgd.h"
+#include "optim/layerwise_optimizers.h"
 
 namespace bigbatch {
 

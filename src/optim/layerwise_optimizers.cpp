@@ -1,8 +1,8 @@
-#include "train/layerwise_optimizers.h"
+#include "optim/layerwise_optimizers.h"
 
 #include <cmath>
 
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace bigbatch {
 

@@ -1,4 +1,4 @@
-#include "train/fit_command.h"
+#include "commands/fit_command.h"
 
 #include <torch/torch.h>
 

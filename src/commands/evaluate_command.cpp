@@ -1,4 +1,4 @@
-#include "train/evaluate_command.h"
+#include "commands/evaluate_command.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "train/sample.h"
+#include "commands/sample.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

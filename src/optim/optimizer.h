@@ -1,6 +1,6 @@
 #pragma once
 // Optimizers with PyTorch's semantics (libtorch's SGD, updated in one pass per parameter by
-// train/fused_sgd.h, and AdamW; LARS and LAMB in train/layerwise_optimizers.h), built from
+// optim/fused_sgd.h, and AdamW; LARS and LAMB in optim/layerwise_optimizers.h), built from
 // typed settings, plus the one operation the engine needs beyond step(): setting the rate for
 // the next update. They act once per update, on the accumulated mean gradient.
 //

@@ -1,11 +1,11 @@
-#include "train/fused_sgd.h"
+#include "optim/fused_sgd.h"
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <memory>
 
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace bigbatch {
 

@@ -1,4 +1,4 @@
-#include "train/verify.h"
+#include "commands/verify.h"
 
 #include <torch/torch.h>
 
@@ -13,9 +13,9 @@
 #include "device/device.h"
 #include "dist/gradient_reducer.h"
 #include "io/safetensors.h"
+#include "optim/optimizer.h"
 #include "runtime/runtime_env.h"
 #include "train/accumulation_engine.h"
-#include "train/optimizer.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
 #include "train/window_batch_norm.h"
