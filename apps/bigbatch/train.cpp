@@ -15,6 +15,51 @@ namespace bigbatch::cli {
 
 namespace {
 
+// The run's time: its training (the whole run's, resumed or not) and its rate, and what this
+// process took. "training 21s at 2.3k samples/s, 25s in all"; resumed: "training 21s over the
+// run at 2.3k samples/s (8s in this process, 9s in all)".
+std::string time_summary(const TrainResult& result) {
+  const bool tokens = result.language_model;
+  const double rate = tokens ? double(result.items_seen) / std::max(1e-9, result.train_seconds)
+                             : result.samples_per_s;
+  const std::string speed = human_count(rate) + (tokens ? " tokens/s" : " samples/s");
+  if (result.earlier_train_seconds > 0) {
+    return "training " + human_duration(result.train_seconds) + " over the run at " + speed + " (" +
+           human_duration(result.train_seconds - result.earlier_train_seconds) +
+           " in this process, " + human_duration(result.total_seconds) + " in all)";
+  }
+  return "training " + human_duration(result.train_seconds) + " at " + speed + ", " +
+         human_duration(result.total_seconds) + " in all";
+}
+
+// The last line of a run: its held-out figure, how far it trained, how long it took.
+std::string final_summary(const TrainResult& result) {
+  const std::string trained = " after " + count_of(result.updates, "update") + ", " +
+                              count_of(result.samples_seen, "sample");
+  char figure[160];
+  if (result.language_model) {
+    const std::string bits =
+        result.val_has_bits_per_byte
+            ? ", " + format_fixed(result.val_bits_per_byte, 4) + " bits per byte"
+            : std::string();  // token files: the bytes are not known
+    std::snprintf(figure, sizeof figure, "held-out loss %.4f per token", result.val_loss);
+    return figure + bits + "," + trained + " (" + count_of(result.items_seen, "token") + "); " +
+           time_summary(result);
+  }
+  if (result.is_regression) {
+    std::snprintf(figure, sizeof figure, "test RMSE %.4g (loss %.4g: squared error per sample)",
+                  result.test_rmse, result.test_loss);
+    return figure + trained + "; " + time_summary(result);
+  }
+  if (!result.has_accuracy) {
+    return "test loss " + format_loss(result.test_loss) + " per item" + trained + " (" +
+           count_of(result.items_seen, "item") + "); " + time_summary(result);
+  }
+  std::snprintf(figure, sizeof figure, "test accuracy %.2f%% (loss %s)", 100 * result.test_accuracy,
+                format_loss(result.test_loss).c_str());
+  return figure + trained + "; " + time_summary(result);
+}
+
 class TrainCommand final : public Subcommand {
  public:
   explicit TrainCommand(CLI::App& parent)
@@ -31,43 +76,8 @@ class TrainCommand final : public Subcommand {
     if (!result.is_main_rank)
       return kExitOk;
     std::printf("run directory: %s\n", result.run_dir.c_str());
-    if (result.updates > 0 && result.language_model) {
-      const std::string bits =
-          result.val_has_bits_per_byte
-              ? ", " + format_fixed(result.val_bits_per_byte, 4) + " bits per byte"
-              : std::string();  // token files: the bytes are not known
-      std::printf(
-          "held-out loss %.4f per token%s, after %lld updates, %lld samples "
-          "(%lld tokens); training %s at %s tokens/s, %s in all\n",
-          result.val_loss, bits.c_str(), static_cast<long long>(result.updates),
-          static_cast<long long>(result.samples_seen), static_cast<long long>(result.items_seen),
-          human_duration(result.train_seconds).c_str(),
-          human_count(double(result.items_seen) / std::max(1e-9, result.train_seconds)).c_str(),
-          human_duration(result.total_seconds).c_str());
-    } else if (result.updates > 0 && result.is_regression) {
-      std::printf(
-          "test RMSE %.4g (loss %.4g: squared error per sample) after %lld updates, %lld "
-          "samples; training %s at %s samples/s, %s in all\n",
-          result.test_rmse, result.test_loss, static_cast<long long>(result.updates),
-          static_cast<long long>(result.samples_seen), human_duration(result.train_seconds).c_str(),
-          human_count(result.samples_per_s).c_str(), human_duration(result.total_seconds).c_str());
-    } else if (result.updates > 0 && !result.has_accuracy) {
-      std::printf(
-          "test loss %s per item after %lld updates, %lld samples (%lld items); "
-          "training %s at %s samples/s, %s in all\n",
-          format_loss(result.test_loss).c_str(), static_cast<long long>(result.updates),
-          static_cast<long long>(result.samples_seen), static_cast<long long>(result.items_seen),
-          human_duration(result.train_seconds).c_str(), human_count(result.samples_per_s).c_str(),
-          human_duration(result.total_seconds).c_str());
-    } else if (result.updates > 0) {
-      std::printf(
-          "test accuracy %.2f%% (loss %s) after %lld updates, %lld samples; training %s at "
-          "%s samples/s, %s in all\n",
-          100 * result.test_accuracy, format_loss(result.test_loss).c_str(),
-          static_cast<long long>(result.updates), static_cast<long long>(result.samples_seen),
-          human_duration(result.train_seconds).c_str(), human_count(result.samples_per_s).c_str(),
-          human_duration(result.total_seconds).c_str());
-    }
+    if (result.updates > 0)
+      std::printf("%s\n", final_summary(result).c_str());
     return kExitOk;
   }
 

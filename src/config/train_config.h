@@ -12,6 +12,9 @@
 #include "config/device_choice.h"
 #include "config/modes.h"
 #include "config/stop_target.h"
+#include "console/progress.h"
+#include "data/token_dtype.h"
+#include "models/model_choices.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 

@@ -260,4 +260,8 @@ std::string format_loss(double value) {
   return buffer;
 }
 
+std::string count_of(int64_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
 }  // namespace bigbatch

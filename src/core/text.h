@@ -35,6 +35,8 @@ std::string format_loss(double value);
 std::string exact_byte_size(int64_t bytes);
 // 75.2 -> "1m15s"; 3700 -> "1h01m".
 std::string human_duration(double seconds);
+// "1 update", "3 updates": a count and its noun, plural (noun + "s") unless the count is 1.
+std::string count_of(int64_t count, const std::string& noun);
 // The offset of the first byte that does not belong to well-formed UTF-8 (overlong forms,
 // surrogates and code points past U+10FFFF included), or nullopt when all of it is.
 std::optional<size_t> first_invalid_utf8(std::string_view text);

@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "config/modes.h"
+#include "data/token_dtype.h"
 #include "data/token_rows.h"
 
 namespace bigbatch {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "config/modes.h"
 #include "models/gpt.h"
+#include "models/model_choices.h"
 
 namespace bigbatch {
 

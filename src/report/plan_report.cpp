@@ -72,8 +72,8 @@ std::string format_plan_text(const ResolvedRun& run) {
       std::snprintf(label, sizeof label, "from update %lld",
                     static_cast<long long>(phase.first_update + 1));
       out += line(
-          label, "global " + step.describe() + ": " + std::to_string(phase.updates) + " updates, " +
-                     std::to_string(phase.samples) + " samples, peak lr " +
+          label, "global " + step.describe() + ": " + count_of(phase.updates, "update") + ", " +
+                     count_of(phase.samples, "sample") + ", peak lr " +
                      format_significant(run.schedule.config().base_lr *
                                         scale_lr(1.0, run.ramp->reference_batch, phase.global_batch,
                                                  run.schedule.config().scaling)));
@@ -112,11 +112,11 @@ std::string format_plan_text(const ResolvedRun& run) {
     out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + unit);
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
                                 std::to_string(run.schedule.config().total_updates) + unit);
-    out += line("run length", std::to_string(run.total_updates) + " updates, " +
+    out += line("run length", count_of(run.total_updates, "update") + ", " +
                                   std::to_string(run.ramp->total_samples) + " samples (" +
                                   std::to_string(run.epochs) + " epochs)");
   } else {
-    out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + " updates");
+    out += line("warmup", count_of(run.schedule.config().warmup_updates, "update"));
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
                                 std::to_string(run.total_updates) + " updates (" +
                                 std::to_string(run.epochs) + " epochs)");

@@ -36,6 +36,86 @@ RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64
            " samples seen); lr now " + format_significant(change.lr, 4)}};
 }
 
+RunEvent train_start_event(const TrainingProgress& at, const std::string& device,
+                           int64_t tensor_bytes, int64_t rss_bytes) {
+  return {{{"event", "train_start"},
+           {"step", at.step},
+           {"device", device},
+           {"tensor_bytes", tensor_bytes},
+           {"rss_bytes", rss_bytes}},
+          {}};
+}
+
+nlohmann::json epoch_record(const TrainingProgress& at, const NoiseScaleTracker& noise,
+                            const EpochFacts& facts) {
+  const Counts& counts = at.epoch_counts;
+  const auto per_item = [&](double total) {
+    return counts.items > 0 ? nlohmann::json(total / double(counts.items))
+                            : nlohmann::json(nullptr);
+  };
+  const auto b_noise = noise.noise_scale();
+  nlohmann::json record = {
+      {"epoch", at.epoch + 1},
+      {"step", at.step},
+      {"samples_seen", at.samples_seen},
+      {"train_loss", per_item(counts.loss_sum)},
+      {"train_accuracy", per_item(double(counts.correct))},
+      {"train_seconds", at.train_seconds},
+      {"peak_bytes", facts.peak_bytes},
+      {"rss_peak_bytes", facts.rss_peak_bytes},
+      {"micro_batch", facts.micro_batch},
+      {"oom_backoffs", at.oom_backoffs},
+      {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
+  if (const auto summary = noise.summary(); summary && summary->high > 0) {
+    record["grad_noise_scale_low"] = summary->low;
+    record["grad_noise_scale_high"] =
+        std::isfinite(summary->high) ? nlohmann::json(summary->high) : nlohmann::json(nullptr);
+    record["grad_noise_scale_run_average"] = summary->run_average;
+    record["grad_noise_scale_updates"] = summary->updates;
+  }
+  if (!facts.scores_predictions)
+    record.erase("train_accuracy");  // its own loss, or values: no predictions were scored
+  if (facts.regression_outputs > 0 && counts.items > 0)
+    record["train_rmse"] =
+        std::sqrt(counts.loss_sum / double(counts.items * facts.regression_outputs));
+  if (facts.partial_epoch)
+    record["partial_epoch"] = *facts.partial_epoch;
+  return record;
+}
+
+nlohmann::json evaluation_record(const TrainingProgress& at, double epoch, double wall_s) {
+  return {{"event", "evaluation"},
+          {"step", at.step},
+          {"epoch", epoch},
+          {"samples_seen", at.samples_seen},
+          {"train_seconds", at.train_seconds},
+          {"wall_s", wall_s}};
+}
+
+std::string stopped_by_signal_line(int signal_number, const TrainingProgress& at, StopPoint where,
+                                   const std::string& run_dir) {
+  const std::string point = where == StopPoint::InsideUpdate
+                                ? "inside update " + std::to_string(at.step + 1) +
+                                      " after micro-step " + std::to_string(at.micro_step)
+                                : "after update " + std::to_string(at.step);
+  return "stopped by signal " + std::to_string(signal_number) + " " + point +
+         "; checkpoint written, continue with: bigbatch train --resume " + run_dir;
+}
+
+std::string batch_size_verdict(const NoiseScaleTracker& noise, int64_t global_batch,
+                               double items_per_sample) {
+  if (const auto b_noise = noise.summary()) {
+    const bool tokens = items_per_sample > 0;
+    const double batch = double(global_batch) * (tokens ? items_per_sample : 1);
+    return critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples");
+  }
+  if (noise.state().samples == 0) {
+    return "gradient noise scale: not measured (it needs two batch sizes per update: "
+           "accumulation steps of 2 or more)";
+  }
+  return "";
+}
+
 namespace {
 
 // The oom_backoff line: the update it happened in (updates done), what changed, the error.
@@ -105,8 +185,8 @@ RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& targ
       percent ? format_significant(100 * target.value) + "%" : format_significant(target.value);
   event.lines.push_back("target reached: " + metric + " " + shown +
                         (target.at_least ? " >= " : " <= ") + goal + " after " +
-                        std::to_string(at.step) + " updates, " + std::to_string(at.samples_seen) +
-                        " samples, " + human_duration(at.train_seconds) + " of training; stopping");
+                        count_of(at.step, "update") + ", " + count_of(at.samples_seen, "sample") +
+                        ", " + human_duration(at.train_seconds) + " of training; stopping");
   return event;
 }
 

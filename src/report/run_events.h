@@ -9,6 +9,7 @@
 //   for (const auto& line : event.lines) say(line);  // ProgressDisplay
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "schedule/lr_schedule.h"
 #include "schedule/run_schedule.h"
 #include "state/training_progress.h"
+#include "stats/gradient_noise.h"
 
 namespace bigbatch {
 
@@ -45,6 +47,43 @@ RunEvent token_back_off_event(const TrainingProgress& at, const std::string& err
 // --target met by `value` of `metric` after `epochs` (fractional where reached inside one).
 RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& target,
                               const std::string& metric, double value, double epochs);
+
+// The run's first metrics.jsonl line: where it starts (a resumed run's step), on which device,
+// with how much memory in use.
+RunEvent train_start_event(const TrainingProgress& at, const std::string& device,
+                           int64_t tensor_bytes, int64_t rss_bytes);
+
+// What an epoch's record says besides the progress counters and the noise scale.
+struct EpochFacts {
+  int64_t peak_bytes = 0;          // the tensors' peak over the epoch
+  int64_t rss_peak_bytes = 0;      // the process's resident peak
+  int64_t micro_batch = 0;         // the plan's at the epoch's end
+  bool scores_predictions = true;  // the task scores predictions: a training accuracy
+  int64_t regression_outputs = 0;  // values per sample of a regression (0: not one): the RMSE
+  // The fraction of the epoch trained, where the run ends inside it (--max-updates, AdaScale's
+  // scale-invariant length); none for a whole epoch.
+  std::optional<double> partial_epoch;
+};
+// The metrics.jsonl record of an epoch before its held-out figures: the training figures of its
+// applied updates (an epoch whose updates were all skipped has none: nulls), memory, and the
+// gradient noise scale with its range within two standard errors (high null: unbounded) and
+// the run's average, when the spread is known — what the report's summary states.
+nlohmann::json epoch_record(const TrainingProgress& at, const NoiseScaleTracker& noise,
+                            const EpochFacts& facts);
+// The record of an --eval-every evaluation before its held-out figures; `epoch` fractional.
+nlohmann::json evaluation_record(const TrainingProgress& at, double epoch, double wall_s);
+
+// A signal's stop, where a resume continues: after update at.step, or inside the update after
+// it (after micro-step at.micro_step, the open window in the checkpoint).
+enum class StopPoint { AfterUpdate, InsideUpdate };
+std::string stopped_by_signal_line(int signal_number, const TrainingProgress& at, StopPoint where,
+                                   const std::string& run_dir);
+
+// The run's last word on its batch size: the critical-batch verdict from the noise scale (of
+// `global_batch` samples, or of tokens when items_per_sample > 0: a language model's mean is
+// over tokens), or why there is none; "" when nothing can be said.
+std::string batch_size_verdict(const NoiseScaleTracker& noise, int64_t global_batch,
+                               double items_per_sample);
 
 // --max-bad-updates skipped updates in a row: the run stops, from a checkpoint before them when
 // one was kept, else from the weights as they stand.

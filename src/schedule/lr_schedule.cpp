@@ -159,8 +159,8 @@ std::string LrSchedule::describe_scaling() const {
            (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
   }
   return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
-         " -> " + format_double(peak_lr_) + " @ " + std::to_string(config_.global_batch) + " (" +
-         to_string(config_.scaling) +
+         " -> " + format_significant(peak_lr_) + " @ " + std::to_string(config_.global_batch) +
+         " (" + to_string(config_.scaling) +
          (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
 }
 
@@ -173,7 +173,8 @@ std::vector<std::string> LrSchedule::warnings() const {
       config_.warmup_updates == 0 && scaled_up) {
     out.push_back(
         "global batch " + std::to_string(config_.global_batch) +
-        " with the linear scaling rule and no warmup: the scaled rate " + format_double(peak_lr_) +
+        " with the linear scaling rule and no warmup: the scaled rate " +
+        format_significant(peak_lr_) +
         " applies from the first update, while the weights are random and the gradients large "
         "and fast-changing; past ~1024 this diverges or costs accuracy (Goyal et al. 2017). "
         "Add a gradual warmup, e.g. --warmup 5e, or use --lr-scaling sqrt");
@@ -181,7 +182,7 @@ std::vector<std::string> LrSchedule::warnings() const {
   if (config_.warmup_updates >= config_.total_updates && config_.warmup_updates > 0) {
     out.push_back("the warmup (" + std::to_string(config_.warmup_updates) +
                   " updates) is as long as the run (" + std::to_string(config_.total_updates) +
-                  " updates): the rate never reaches its peak " + format_double(peak_lr_) +
+                  " updates): the rate never reaches its peak " + format_significant(peak_lr_) +
                   ". Shorten --warmup or train longer");
   }
   if (config_.kind == ScheduleKind::Step && !config_.milestones.empty() &&

@@ -16,6 +16,17 @@
 
 namespace bigbatch {
 
+int64_t evaluation_rows_in_training(const TensorDataset& train, int64_t micro_batch,
+                                    int64_t micro_batch_tokens, bool memory_budget) {
+  const int64_t rows = evaluation_rows(train);
+  if (!memory_budget)
+    return rows;
+  const int64_t training_rows = train.is_tokens() && micro_batch_tokens > 0
+                                    ? std::max<int64_t>(1, micro_batch_tokens / train.width())
+                                    : micro_batch;
+  return std::min(rows, training_rows);
+}
+
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision) {
   EvalResult result;

@@ -43,6 +43,13 @@ inline int64_t evaluation_rows(const TensorDataset& data) {
   return data.is_tokens() ? std::max<int64_t>(1, kEvalTokens / data.width()) : kEvalBatchSize;
 }
 
+// The rows of an evaluation batch during training. Under a memory budget, the training
+// micro-batch (inference, with no saved activations and no gradients, always fits it), or under
+// a token budget as many full rows as it holds (after any back-off); otherwise as many as
+// evaluation_rows gives.
+int64_t evaluation_rows_in_training(const TensorDataset& train, int64_t micro_batch,
+                                    int64_t micro_batch_tokens, bool memory_budget);
+
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision = Precision::Fp32);
 

@@ -1,18 +1,14 @@
 #include "train/fit_loop.h"
 
 #include <algorithm>
-#include <cmath>
 #include <csignal>
-#include <cstdlib>
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "data/sampler.h"
 #include "device/device.h"
 #include "memory/tracking_allocator.h"
 #include "models/models.h"
-#include "models/scripted_model.h"
 #include "runtime/runtime_env.h"
 #include "stats/loss_spikes.h"
 #include "train/run_setup.h"
@@ -37,13 +33,8 @@ void FitLoop::run() {
   // stopwatch beside the run would read, unlike train_seconds, which times the updates alone.
   train_start_ = SteadyClock::now();
   TrainingProgress& at = run_.at;
-  if (run_.metrics) {
-    run_.metrics->write({{"event", "train_start"},
-                         {"step", at.step},
-                         {"device", run_.device.str()},
-                         {"tensor_bytes", memory_counters().current_bytes},
-                         {"rss_bytes", current_rss_bytes()}});
-  }
+  tell(train_start_event(at, run_.device.str(), memory_counters().current_bytes,
+                         current_rss_bytes()));
   while (!run_.schedule->complete(at)) {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
@@ -103,10 +94,8 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
     return false;  // the same update again, cut smaller
   }
   if (!step.completed) {
-    console_.say("stopped by signal " + std::to_string(interrupts_.signal_number()) +
-                 " inside update " + std::to_string(at.step + 1) + " after micro-step " +
-                 std::to_string(at.micro_step) +
-                 "; checkpoint written, continue with: bigbatch train --resume " + run_.run_dir);
+    console_.say(stopped_by_signal_line(interrupts_.signal_number(), at, StopPoint::InsideUpdate,
+                                        run_.run_dir));
     throw Interrupted(interrupts_.signal_number(),
                       "training interrupted inside update " + std::to_string(at.step + 1));
   }
@@ -324,42 +313,16 @@ void FitLoop::record_epoch(bool ends_inside) {
   at.recorded_epoch_step = at.step;
   if (!run_.job.is_main())
     return;
-  // An epoch whose updates were all skipped (non-finite) has no training figures.
-  const Counts& counts = at.epoch_counts;
-  const auto per_item = [&](double total) {
-    return counts.items > 0 ? nlohmann::json(total / double(counts.items))
-                            : nlohmann::json(nullptr);
-  };
-  const auto b_noise = noise_.noise_scale();
-  nlohmann::json record = {
-      {"epoch", at.epoch + 1},
-      {"step", at.step},
-      {"samples_seen", at.samples_seen},
-      {"train_loss", per_item(counts.loss_sum)},
-      {"train_accuracy", per_item(double(counts.correct))},
-      {"train_seconds", at.train_seconds},
-      {"peak_bytes", epoch_peak_bytes_},
-      {"rss_peak_bytes", peak_rss_bytes()},
-      {"micro_batch", run_.schedule->plan().micro_batch_size},
-      {"oom_backoffs", at.oom_backoffs},
-      {"grad_noise_scale", b_noise ? nlohmann::json(*b_noise) : nlohmann::json(nullptr)}};
-  // The estimate's range within two standard errors (high null: unbounded) and the run's
-  // average, when the spread is known: what the report's summary states.
-  if (const auto summary = noise_.summary(); summary && summary->high > 0) {
-    record["grad_noise_scale_low"] = summary->low;
-    record["grad_noise_scale_high"] =
-        std::isfinite(summary->high) ? nlohmann::json(summary->high) : nlohmann::json(nullptr);
-    record["grad_noise_scale_run_average"] = summary->run_average;
-    record["grad_noise_scale_updates"] = summary->updates;
-  }
   const Task task = run_.task();
-  if (!task.scores_predictions())
-    record.erase("train_accuracy");  // its own loss, or values: no predictions were scored
-  if (task.is_regression() && counts.items > 0)
-    record["train_rmse"] =
-        std::sqrt(counts.loss_sum / double(counts.items * run_.data.train.outputs()));
+  EpochFacts facts;
+  facts.peak_bytes = epoch_peak_bytes_;
+  facts.rss_peak_bytes = peak_rss_bytes();
+  facts.micro_batch = run_.schedule->plan().micro_batch_size;
+  facts.scores_predictions = task.scores_predictions();
+  facts.regression_outputs = task.is_regression() ? run_.data.train.outputs() : 0;
   if (ends_inside)
-    record["partial_epoch"] = run_.schedule->epoch_progress(run_.at);
+    facts.partial_epoch = run_.schedule->epoch_progress(at);
+  nlohmann::json record = epoch_record(at, noise_, facts);
   evaluate_into(record, /*interval=*/false);
 }
 
@@ -379,18 +342,11 @@ void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
   check_target(record);
 }
 
-// Under a budget, evaluation runs at the training micro-batch, which inference (no saved
-// activations, no gradients) always fits; under a token budget (after any back-off), at as many
-// full rows as it holds.
 nlohmann::json FitLoop::evaluate_splits() {
-  const TensorDataset& train = run_.data.train;
-  const int64_t eval_rows = evaluation_rows(train);
-  int64_t training_rows = run_.schedule->plan().micro_batch_size;
-  if (const int64_t budget = run_.schedule->micro_batch_tokens(); train.is_tokens() && budget > 0)
-    training_rows = std::max<int64_t>(1, budget / train.width());
-  const int64_t eval_batch =
-      run_.config.memory_budget > 0 ? std::min(eval_rows, training_rows) : eval_rows;
-  return held_out_.figures(run_.at.step, run_.model, run_.data, eval_batch, run_.precision);
+  const int64_t rows = evaluation_rows_in_training(
+      run_.data.train, run_.schedule->plan().micro_batch_size, run_.schedule->micro_batch_tokens(),
+      run_.config.memory_budget > 0);
+  return held_out_.figures(run_.at.step, run_.model, run_.data, rows, run_.precision);
 }
 
 // Every eval_every_updates-th update, counted from the run's start (a resumed run keeps the
@@ -405,12 +361,8 @@ bool FitLoop::evaluation_due() const {
 void FitLoop::evaluate_on_interval() {
   if (run_.job.is_main()) {
     const TrainingProgress& at = run_.at;
-    nlohmann::json record = {{"event", "evaluation"},
-                             {"step", at.step},
-                             {"epoch", double(at.epoch) + run_.schedule->epoch_progress(at)},
-                             {"samples_seen", at.samples_seen},
-                             {"train_seconds", at.train_seconds},
-                             {"wall_s", seconds_since(train_start_)}};
+    nlohmann::json record = evaluation_record(
+        at, double(at.epoch) + run_.schedule->epoch_progress(at), seconds_since(train_start_));
     evaluate_into(record, /*interval=*/true);
   }
   share_target_verdict();
@@ -459,9 +411,8 @@ void FitLoop::start_next_epoch() {
 
 void FitLoop::stop_after_update() const {
   const int signal_number = interrupts_.requested() ? interrupts_.signal_number() : SIGTERM;
-  console_.say("stopped by signal " + std::to_string(signal_number) + " after update " +
-               std::to_string(run_.at.step) +
-               "; checkpoint written, continue with: bigbatch train --resume " + run_.run_dir);
+  console_.say(
+      stopped_by_signal_line(signal_number, run_.at, StopPoint::AfterUpdate, run_.run_dir));
   throw Interrupted(signal_number,
                     "training interrupted at update " + std::to_string(run_.at.step));
 }
@@ -488,18 +439,10 @@ void FitLoop::finish() {
   }
   if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
     checkpoints_.write();
-  if (const auto b_noise = noise_.summary()) {
-    // A language model's mean, and so its noise scale, is over tokens: so is the batch here.
-    const double per_sample = run_.schedule->epoch().items_per_sample;
-    const bool tokens = per_sample > 0;
-    const double batch =
-        double(run_.schedule->plan().global_batch_size) * (tokens ? per_sample : 1);
-    console_.say(critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples"));
-  } else if (noise_.state().samples == 0) {
-    console_.say(
-        "gradient noise scale: not measured (it needs two batch sizes per update: "
-        "accumulation steps of 2 or more)");
-  }
+  const std::string verdict = batch_size_verdict(noise_, run_.schedule->plan().global_batch_size,
+                                                 run_.schedule->epoch().items_per_sample);
+  if (!verdict.empty())
+    console_.say(verdict);
 }
 
 }  // namespace bigbatch

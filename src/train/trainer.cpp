@@ -82,8 +82,8 @@ std::string finished_run_summary(const TrainingRun& run) {
       }
     }
   }
-  return "run '" + run.run_dir + "' has already finished: " + std::to_string(run.at.step) +
-         " updates, " + std::to_string(run.at.samples_seen) + " samples" + reached +
+  return "run '" + run.run_dir + "' has already finished: " + count_of(run.at.step, "update") +
+         ", " + count_of(run.at.samples_seen, "sample") + reached +
          ". Nothing was trained or changed; to train it longer, resume with a larger --epochs "
          "or --max-updates";
 }
@@ -114,6 +114,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
     return result;
   }
 
+  result.earlier_train_seconds = run.at.train_seconds;
   FitLoop loop(run, console);
   try {
     loop.run();

@@ -30,9 +30,12 @@ struct TrainResult {
   double val_loss = 0;
   double val_bits_per_byte = 0;
   bool val_has_bits_per_byte = false;  // text whose bytes are known (not token files)
-  double train_seconds = 0;            // the training loop, evaluation excluded
-  double total_seconds = 0;            // everything, data loading included
-  double samples_per_s = 0;            // training samples over train_seconds
+  double train_seconds = 0;            // the training loop, evaluation excluded (whole run)
+  // A resumed run's training time before this process (0 for a fresh run): train_seconds less
+  // this is this process's share.
+  double earlier_train_seconds = 0;
+  double total_seconds = 0;  // everything, data loading included
+  double samples_per_s = 0;  // training samples over train_seconds
 };
 
 struct CustomProblem;  // train/custom_problem.h

@@ -189,9 +189,9 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                 std::to_string(run.ramp->reference_batch) + ")");
   } else {
     console.say(run.schedule.describe_scaling() + ", warmup " +
-                std::to_string(run.schedule.config().warmup_updates) + " updates, " +
+                count_of(run.schedule.config().warmup_updates, "update") + ", " +
                 to_string(run.schedule.config().kind) + " schedule over " +
-                std::to_string(run.total_updates) + " updates");
+                count_of(run.total_updates, "update"));
   }
   if (run.eval_every_updates > 0) {
     console.say("evaluation: every " + std::to_string(run.eval_every_updates) +

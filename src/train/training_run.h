@@ -19,13 +19,13 @@
 #include "checkpoint/checkpoint.h"
 #include "config/resolved_run.h"
 #include "config/train_config.h"
+#include "console/console.h"
 #include "core/files.h"
 #include "data/dataset.h"
 #include "device/precision.h"
 #include "dist/environment.h"
 #include "dist/gradient_reducer.h"
 #include "report/metrics_writer.h"
-#include "report/progress.h"
 #include "schedule/run_schedule.h"
 #include "state/training_progress.h"
 #include "task/task.h"
@@ -34,25 +34,6 @@
 #include "train/window_batch_norm.h"
 
 namespace bigbatch {
-
-// Messages and the progress display, from rank 0 only: the other ranks of a job train silently.
-class Console {
- public:
-  Console(bool is_main, ProgressMode mode)
-      : is_main_(is_main), progress_(is_main ? mode : ProgressMode::Off, stderr) {}
-  void say(const std::string& line) {
-    if (is_main_)
-      progress_.message(line);
-  }
-  void show(const ProgressState& state) {
-    if (is_main_)
-      progress_.update(state);
-  }
-
- private:
-  bool is_main_;
-  Progress progress_;
-};
 
 // This process's place in the job: one process, or a rank of a launcher's job.
 struct JobPlace {

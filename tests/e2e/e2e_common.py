@@ -1,5 +1,6 @@
-"""What the end-to-end tests share: running the real binary, reading a run's metrics, and the
-check every bad input must pass — one `bigbatch: error[KIND]` line naming the problem, exit 2.
+"""What the end-to-end tests share: running the real binary, reading a run's files, a free
+loopback port, and the check every bad input must pass — one `bigbatch: error[KIND]: MESSAGE`
+line naming the problem, its exit code (2 unless said), no libtorch backtrace.
 
     from e2e_common import CliTestCase, main, run
     class MyTest(CliTestCase):
@@ -7,22 +8,44 @@ check every bad input must pass — one `bigbatch: error[KIND]` line naming the 
             self.assert_one_line_error(run("train", "--lr", "-1"), "config", "--lr")
     if __name__ == "__main__":
         main()   # takes BIGBATCH_BINARY from the command line
+
+The binary is BINARY here, set by main(): a module that names it itself (`--`, BINARY, ...)
+reads e2e_common.BINARY at the time it runs, never a copy taken at import.
 """
 import json
 import os
+import re
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import unittest
 
 BINARY = None
+ERROR_LINE = re.compile(r"^bigbatch: error\[(\w+)\]: (.*)$")
 
 
-def run(*args, env=None, cwd=None):
+def run(*args, check=False, env=None, cwd=None, timeout=600):
+    """bigbatch ARGS to completion, its output captured as text; check: fail unless it exits 0.
+    timeout=None waits for ever."""
     # errors="replace": a byte-level model may draw bytes that are not UTF-8 (sample prints them).
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=600,
-                          env=env, cwd=cwd)
+    result = subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
+                            env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(f"bigbatch {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def start(*args, stdout=subprocess.PIPE):
+    """bigbatch ARGS in the background (stderr piped, text): to be signalled, killed or raced."""
+    return subprocess.Popen([BINARY, *args], stdout=stdout, stderr=subprocess.PIPE, text=True, errors="replace")
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
 
 
 def records(run_dir):
@@ -34,11 +57,36 @@ def update_records(run_dir):
     return [r for r in records(run_dir) if "loss" in r and "event" not in r]
 
 
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_weights(path):
+    """A safetensors file's float32 tensors, by name (Debian's python3-torch)."""
+    import torch
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {name: torch.frombuffer(bytearray(blob[8 + n + i["data_offsets"][0]:8 + n + i["data_offsets"][1]]),
+                                   dtype=torch.float32).reshape(i["shape"])
+            for name, i in header.items() if i["dtype"] == "F32"}
+
+
+def max_relative_difference(a, b):
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
 class CliTestCase(unittest.TestCase):
     """A fresh directory per test (self.dir, self.path(...)), removed afterwards."""
 
+    PREFIX = "bigbatch_e2e_"  # of each test's directory
+
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_e2e_")
+        self.dir = tempfile.mkdtemp(prefix=self.PREFIX)
 
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -46,19 +94,29 @@ class CliTestCase(unittest.TestCase):
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
-    def assert_one_line_error(self, result, kind, *fragments):
-        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+    def assert_error(self, result, *fragments, kind=None, code=2):
+        """Exit `code`, exactly one `bigbatch: error[KIND]: MESSAGE` line (of any kind, or `kind`)
+        with every fragment in its MESSAGE, and no libtorch backtrace. Returns the line's match."""
+        self.assertEqual(result.returncode, code, result.stdout + result.stderr)
         errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
         self.assertEqual(len(errors), 1, result.stderr)
-        self.assertTrue(errors[0].startswith(f"bigbatch: error[{kind}]"), errors[0])
+        match = ERROR_LINE.match(errors[0])
+        self.assertIsNotNone(match, errors[0])
+        if kind is not None:
+            self.assertEqual(match.group(1), kind, errors[0])
         for fragment in fragments:
-            self.assertIn(fragment, errors[0])
+            self.assertIn(fragment, match.group(2))
+        self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
+        return match
+
+    def assert_one_line_error(self, result, kind, *fragments, code=2):
+        return self.assert_error(result, *fragments, kind=kind, code=code)
 
 
-def main(before=None):
+def main(before=None, verbosity=1):
     """BIGBATCH_BINARY [unittest arguments]; `before` runs first (shared set-up)."""
     global BINARY
     BINARY = os.path.abspath(sys.argv.pop(1))
     if before:
         before()
-    unittest.main()
+    unittest.main(verbosity=verbosity)

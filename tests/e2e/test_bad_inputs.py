@@ -8,16 +8,13 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
-import unittest
 
-BINARY = None
-ERROR_LINE = re.compile(r"^bigbatch: error\[(\w+)\]: (.*)$")
+import e2e_common  # e2e_common.run: this module's tests name their run directories `run`
+from e2e_common import CliTestCase, main
 
 
 def idx_bytes(dims, data):
@@ -54,7 +51,7 @@ def tree_digest(path):
     return digest
 
 
-class BadInputCorpus(unittest.TestCase):
+class BadInputCorpus(CliTestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(prefix="bigbatch_bad_inputs_")
@@ -62,8 +59,8 @@ class BadInputCorpus(unittest.TestCase):
         write_dataset(cls.data)
         # A finished run with checkpoints, the victim of the resume cases.
         cls.victim = os.path.join(cls.root, "victim")
-        subprocess.run([BINARY, "train", *cls.small(), "--checkpoint-every", "2u", "--out", cls.victim],
-                       check=True, capture_output=True)
+        e2e_common.run("train", *cls.small(), "--checkpoint-every", "2u", "--out", cls.victim, check=True,
+                       timeout=None)
 
     @classmethod
     def tearDownClass(cls):
@@ -74,20 +71,15 @@ class BadInputCorpus(unittest.TestCase):
         return ["--model", "mlp", "--hidden", "16", "--dataset", "idx:" + (data or cls.data), "--global-batch", "64",
                 "--micro-batch", "16", "--epochs", "1", "--threads", "1", "--progress", "off"]
 
-    def setUp(self):
+    def setUp(self):  # (CliTestCase's tearDown removes it)
         self.dir = tempfile.mkdtemp(dir=self.root)
         self.out = os.path.join(self.dir, "run")
 
     def expect(self, args, kind, fragment, code=2, env=None, victim=None):
         before = tree_digest(victim) if victim else None
-        result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, **(env or {})))
-        self.assertEqual(result.returncode, code, result.stderr)
-        errors = [m for m in map(ERROR_LINE.match, result.stderr.splitlines()) if m]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertEqual(errors[0].group(1), kind, result.stderr)
-        self.assertIn(fragment, errors[0].group(2))
-        for marker in ["Exception raised from", "terminate called", "Traceback", "Segmentation"]:
+        result = e2e_common.run(*args, env=dict(os.environ, **(env or {})), timeout=120)
+        self.assert_one_line_error(result, kind, fragment, code=code)  # no libtorch backtrace either
+        for marker in ["terminate called", "Traceback", "Segmentation"]:
             self.assertNotIn(marker, result.stderr)
         self.assertFalse(os.path.exists(self.out), "a failed run left a run directory behind")
         if victim:
@@ -261,7 +253,7 @@ class BadInputCorpus(unittest.TestCase):
 
     def skip_unless_cpu_only(self):
         # A device no machine has: refused at once, by a CUDA build too (for another reason).
-        probe = subprocess.run([BINARY, "fit", "--device", "cuda:99"], capture_output=True, text=True, timeout=60)
+        probe = e2e_common.run("fit", "--device", "cuda:99", timeout=60)
         if "without CUDA" not in probe.stderr:
             self.skipTest("this bigbatch is built against a CUDA libtorch")
 
@@ -330,8 +322,8 @@ class BadInputCorpus(unittest.TestCase):
 
     def test_output_lost_to_a_full_device(self):
         with open("/dev/full", "w") as full:
-            result = subprocess.run([BINARY, "plan", "--global-batch", "64", "--micro-batch", "16"], stdout=full,
-                                    stderr=subprocess.PIPE, text=True, timeout=60)
+            result = subprocess.run([e2e_common.BINARY, "plan", "--global-batch", "64", "--micro-batch", "16"],
+                                    stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("bigbatch: error[io]: cannot write standard output", result.stderr)
 
@@ -382,9 +374,9 @@ class BadInputCorpus(unittest.TestCase):
         # gets 43 outputs; the normalisation is measured on these images and recorded.
         directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [3] * 255 + [42]))
         out = os.path.join(self.dir, "classes43")
-        result = subprocess.run([BINARY, "train", "--dataset", f"idx:{directory}", "--model", "mlp", "--hidden", "16",
-                                 "--global-batch", "64", "--epochs", "1", "--threads", "1", "--progress", "off",
-                                 "--out", out], capture_output=True, text=True, timeout=300)
+        result = e2e_common.run("train", "--dataset", f"idx:{directory}", "--model", "mlp", "--hidden", "16",
+                                "--global-batch", "64", "--epochs", "1", "--threads", "1", "--progress", "off",
+                                "--out", out, timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stderr, r"data: 256 samples of shape \[1, 28, 28\] in 43 classes, normalised "
                                         r"\(pixel / 255 - [\d.]+\) / [\d.]+ \(measured on the training images\)")
@@ -393,8 +385,8 @@ class BadInputCorpus(unittest.TestCase):
         config = open(os.path.join(out, "config.toml")).read()
         self.assertRegex(config, r"pixel-mean = 0\.\d+")
         # Given on the command line, the pair is used as it is; half of it is refused.
-        given = subprocess.run([BINARY, "plan", "--dataset", f"idx:{directory}", "--pixel-mean", "0.5",
-                                "--pixel-std", "0.25"], capture_output=True, text=True, timeout=300)
+        given = e2e_common.run("plan", "--dataset", f"idx:{directory}", "--pixel-mean", "0.5", "--pixel-std", "0.25",
+                               timeout=300)
         self.assertEqual(given.returncode, 0, given.stderr)
         self.expect(["train", "--dataset", f"idx:{directory}", "--pixel-mean", "0.5", "--out",
                      os.path.join(self.dir, "half")], "config",
@@ -586,7 +578,7 @@ class BadInputCorpus(unittest.TestCase):
             state["progress"].update(epoch=0, update_in_epoch=4, position_in_epoch=256)
             state.pop("files")
         self.edit_state(run, edit)
-        result = subprocess.run([BINARY, "train", "--resume", run], capture_output=True, text=True, timeout=120)
+        result = e2e_common.run("train", "--resume", run, timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
 
     def test_a_refused_older_checkpoint_leaves_the_newer_history_in_place(self):
@@ -658,5 +650,4 @@ def load_tests(loader, tests, pattern):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

@@ -3,32 +3,25 @@
 resume, must end bit-identical to an uninterrupted run; resuming with another micro-batch or
 world size keeps the global batch; mismatched or damaged checkpoints are clear errors.
 Usage: test_checkpoints.py BIGBATCH_BINARY [unittest arguments]."""
+import functools
 import json
 import os
 import random
 import shutil
 import signal
-import socket
-import struct
 import subprocess
-import sys
 import tempfile
 import time
-import unittest
 
-BINARY = None
+import e2e_common
+from e2e_common import CliTestCase, free_port, main, read, start
+from e2e_common import records as metrics
+
 # cnn on 4000 samples at 128: 31 full updates and one of 32 per epoch, ~5 s of training.
 RUN = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32", "--epochs", "3",
        "--threads", "1", "--progress", "off", "--checkpoint-every", "4u", "--keep-checkpoints", "3"]
-
-
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
-def metrics(run_dir):
-    return [json.loads(line) for line in read(os.path.join(run_dir, "metrics.jsonl")).splitlines()]
+# Commands wait as long as they take, but where a limit is given.
+run = functools.partial(e2e_common.run, timeout=None)
 
 
 def comparable(records):
@@ -43,28 +36,18 @@ def checkpoints(run_dir):
     return sorted(d for d in os.listdir(root) if d.startswith("step_")) if os.path.isdir(root) else []
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class CheckpointTest(CliTestCase):
+    PREFIX = "bigbatch_ckpt_"
 
-
-class CheckpointTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="bigbatch_ckpt_")
-        cls.reference = os.path.join(cls.dir, "reference")
-        subprocess.run([BINARY, "train", *RUN, "--out", cls.reference], check=True, capture_output=True)
+        cls.root = tempfile.mkdtemp(prefix=cls.PREFIX)
+        cls.reference = os.path.join(cls.root, "reference")
+        run("train", *RUN, "--out", cls.reference, check=True)
 
     @classmethod
     def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
-    def start(self, *args):
-        return subprocess.Popen([BINARY, "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        shutil.rmtree(cls.root, ignore_errors=True)
 
     def wait_for_checkpoint(self, run_dir, process, timeout=120):
         deadline = time.monotonic() + timeout
@@ -87,7 +70,7 @@ class CheckpointTest(unittest.TestCase):
     def test_kill_nine_at_random_points_then_resume_is_bit_identical(self):
         run_dir = self.path("killed")
         rng = random.Random(7)
-        process = self.start(*RUN, "--out", run_dir)
+        process = start("train", *RUN, "--out", run_dir)
         kills = 0
         while True:
             if kills < 3 and self.wait_for_checkpoint(run_dir, process):
@@ -100,7 +83,7 @@ class CheckpointTest(unittest.TestCase):
                 break
             self.assertEqual(process.returncode, -signal.SIGKILL)
             self.assert_checkpoints_complete(run_dir)
-            process = self.start("--resume", run_dir)
+            process = start("train", "--resume", run_dir)
         self.assertGreaterEqual(kills, 1)
         self.assert_checkpoints_complete(run_dir)
         self.assertLessEqual(len(checkpoints(run_dir)), 3)
@@ -108,33 +91,31 @@ class CheckpointTest(unittest.TestCase):
 
     def test_a_run_directory_in_use_is_refused_and_free_again_after_kill_nine(self):
         run_dir = self.path("locked")
-        first = self.start(*RUN, "--out", run_dir)
+        first = start("train", *RUN, "--out", run_dir)
         try:
             self.assertTrue(self.wait_for_checkpoint(run_dir, first))
             # A resume while it trains, and a fresh run into the same directory: both refused,
             # naming the process, and neither touches the run.
             for args in (["--resume", run_dir], [*RUN, "--out", run_dir]):
-                result = subprocess.run([BINARY, "train", *args], capture_output=True, text=True, timeout=120)
+                result = run("train", *args, timeout=120)
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn(f"error[io]: run directory '{run_dir}' is in use by pid {first.pid}", result.stderr)
         finally:
             first.kill()  # kill -9: the kernel drops the lock with the process
             first.communicate()
-        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True,
-                                timeout=300)
+        result = run("train", "--resume", run_dir, timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assert_same_as_reference(run_dir)
 
     def test_resume_removes_what_interrupted_writes_and_prunings_left(self):
         run_dir = self.path("leftovers")
-        first = self.start(*RUN, "--out", run_dir)
+        first = start("train", *RUN, "--out", run_dir)
         self.assertTrue(self.wait_for_checkpoint(run_dir, first))
         first.kill()
         first.communicate()
         for name in (".tmp-step_000099-12345", ".trash-step_000001-12345"):  # as a kill -9 leaves them
             os.makedirs(os.path.join(run_dir, "checkpoints", name, "half"))
-        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True,
-                                timeout=300)
+        result = run("train", "--resume", run_dir, timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("removed 2 unfinished checkpoint directories left by an interrupted run", result.stderr)
         self.assertEqual([d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".")], [])
@@ -144,7 +125,7 @@ class CheckpointTest(unittest.TestCase):
         run_dir = self.path("raced")
         quick = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "32",
                  "--epochs", "1", "--threads", "1", "--progress", "off"]
-        processes = [self.start(*quick, "--out", run_dir) for _ in range(2)]
+        processes = [start("train", *quick, "--out", run_dir) for _ in range(2)]
         results = [(p.returncode, err) for p in processes for _, err in [p.communicate(timeout=300)]]
         codes = sorted(code for code, _ in results)
         self.assertEqual(codes, [0, 2], results)
@@ -156,7 +137,7 @@ class CheckpointTest(unittest.TestCase):
 
     def test_sigint_checkpoints_exits_130_and_resumes_bit_identical(self):
         run_dir = self.path("interrupted")
-        process = self.start(*RUN, "--out", run_dir)
+        process = start("train", *RUN, "--out", run_dir)
         self.assertTrue(self.wait_for_checkpoint(run_dir, process))
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
@@ -165,9 +146,13 @@ class CheckpointTest(unittest.TestCase):
         last_step = [r for r in metrics(run_dir) if "loss" in r][-1]["step"]
         state = json.loads(read(os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")))
         self.assertEqual(state["progress"]["step"], last_step)  # nothing trained is lost
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertIn(f"resumed from", resumed.stderr)
+        # The summary counts the whole run's training and says what this process added (item 17
+        # of issue 35: it said "training 21s ..., 9s in all" with no word of the resume).
+        self.assertRegex(resumed.stdout, r"; training \S+ over the run at \S+ samples/s "
+                                         r"\(\S+ in this process, \S+ in all\)\n")
         self.assert_same_as_reference(run_dir)
 
     def test_a_signal_during_the_final_evaluation_stops_the_run_and_a_resume_finishes_it(self):
@@ -175,13 +160,13 @@ class CheckpointTest(unittest.TestCase):
         run_dir = self.path("signal-at-evaluation")
         small = ["--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "100",
                  "--epochs", "1", "--threads", "1", "--progress", "off"]
-        stopped = subprocess.run([BINARY, "train", *small, "--out", run_dir], capture_output=True, text=True,
-                                 env=dict(os.environ, BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS=str(int(signal.SIGTERM))))
+        stopped = run("train", *small, "--out", run_dir,
+                      env=dict(os.environ, BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS=str(int(signal.SIGTERM))))
         self.assertEqual(stopped.returncode, 143, stopped.stderr)
         self.assertIn("stopped by signal 15 after update 10", stopped.stderr)
         self.assertFalse(os.path.exists(os.path.join(run_dir, "weights.safetensors")))
         self.assertEqual(checkpoints(run_dir), ["step_000010"])
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertTrue(os.path.exists(os.path.join(run_dir, "weights.safetensors")))
         self.assertEqual(len([r for r in metrics(run_dir) if "test_accuracy" in r]), 1)  # evaluated once
@@ -192,12 +177,12 @@ class CheckpointTest(unittest.TestCase):
         run_dir = self.path("signal-at-interval")
         small = ["--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "100",
                  "--epochs", "1", "--threads", "1", "--progress", "off", "--eval-every", "3u"]
-        stopped = subprocess.run([BINARY, "train", *small, "--out", run_dir], capture_output=True, text=True,
-                                 env=dict(os.environ, BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS=str(int(signal.SIGTERM))))
+        stopped = run("train", *small, "--out", run_dir,
+                      env=dict(os.environ, BIGBATCH_SIGNAL_AT_EVALUATION_FOR_TESTS=str(int(signal.SIGTERM))))
         self.assertEqual(stopped.returncode, 143, stopped.stderr)
         self.assertIn("stopped by signal 15 after update 3", stopped.stderr)
         self.assertEqual(checkpoints(run_dir), ["step_000003"])
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertEqual([r["step"] for r in metrics(run_dir) if r.get("event") == "evaluation"], [3, 6, 9])
 
@@ -208,18 +193,15 @@ class CheckpointTest(unittest.TestCase):
                  "--schedule", "constant", "--threads", "1", "--progress", "off", "--checkpoint-every", "2u",
                  "--keep-checkpoints", "4"]
         run_dir = self.path("branches")
-        subprocess.run([BINARY, "train", *small, "--max-updates", "20", "--out", run_dir], check=True,
-                       capture_output=True)
+        run("train", *small, "--max-updates", "20", "--out", run_dir, check=True)
         self.assertEqual(checkpoints(run_dir), ["step_000014", "step_000016", "step_000018", "step_000020"])
         older = os.path.join(run_dir, "checkpoints", "step_000014")
-        refused = subprocess.run([BINARY, "train", "--resume", older, "--max-updates", "17"], capture_output=True,
-                                 text=True)
+        refused = run("train", "--resume", older, "--max-updates", "17")
         self.assertEqual(refused.returncode, 2, refused.stderr)
         self.assertIn("is older than 3 other checkpoint(s) of its run (the newest step_000020)", refused.stderr)
         self.assertIn("--discard-newer", refused.stderr)
         self.assertEqual(len(checkpoints(run_dir)), 4)  # nothing moved or removed
-        branched = subprocess.run([BINARY, "train", "--resume", older, "--max-updates", "17", "--discard-newer"],
-                                  capture_output=True, text=True)
+        branched = run("train", "--resume", older, "--max-updates", "17", "--discard-newer")
         self.assertEqual(branched.returncode, 0, branched.stderr)
         self.assertIn("moved 3 newer checkpoint(s), up to step_000020", branched.stderr)
         # The new history's checkpoints, the final one included, and none of the old one's.
@@ -231,13 +213,11 @@ class CheckpointTest(unittest.TestCase):
         # The same weights as a run that went to 17 directly (a constant rate: the first 14
         # updates do not depend on the run's length).
         straight = self.path("straight-17")
-        subprocess.run([BINARY, "train", *small, "--max-updates", "17", "--out", straight], check=True,
-                       capture_output=True)
+        run("train", *small, "--max-updates", "17", "--out", straight, check=True)
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
                          read(os.path.join(straight, "weights.safetensors"), "rb"))
         # And the next resume continues the new history.
-        again = subprocess.run([BINARY, "train", "--resume", run_dir, "--max-updates", "18"], capture_output=True,
-                               text=True)
+        again = run("train", "--resume", run_dir, "--max-updates", "18")
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertIn("at update 17", again.stderr)
 
@@ -254,8 +234,7 @@ class CheckpointTest(unittest.TestCase):
         kept = checkpoints(self.reference)
         step = int(kept[0].split("_")[1])
         run_dir = self.copy_of_reference_at("micro64", step)
-        result = subprocess.run([BINARY, "train", "--resume", run_dir, "--micro-batch", "64"], capture_output=True,
-                                text=True)
+        result = run("train", "--resume", run_dir, "--micro-batch", "64")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("batch plan 128 = micro 64 x accumulation 2 x world 1", result.stderr)
         a = metrics(run_dir)[-1]
@@ -266,9 +245,8 @@ class CheckpointTest(unittest.TestCase):
     def test_resume_on_two_ranks_keeps_the_global_batch(self):
         step = int(checkpoints(self.reference)[0].split("_")[1])
         run_dir = self.copy_of_reference_at("two-ranks", step)
-        result = subprocess.run([BINARY, "launch", "--nproc", "2", "--master-port", str(free_port()), "--", BINARY,
-                                 "train", "--resume", run_dir, "--micro-batch", "16"],
-                                capture_output=True, text=True, timeout=300)
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", e2e_common.BINARY, "train",
+                     "--resume", run_dir, "--micro-batch", "16", timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("128 = micro 16 x accumulation 4 x world 2", result.stderr)
         a, b = metrics(run_dir)[-1], metrics(self.reference)[-1]
@@ -283,15 +261,15 @@ class CheckpointTest(unittest.TestCase):
         run_dir = self.copy_of_reference_at("after-checkpoint", step)
         with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
             f.write(json.dumps({"event": "oom_backoff", "step": step, "micro_batch_from": 32, "micro_batch": 16}) + "\n")
-        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        result = run("train", "--resume", run_dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assert_same_as_reference(run_dir)
 
     def test_resumed_run_with_nothing_left_records_its_end_once(self):
         run_dir = self.path("ends-inside-an-epoch")
-        subprocess.run([BINARY, "train", *RUN, "--max-updates", "6", "--out", run_dir], check=True, capture_output=True)
+        run("train", *RUN, "--max-updates", "6", "--out", run_dir, check=True)
         before = metrics(run_dir)
-        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        result = run("train", "--resume", run_dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         ends = [r for r in metrics(run_dir) if "test_accuracy" in r]
         self.assertEqual(len(ends), 1, ends)
@@ -305,7 +283,7 @@ class CheckpointTest(unittest.TestCase):
         shutil.copytree(self.reference, run_dir)
         before = {name: read(os.path.join(root, name), "rb") for root, _, files in os.walk(run_dir)
                   for name in files}
-        result = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        result = run("train", "--resume", run_dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(f"run '{run_dir}' has already finished: 96 updates, 12000 samples, test accuracy", result.stderr)
         self.assertIn("Nothing was trained or changed", result.stderr)
@@ -314,11 +292,7 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(after, before)
 
     def assert_resume_error(self, run_dir, *extra, fragment):
-        result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 2, result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertIn(fragment, errors[0])
+        self.assert_error(run("train", "--resume", run_dir, *extra), fragment)
 
     def test_mismatched_and_damaged_checkpoints_are_clear_errors(self):
         step = int(checkpoints(self.reference)[-1].split("_")[1])
@@ -354,8 +328,7 @@ class CheckpointTest(unittest.TestCase):
         run_dir = self.path("diverged")
         small = ["--model", "mlp", "--train-subset", "2000", "--global-batch", "128", "--epochs", "2",
                  "--threads", "1", "--progress", "off"]
-        result = subprocess.run([BINARY, "train", *small, "--lr", "1e9", "--max-bad-updates", "3", "--out", run_dir],
-                                capture_output=True, text=True)
+        result = run("train", *small, "--lr", "1e9", "--max-bad-updates", "3", "--out", run_dir)
         self.assertEqual(result.returncode, 4, result.stderr)
         self.assertIn("bigbatch: error[diverged]: 3 updates in a row were skipped (3 to 5: a non-finite loss or gradient",
                       result.stderr)
@@ -373,7 +346,7 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(checkpoints(run_dir), [f"step_{updates[-1]['step']:06d}"])
         # The checkpoint is complete and resumable (these weights were already ruined by the
         # two finite updates at rate 1e9, so the resumed run diverges again, as it should).
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.05"], capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir, "--lr", "0.05")
         self.assertIn("resumed from", resumed.stderr)
         self.assertEqual(resumed.returncode, 4, resumed.stderr)
 
@@ -388,14 +361,14 @@ class CheckpointTest(unittest.TestCase):
                   "--lr-ref-batch", "64", "--lr-scaling", "linear", "--warmup", "2e", "--epochs", "5",
                   "--threads", "1", "--progress", "off"]
         probe = self.path("probe")
-        result = subprocess.run([BINARY, "train", *recipe, "--out", probe], capture_output=True, text=True)
+        result = run("train", *recipe, "--out", probe)
         self.assertEqual(result.returncode, 4, result.stderr)
         first = [r for r in metrics(probe) if r.get("loss_spike")][0]["step"]
         self.assertGreater(first, 12)  # room for a checkpoint well before it
         kept = first - 3
         diverging = recipe + ["--checkpoint-every", f"{kept}u"]
         run_dir = self.path("spiking")
-        result = subprocess.run([BINARY, "train", *diverging, "--out", run_dir], capture_output=True, text=True)
+        result = run("train", *diverging, "--out", run_dir)
         self.assertEqual(result.returncode, 4, result.stderr)
         self.assertRegex(result.stderr, rf"warning: update {first} skipped: loss [\d.]+ is [\d.]+x the median of "
                                         r"the last 32 applied updates \([\d.]+\) \(1 in a row\)")
@@ -421,8 +394,7 @@ class CheckpointTest(unittest.TestCase):
         self.assertIn("This run <b>diverged</b> at update", report)
         self.assertIn("skipped updates</th><td>5 (5 loss spikes, 0 non-finite)", report)
         # The advice works: from the kept checkpoint at a quarter of the rate the run trains on.
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir, "--lr", "0.0125"],
-                                 capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir, "--lr", "0.0125")
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertIn("resumed from " + os.path.join(run_dir, "checkpoints", f"step_{kept:06d}"), resumed.stderr)
         self.assertGreater([e for e in metrics(run_dir) if "test_accuracy" in e][-1]["test_accuracy"], 0.8)
@@ -431,8 +403,7 @@ class CheckpointTest(unittest.TestCase):
         # the untouched weights are written with the guard's memory cleared.
         self.assertEqual(spikes[0]["step"], first)
         just_before = self.path("just-before")
-        result = subprocess.run([BINARY, "train", *diverging[:-1], f"{first - 1}u", "--out", just_before],
-                                capture_output=True, text=True)
+        result = run("train", *diverging[:-1], f"{first - 1}u", "--out", just_before)
         self.assertEqual(result.returncode, 4, result.stderr)
         self.assertIn(f"({first} to {first + 4}:", result.stderr)
         self.assertIn("the newest checkpoint holds weights whose loss had already risen, so the weights before "
@@ -443,8 +414,7 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(state["progress"]["skipped_updates"], 5)
         # Without the guard the same run runs on until the loss is not finite.
         unguarded = self.path("unguarded")
-        result = subprocess.run([BINARY, "train", *diverging, "--spike-factor", "0", "--out", unguarded],
-                                capture_output=True, text=True)
+        result = run("train", *diverging, "--spike-factor", "0", "--out", unguarded)
         self.assertEqual(result.returncode, 4, result.stderr)
         self.assertRegex(result.stderr, r"skipped: (loss|gradient) is not finite")
         self.assertNotIn("x the median", result.stderr)
@@ -455,10 +425,10 @@ class CheckpointTest(unittest.TestCase):
         small = ["--model", "mlp", "--hidden", "64", "--train-subset", "2000", "--global-batch", "128",
                  "--micro-batch", "16", "--epochs", "2", "--threads", "1", "--progress", "off"]
         plain = self.path("mid-plain")
-        subprocess.run([BINARY, "train", *small, "--out", plain], check=True, capture_output=True)
+        run("train", *small, "--out", plain, check=True)
         checkpointed = self.path("mid-checkpointed")
-        subprocess.run([BINARY, "train", *small, "--checkpoint-every", "5micro", "--keep-checkpoints", "1000",
-                        "--out", checkpointed], check=True, capture_output=True)
+        run("train", *small, "--checkpoint-every", "5micro", "--keep-checkpoints", "1000", "--out", checkpointed,
+            check=True)
         # Checkpointing itself changes nothing.
         self.assertEqual(read(os.path.join(plain, "weights.safetensors"), "rb"),
                          read(os.path.join(checkpointed, "weights.safetensors"), "rb"))
@@ -475,7 +445,7 @@ class CheckpointTest(unittest.TestCase):
             self.assertGreater(state["progress"]["micro_step"], 0)
             self.assertTrue(os.path.exists(os.path.join(run_dir, "checkpoints", name, "window.safetensors")))
             extra = ["--micro-batch", "32"] if i == 2 else []
-            result = subprocess.run([BINARY, "train", "--resume", run_dir, *extra], capture_output=True, text=True)
+            result = run("train", "--resume", run_dir, *extra)
             self.assertEqual(result.returncode, 0, result.stderr)
             if i < 2:
                 self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
@@ -496,12 +466,8 @@ class CheckpointTest(unittest.TestCase):
             run_dir = os.path.join(mount_point, "run")
             small = ["--model", "mlp", "--hidden", "64", "--train-subset", "2000", "--global-batch", "128",
                      "--epochs", "2", "--threads", "1", "--progress", "off", "--checkpoint-every", "4u"]
-            result = subprocess.run([BINARY, "train", *small, "--out", run_dir], capture_output=True, text=True)
-            self.assertEqual(result.returncode, 2, result.stderr)
-            errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-            self.assertEqual(len(errors), 1, result.stderr)
-            self.assertIn("error[io]", errors[0])
-            self.assertIn("No space left on device", errors[0])
+            result = run("train", *small, "--out", run_dir)
+            self.assert_one_line_error(result, "io", "No space left on device")
             self.assertEqual(checkpoints(run_dir), ["step_000004"])
             self.assert_checkpoints_complete(run_dir)
             leftovers = [d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".tmp")]
@@ -511,21 +477,21 @@ class CheckpointTest(unittest.TestCase):
             shutil.copytree(run_dir, rescued)
         finally:
             subprocess.run(["umount", mount_point], check=True)
-        resumed = subprocess.run([BINARY, "train", "--resume", rescued], capture_output=True, text=True)
+        resumed = run("train", "--resume", rescued)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
 
     def kill_at_a_checkpoint_then_resume(self, tag, args, pause=0.0):
         """Runs `args` whole, and again killed (-9) `pause` s after its first checkpoint then
         resumed; asserts the two end with the same weights and returns their run directories."""
         whole = self.path(f"{tag}-whole")
-        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+        run("train", *args, "--out", whole, check=True)
         run_dir = self.path(f"{tag}-killed")
-        process = self.start(*args, "--out", run_dir)
+        process = start("train", *args, "--out", run_dir)
         self.assertTrue(self.wait_for_checkpoint(run_dir, process))
         time.sleep(pause)
         process.kill()
         process.communicate()
-        resumed = subprocess.run([BINARY, "train", "--resume", run_dir], capture_output=True, text=True)
+        resumed = run("train", "--resume", run_dir)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
                          read(os.path.join(whole, "weights.safetensors"), "rb"), tag)
@@ -550,10 +516,10 @@ class CheckpointTest(unittest.TestCase):
         args = [a for a in RUN if a not in ("--global-batch", "128", "--checkpoint-every", "4u")]
         args += ["--global-batch-schedule", "0:64 3000s:256 1.5e:512", "--epochs", "2", "--checkpoint-every", "5micro"]
         whole = self.path("ramp-whole")
-        subprocess.run([BINARY, "train", *args, "--out", whole], check=True, capture_output=True)
+        run("train", *args, "--out", whole, check=True)
         run_dir = self.path("ramp-killed")
         rng = random.Random(11)
-        process = self.start(*args, "--out", run_dir)
+        process = start("train", *args, "--out", run_dir)
         for _ in range(3):
             if not self.wait_for_checkpoint(run_dir, process):
                 break
@@ -561,7 +527,7 @@ class CheckpointTest(unittest.TestCase):
             if process.poll() is None:
                 process.kill()
             process.communicate()
-            process = self.start("--resume", run_dir)
+            process = start("train", "--resume", run_dir)
         process.communicate(timeout=300)
         self.assertEqual(process.returncode, 0)
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
@@ -585,5 +551,4 @@ class CheckpointTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

@@ -1,53 +1,21 @@
 #!/usr/bin/python3
 """End-to-end tests of the bigbatch binary: real CLI, real Fashion-MNIST (small subsets), real
 files. Usage: test_cli.py BIGBATCH_BINARY [unittest arguments]."""
+import functools
 import json
 import math
 import os
 import shutil
 import struct
-import subprocess
-import sys
-import tempfile
 import time
-import unittest
 
-BINARY = None
+import e2e_common
+from e2e_common import CliTestCase, main, read
+
 FASHION = "/usr/share/datasets/fashion-mnist"
 SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "512", "--global-batch", "128",
          "--micro-batch", "32", "--epochs", "2", "--threads", "1", "--progress", "off"]
-
-
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
-def run(*args, check=False, env=None):
-    result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300, env=env)
-    if check and result.returncode != 0:
-        raise AssertionError(f"bigbatch {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-    return result
-
-
-class CliTestCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_e2e_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
-
-    def assert_one_line_error(self, result, *fragments):
-        self.assertEqual(result.returncode, 2, result.stderr)
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
-        for fragment in fragments:
-            self.assertIn(fragment, errors[0])
+run = functools.partial(e2e_common.run, timeout=300)  # this module's limit on a command
 
 
 class PlanTest(CliTestCase):
@@ -114,16 +82,16 @@ class PlanTest(CliTestCase):
         self.assertEqual((plan["accumulation_steps"], plan["world_size"]), (8, 4))
 
     def test_bad_plans_are_one_line_errors(self):
-        self.assert_one_line_error(run("plan", "--global-batch", "256", "--micro-batch", "32", "--accum-steps", "4"),
-                                   "256 != micro 32 x accumulation 4")
-        self.assert_one_line_error(run("plan", "--global-batch", "1000", "--accum-steps", "64"),
-                                   "--global-batch 960 or --global-batch 1024")
-        self.assert_one_line_error(run("plan", "--micro-batch", "0"), "--micro-batch must be a positive integer")
-        self.assert_one_line_error(run("plan", "--micro-batch", "-3"), "--micro-batch must be a positive integer")
-        self.assert_one_line_error(run("plan", "--dataset-size", "10", "--micro-batch", "64"),
-                                   "larger than the dataset")
-        self.assert_one_line_error(run("plan", "--warmup", "12"), "has no unit")
-        self.assert_one_line_error(run("plan", "--micro-batch", "many"))
+        self.assert_error(run("plan", "--global-batch", "256", "--micro-batch", "32", "--accum-steps", "4"),
+                          "256 != micro 32 x accumulation 4")
+        self.assert_error(run("plan", "--global-batch", "1000", "--accum-steps", "64"),
+                          "--global-batch 960 or --global-batch 1024")
+        self.assert_error(run("plan", "--micro-batch", "0"), "--micro-batch must be a positive integer")
+        self.assert_error(run("plan", "--micro-batch", "-3"), "--micro-batch must be a positive integer")
+        self.assert_error(run("plan", "--dataset-size", "10", "--micro-batch", "64"),
+                          "larger than the dataset")
+        self.assert_error(run("plan", "--warmup", "12"), "has no unit")
+        self.assert_error(run("plan", "--micro-batch", "many"))
 
 
 class TrainTest(CliTestCase):
@@ -135,9 +103,11 @@ class TrainTest(CliTestCase):
                      env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertIn("threads: 1 (one CPU available to this process", result.stderr)
         self.assertNotIn("measured per micro-step:)", result.stderr)
+        # One of a thing is not plural (issue 35: "after 1 updates").
+        self.assertRegex(result.stdout, r"\) after 1 update, 128 samples; training \S+ at \S+ samples/s, \S+ in all\n")
         # And as it was found: under the launcher itself, which gives each worker one thread.
-        launched = run("launch", "--nproc", "2", "--", BINARY, "train", *small, "--out", self.path("launched"),
-                       check=True)
+        launched = run("launch", "--nproc", "2", "--", e2e_common.BINARY, "train", *small, "--out",
+                       self.path("launched"), check=True)
         self.assertIn("[rank 0] threads: 1 (one CPU available to this process", launched.stderr)
         self.assertNotIn("measured per micro-step:)", launched.stderr)
 
@@ -202,6 +172,10 @@ class TrainTest(CliTestCase):
         scaled = run("train", *SMALL, "--global-batch", "2048", "--lr-ref-batch", "64", "--lr-scaling",
                      "linear", "--max-updates", "0", "--out", self.path("scaled"), check=True)
         self.assertIn("past ~1024", scaled.stderr)
+        # A scaled rate is shown to the digits that matter (it was 0.05656854249492381).
+        rooted = run("plan", "--global-batch", "512", "--lr-ref-batch", "256", "--lr-scaling", "sqrt",
+                     check=True)
+        self.assertIn("lr 0.05 @ 256 -> 0.0707107 @ 512 (sqrt)", rooted.stdout)
 
     def test_small_run_writes_every_file(self):
         out = self.path("run")
@@ -335,7 +309,7 @@ class TrainTest(CliTestCase):
         self.assertEqual(result.stdout.strip(), f"{out}/report.html")
         self.assertEqual(read(os.path.join(out, "report.html")), written)
         self.assertEqual(written.count("<svg "), 9)
-        self.assert_one_line_error(run("report", self.path("missing")), "has no metrics.jsonl")
+        self.assert_error(run("report", self.path("missing")), "has no metrics.jsonl")
 
     def test_config_file_reproduces_the_run_bit_for_bit(self):
         first = self.path("first")
@@ -418,7 +392,8 @@ class TrainTest(CliTestCase):
 
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal, so it gets SIGWINCH
-            os.execv(BINARY, [BINARY, "train", "--model", "mlp", "--train-subset", "8192", "--global-batch", "64",
+            binary = e2e_common.BINARY
+            os.execv(binary, [binary, "train", "--model", "mlp", "--train-subset", "8192", "--global-batch", "64",
                               "--epochs", "12", "--threads", "1", "--progress", "bar", "--out", self.path("tty")])
         set_width(fd, 100)
         out, narrowed_at, start = b"", None, time.time()
@@ -516,68 +491,67 @@ class VerifyTest(CliTestCase):
         self.assertIn("<- differs", result.stdout)
 
     def test_nothing_to_verify_without_accumulation(self):
-        self.assert_one_line_error(run(*self.VERIFY, "--micro-batch", "128"), "has no accumulation to verify")
+        self.assert_error(run(*self.VERIFY, "--micro-batch", "128"), "has no accumulation to verify")
 
 
 class BadInputTest(CliTestCase):
     def test_unknown_flag_suggests_the_right_one(self):
-        self.assert_one_line_error(run("train", "--micro-bach", "8"), "did you mean --micro-batch?")
+        self.assert_error(run("train", "--micro-bach", "8"), "did you mean --micro-batch?")
 
     def test_bad_values(self):
-        self.assert_one_line_error(run("train", "--lr", "fast"), "--lr expects a number, got 'fast'")
-        self.assert_one_line_error(run("train", "--model", "resnet"), "model 'resnet' is not known")
-        self.assert_one_line_error(run("train", "--optimizer", "lion"), "optimizer 'lion' is not known")
-        self.assert_one_line_error(run("train", "--epochs", "0"), "--epochs must be from 1 to 1e9")
-        self.assert_one_line_error(run("train", "--schedule", "step"), "--schedule step needs --step-milestones")
+        self.assert_error(run("train", "--lr", "fast"), "--lr expects a number, got 'fast'")
+        self.assert_error(run("train", "--model", "resnet"), "model 'resnet' is not known")
+        self.assert_error(run("train", "--optimizer", "lion"), "optimizer 'lion' is not known")
+        self.assert_error(run("train", "--epochs", "0"), "--epochs must be from 1 to 1e9")
+        self.assert_error(run("train", "--schedule", "step"), "--schedule step needs --step-milestones")
 
     def test_missing_and_corrupt_datasets(self):
-        self.assert_one_line_error(run("train", "--dataset", "idx:" + self.path("none"), "--out", self.path("r")),
-                                   "not found")
+        self.assert_error(run("train", "--dataset", "idx:" + self.path("none"), "--out", self.path("r")),
+                          "not found")
         broken = self.path("broken")
         os.makedirs(broken)
         for name in os.listdir(FASHION):
             shutil.copy(os.path.join(FASHION, name), broken)
         with open(os.path.join(broken, "t10k-labels-idx1-ubyte.gz"), "r+b") as f:
             f.truncate(100)
-        self.assert_one_line_error(run("train", *SMALL, "--dataset", "idx:" + broken, "--out", self.path("r")),
-                                   "t10k-labels-idx1-ubyte.gz")
+        self.assert_error(run("train", *SMALL, "--dataset", "idx:" + broken, "--out", self.path("r")),
+                          "t10k-labels-idx1-ubyte.gz")
         self.assertFalse(os.path.exists(self.path("r", "metrics.jsonl")))
 
     def test_bad_weight_files(self):
         junk = self.path("junk.safetensors")
         with open(junk, "wb") as f:
             f.write(b"\xff" * 64)
-        self.assert_one_line_error(run("train", *SMALL, "--init-weights", junk, "--out", self.path("r")),
-                                   "safetensors file")
+        self.assert_error(run("train", *SMALL, "--init-weights", junk, "--out", self.path("r")),
+                          "safetensors file")
         cnn = self.path("cnn")
         run("train", "--model", "cnn", "--max-updates", "0", "--train-subset", "64", "--progress", "off",
             "--out", cnn, check=True)
-        self.assert_one_line_error(run("train", *SMALL, "--init-weights", os.path.join(cnn, "weights.safetensors"),
-                                       "--out", self.path("r2")), "saved from another model")
+        self.assert_error(run("train", *SMALL, "--init-weights", os.path.join(cnn, "weights.safetensors"),
+                              "--out", self.path("r2")), "saved from another model")
 
     def test_existing_run_directory_is_never_overwritten(self):
         out = self.path("run")
         run("train", *SMALL, "--max-updates", "1", "--out", out, check=True)
         before = read(os.path.join(out, "weights.safetensors"), "rb")
-        self.assert_one_line_error(run("train", *SMALL, "--out", out), "already holds a run")
+        self.assert_error(run("train", *SMALL, "--out", out), "already holds a run")
         self.assertEqual(before, read(os.path.join(out, "weights.safetensors"), "rb"))
 
     def test_bad_config_files(self):
         config = self.path("c.toml")
         with open(config, "w") as f:
             f.write("micro-bach = 8\n")
-        self.assert_one_line_error(run("train", "--config", config), "did you mean 'micro-batch'?")
+        self.assert_error(run("train", "--config", config), "did you mean 'micro-batch'?")
         with open(config, "w") as f:
             f.write("lr = \n")
-        self.assert_one_line_error(run("train", "--config", config), "line 1")
-        self.assert_one_line_error(run("train", "--config", self.path("missing.toml")), "does not exist")
+        self.assert_error(run("train", "--config", config), "line 1")
+        self.assert_error(run("train", "--config", self.path("missing.toml")), "does not exist")
 
     def test_unwritable_run_directory(self):
         blocker = self.path("file")
         open(blocker, "w").close()
-        self.assert_one_line_error(run("train", *SMALL, "--out", os.path.join(blocker, "run")), "cannot create")
+        self.assert_error(run("train", *SMALL, "--out", os.path.join(blocker, "run")), "cannot create")
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

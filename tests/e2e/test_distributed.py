@@ -1,50 +1,22 @@
 #!/usr/bin/python3
 """End-to-end tests of data parallelism: `bigbatch launch` and torchrun-style environments,
 on loopback only. Usage: test_distributed.py BIGBATCH_BINARY [unittest arguments]."""
-import json
+import functools
 import os
-import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import time
-import unittest
 
 import torch  # Debian's python3-torch: to compare weight files, and as the AdaScale oracle
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import bigbatch_oracle  # noqa: E402  (the sampler, data and mlp as bigbatch has them)
+import e2e_common  # noqa: E402
+from e2e_common import CliTestCase, free_port, main, max_relative_difference, read_weights, start  # noqa: E402
+from e2e_common import records as metrics  # noqa: E402
 
-BINARY = None
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_weights(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    return {name: torch.frombuffer(bytearray(blob[8 + n + i["data_offsets"][0]:8 + n + i["data_offsets"][1]]),
-                                   dtype=torch.float32).reshape(i["shape"])
-            for name, i in header.items() if i["dtype"] == "F32"}
-
-
-def max_relative_difference(a, b):
-    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
-
-
-def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+run = functools.partial(e2e_common.run, timeout=300)  # this module's limit on a command, where none is given
 
 
 def train_args(model, out, *extra):
@@ -53,29 +25,18 @@ def train_args(model, out, *extra):
             "--epochs", "2", "--progress", "off", "--dist-timeout", "30", "--out", out, *extra]
 
 
-class DistributedTestCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_dist_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
-
-    def run_bigbatch(self, *args, env=None, timeout=300):
-        result = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout, env=env)
-        return result
+class DistributedTestCase(CliTestCase):
+    PREFIX = "bigbatch_dist_"
 
     def launch(self, nproc, *train, extra_launch=()):
-        result = self.run_bigbatch("launch", "--nproc", str(nproc), "--master-port", str(free_port()),
-                                   *extra_launch, "--", BINARY, *train)
+        result = run("launch", "--nproc", str(nproc), "--master-port", str(free_port()), *extra_launch, "--",
+                     e2e_common.BINARY, *train)
         self.assertEqual(result.returncode, 0, result.stderr)
         return result
 
     def single(self, model, micro):
         out = self.path(f"single-{model}-{micro}")
-        result = self.run_bigbatch(*train_args(model, out, "--micro-batch", str(micro), "--threads", "1"))
+        result = run(*train_args(model, out, "--micro-batch", str(micro), "--threads", "1"))
         self.assertEqual(result.returncode, 0, result.stderr)
         return out
 
@@ -118,7 +79,7 @@ class EquivalenceTest(DistributedTestCase):
         # The oracle recomputes the first update's gain here from the same weights and samples.
         adascale = ["--lr-scaling", "adascale", "--lr-ref-batch", "32", "--micro-batch", "32"]
         init = self.path("init")
-        self.assertEqual(self.run_bigbatch(*train_args("mlp", init, "--max-updates", "0")).returncode, 0)
+        self.assertEqual(run(*train_args("mlp", init, "--max-updates", "0")).returncode, 0)
         init_weights = os.path.join(init, "weights.safetensors")
         out = self.path("adascale-dp")
         self.launch(2, *train_args("mlp", out, *adascale, "--init-weights", init_weights))
@@ -166,10 +127,9 @@ class EquivalenceTest(DistributedTestCase):
         reference = self.single("mlp", 32)
         out = self.path("two-nodes")
         port = str(free_port())
-        launches = [subprocess.Popen([BINARY, "launch", "--nproc", "2", "--nnodes", "2", "--node-rank", str(node),
-                                      "--master-addr", "127.0.0.1", "--master-port", port, "--", BINARY,
-                                      *train_args("mlp", out, "--micro-batch", "16")],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        launches = [start("launch", "--nproc", "2", "--nnodes", "2", "--node-rank", str(node), "--master-addr",
+                          "127.0.0.1", "--master-port", port, "--", e2e_common.BINARY,
+                          *train_args("mlp", out, "--micro-batch", "16"))
                     for node in (0, 1)]
         outputs = [p.communicate(timeout=300) for p in launches]
         for p, (_, err) in zip(launches, outputs):
@@ -207,7 +167,7 @@ class LanguageModelRanksTest(DistributedTestCase):
     def test_two_ranks_equal_one_process_per_token(self):
         corpus = self.corpus()
         single = self.path("single")
-        result = self.run_bigbatch(*self.lm_args(corpus, single, "--micro-batch", "4"))
+        result = run(*self.lm_args(corpus, single, "--micro-batch", "4"))
         self.assertEqual(result.returncode, 0, result.stderr)
         reference = read_weights(os.path.join(single, "weights.safetensors"))
         for name, extra in (("ranks", ["--micro-batch", "3"]), ("budget", ["--micro-batch-tokens", "256"])):
@@ -228,7 +188,7 @@ class LanguageModelRanksTest(DistributedTestCase):
         # same update as one process does, mid-epoch (epochs end at updates 4 and 8).
         corpus = self.corpus()
         single = self.path("single")
-        result = self.run_bigbatch(*self.lm_args(corpus, single, "--micro-batch", "4", "--eval-every", "1u"))
+        result = run(*self.lm_args(corpus, single, "--micro-batch", "4", "--eval-every", "1u"))
         self.assertEqual(result.returncode, 0, result.stderr)
         losses = {r["step"]: r["val_loss"] for r in metrics(single) if r.get("event") == "evaluation"}
         self.assertEqual(sorted(losses), [1, 2, 3, 5, 6, 7])
@@ -265,8 +225,8 @@ class CommunicationTest(DistributedTestCase):
 
 class LauncherTest(DistributedTestCase):
     def test_prefixes_output_with_the_rank(self):
-        result = self.run_bigbatch("launch", "--nproc", "2", "--", "/bin/sh", "-c",
-                                   'echo "out $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_PORT"; echo "err $RANK" >&2')
+        result = run("launch", "--nproc", "2", "--", "/bin/sh", "-c",
+                     'echo "out $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_PORT"; echo "err $RANK" >&2')
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("[rank 0] out 0/2 0 29500", result.stdout)
         self.assertIn("[rank 1] out 1/2 1 29500", result.stdout)
@@ -274,8 +234,8 @@ class LauncherTest(DistributedTestCase):
 
     def test_a_failing_worker_stops_the_others_and_is_named(self):
         start = time.monotonic()
-        result = self.run_bigbatch("launch", "--nproc", "3", "--", "/bin/sh", "-c",
-                                   'if [ "$RANK" = 2 ]; then echo "bad thing" >&2; exit 7; fi; sleep 60', timeout=60)
+        result = run("launch", "--nproc", "3", "--", "/bin/sh", "-c",
+                     'if [ "$RANK" = 2 ]; then echo "bad thing" >&2; exit 7; fi; sleep 60', timeout=60)
         self.assertEqual(result.returncode, 7)
         self.assertLess(time.monotonic() - start, 30)
         self.assertIn("bigbatch: error[distributed]: rank 2 failed (exit code 7): bad thing", result.stderr)
@@ -283,11 +243,10 @@ class LauncherTest(DistributedTestCase):
     def test_killing_a_training_worker_fails_the_job_without_zombies(self):
         out = self.path("killed")
         port = str(free_port())
-        launcher = subprocess.Popen(
-            [BINARY, "launch", "--nproc", "2", "--master-port", port, "--grace-seconds", "3", "--", BINARY, "train",
-             "--model", "cnn", "--train-subset", "20000", "--global-batch", "64", "--micro-batch", "16",
-             "--epochs", "20", "--progress", "off", "--dist-timeout", "10", "--out", out],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        launcher = start(
+            "launch", "--nproc", "2", "--master-port", port, "--grace-seconds", "3", "--", e2e_common.BINARY, "train",
+            "--model", "cnn", "--train-subset", "20000", "--global-batch", "64", "--micro-batch", "16",
+            "--epochs", "20", "--progress", "off", "--dist-timeout", "10", "--out", out)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # wait until training runs
             if os.path.exists(os.path.join(out, "metrics.jsonl")) and len(metrics(out)) >= 3:
@@ -316,11 +275,11 @@ class RanksThatDisagreeTest(DistributedTestCase):
     internal error; a rank that left early was not named, and the others waited twice the timeout."""
 
     def launch_shell(self, script, timeout=120):
-        return self.run_bigbatch("launch", "--nproc", "2", "--master-port", str(free_port()), "--", "/bin/sh", "-c",
-                                 script, timeout=timeout)
+        return run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", "/bin/sh", "-c", script,
+                   timeout=timeout)
 
     def small(self, out, extra):
-        return (f"{BINARY} train --model mlp --train-subset 1000 --epochs 1 --threads 1 --progress off "
+        return (f"{e2e_common.BINARY} train --model mlp --train-subset 1000 --epochs 1 --threads 1 --progress off "
                 f"--dist-timeout 20 --out {out} {extra}")
 
     def assert_both_stop(self, result, out, fragment):
@@ -370,14 +329,10 @@ class RanksThatDisagreeTest(DistributedTestCase):
 class EnvironmentErrorTest(DistributedTestCase):
     def run_with(self, variables, *extra, timeout=60):
         env = dict(os.environ, **variables)
-        return self.run_bigbatch(*train_args("mlp", self.path("r"), "--micro-batch", "32", *extra), env=env,
-                                 timeout=timeout)
+        return run(*train_args("mlp", self.path("r"), "--micro-batch", "32", *extra), env=env, timeout=timeout)
 
     def assert_distributed_error(self, result, fragment):
-        self.assertEqual(result.returncode, 3, result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertIn(fragment, errors[0])
+        self.assert_error(result, fragment, code=3)
 
     def test_rank_outside_the_world(self):
         self.assert_distributed_error(
@@ -406,5 +361,4 @@ class EnvironmentErrorTest(DistributedTestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

@@ -7,13 +7,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
-BINARY = None
+from e2e_common import CliTestCase, main, run
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SAFETENSORS_STAND_IN = '''
 import sys
@@ -27,14 +26,10 @@ def blocks(path, language):
         return re.findall(r"```" + language + r"\n(.*?)```", f.read(), re.S)
 
 
-class DocTestCase(unittest.TestCase):
+class DocTestCase(CliTestCase):
     """A fresh directory per test (self.dir), removed afterwards."""
 
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_docs_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+    PREFIX = "bigbatch_docs_"
 
 
 def readme_commands():
@@ -68,8 +63,7 @@ class ReadmeExamplesTest(DocTestCase):
             if any(f in flags for f in ("--resume", "--config")) or "auto" in flags or any(
                     f.startswith("torchscript:") for f in flags):
                 continue
-            result = subprocess.run([BINARY, "plan", *flags, "--world-size", str(world)], capture_output=True,
-                                    text=True, timeout=300, cwd=self.dir)
+            result = run("plan", *flags, "--world-size", str(world), timeout=300, cwd=self.dir)
             self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
             self.assertIn("batch plan", result.stdout)
             planned += 1
@@ -79,8 +73,7 @@ class ReadmeExamplesTest(DocTestCase):
         commands = [w for w in readme_commands() if "runs/mlp-1024" in " ".join(w)]
         self.assertEqual(len(commands), 2, commands)
         for words in commands:
-            result = subprocess.run([BINARY, *words[1:], "--progress", "off"], capture_output=True, text=True,
-                                    timeout=600, cwd=self.dir)
+            result = run(*words[1:], "--progress", "off", cwd=self.dir)
             self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
             accuracy = float(result.stdout.split("test accuracy ")[1].split("%")[0])
             self.assertGreater(accuracy, 85.0, result.stdout)
@@ -89,8 +82,7 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertEqual(len(twin), 1)
         with open(os.path.join(self.dir, "twin.toml"), "w") as f:
             f.write(twin[0])
-        result = subprocess.run([BINARY, "train", "--config", "twin.toml", "--out", "runs/twin", "--progress", "off"],
-                                capture_output=True, text=True, timeout=600, cwd=self.dir)
+        result = run("train", "--config", "twin.toml", "--out", "runs/twin", "--progress", "off", cwd=self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertGreater(float(result.stdout.split("test accuracy ")[1].split("%")[0]), 85.0)
 
@@ -103,18 +95,16 @@ class ReadmeExamplesTest(DocTestCase):
         for words in readme_commands():
             by_command.setdefault(words[1], []).append(words)
         (verify,) = by_command["verify"]
-        result = subprocess.run([BINARY, *verify[1:]], capture_output=True, text=True, timeout=600, cwd=self.dir)
+        result = run(*verify[1:], cwd=self.dir)
         self.assertEqual(result.returncode, 0, " ".join(verify) + "\n" + result.stderr)
         self.assertIn("exact to fp32 tolerance", result.stdout)
         fit_json = [w for w in by_command["fit"] if "--json" in w]
         self.assertEqual(len(fit_json), 1)
-        result = subprocess.run([BINARY, *fit_json[0][1:]], capture_output=True, text=True, timeout=600,
-                                cwd=self.dir)
+        result = run(*fit_json[0][1:], cwd=self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertGreater(json.loads(result.stdout)["fastest_micro_batch"], 0)
         (sweep,) = by_command["sweep"]
-        result = subprocess.run([BINARY, *sweep[1:], "--dry-run"], capture_output=True, text=True, timeout=120,
-                                cwd=self.dir)
+        result = run(*sweep[1:], "--dry-run", timeout=120, cwd=self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("sweep: 48 cells (8 global batches x 3 LR rules x 2 warmups)", result.stderr)
         self.assertEqual(len([line for line in result.stdout.splitlines() if line.startswith("gb")]), 48)
@@ -157,8 +147,7 @@ class YourModelDocTest(DocTestCase):
         for line in shell[0].strip().splitlines():
             words = shlex.split(line)
             self.assertEqual(words[0], "bigbatch")
-            result = subprocess.run([BINARY, *words[1:]], cwd=self.dir, capture_output=True, text=True,
-                                    timeout=600)
+            result = run(*words[1:], cwd=self.dir)
             self.assertEqual(result.returncode, 0, line + "\n" + result.stdout + result.stderr)
             if words[1] == "train":
                 self.assertIn("test accuracy", result.stdout + result.stderr)
@@ -182,8 +171,7 @@ class YourModelDocTest(DocTestCase):
         np.save(os.path.join(self.dir, "x_new.npy"), np.random.default_rng(0).random((5, 28, 28), np.float32))
         for words in readme_commands():
             if words[1] in ("evaluate", "predict"):
-                result = subprocess.run([BINARY, *words[1:]], cwd=self.dir, capture_output=True, text=True,
-                                        timeout=600)
+                result = run(*words[1:], cwd=self.dir)
                 self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
                 if words[1] == "evaluate":
                     self.assertIn("accuracy", json.loads(result.stdout))
@@ -196,15 +184,14 @@ class WeightsDocTest(DocTestCase):
     """docs/weights.md's reader (no safetensors package) and its input preparation, on a run."""
 
     def test_the_reader_loads_a_run_and_the_stated_normalisation_gives_its_accuracy(self):
-        run = os.path.join(self.dir, "run")
-        result = subprocess.run([BINARY, "train", "--model", "mlp", "--hidden", "64", "--train-subset", "4000",
-                                 "--epochs", "1", "--threads", "1", "--progress", "off", "--out", run],
-                                capture_output=True, text=True, timeout=600)
+        run_dir = os.path.join(self.dir, "run")
+        result = run("train", "--model", "mlp", "--hidden", "64", "--train-subset", "4000", "--epochs", "1",
+                     "--threads", "1", "--progress", "off", "--out", run_dir)
         self.assertEqual(result.returncode, 0, result.stderr)
         (reader,) = blocks(os.path.join(ROOT, "docs", "weights.md"), "python")
         check = reader + f"""
 import gzip, json
-tensors, meta = load_safetensors({os.path.join(run, "weights.safetensors")!r})
+tensors, meta = load_safetensors({os.path.join(run_dir, "weights.safetensors")!r})
 # The normalisation this run measured on its 4000 training images, as the docs say to read it.
 mean, std = float(meta["pixel_mean"]), float(meta["pixel_std"])
 assert abs(mean - 0.286) < 0.01 and abs(std - 0.353) < 0.01, meta
@@ -226,11 +213,10 @@ with torch.no_grad():
             f.write(check)
         checked = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
         self.assertEqual(checked.returncode, 0, checked.stderr)
-        with open(os.path.join(run, "metrics.jsonl")) as f:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             test_accuracy = [json.loads(line) for line in f if "test_accuracy" in line][-1]["test_accuracy"]
         self.assertAlmostEqual(float(checked.stdout), test_accuracy, delta=1e-4)
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main()
+    main()

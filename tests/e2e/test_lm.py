@@ -9,49 +9,29 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import unittest
 
 import numpy as np
 
 import token_files
-from e2e_common import CliTestCase
+from e2e_common import CliTestCase, main, records, run, start
 
-BINARY = None
 FORTUNES = "/usr/share/games/fortunes"
 TINY_GPT = ["--model", "gpt", "--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "64",
             "--optimizer", "adamw", "--lr", "3e-3", "--threads", "1", "--progress", "off"]
 
 
-def run(*args, env=None):
-    # errors="replace": a byte-level model may draw bytes that are not UTF-8 (sample prints them).
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, errors="replace", timeout=600,
-                          env=env)
+class LmTestCase(CliTestCase):
+    PREFIX = "bigbatch_lm_"
 
-
-def records(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-class LmTestCase(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_lm_")
+        super().setUp()
         self.corpus = os.path.join(self.dir, "corpus")
         # 120 documents of 5 to 150 bytes in the fortune format.
         documents = [("the quick brown fox %d " % i) * (1 + i % 7) for i in range(120)]
         with open(self.corpus, "w") as f:
             f.write("\n%\n".join(documents) + "\n%\n")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.dir, *parts)
-
-    assert_one_line_error = CliTestCase.assert_one_line_error  # the one check of tests/e2e/e2e_common.py
 
 
 class TrainLmTest(LmTestCase):
@@ -454,8 +434,7 @@ class TokenFilesTest(LmTestCase):
         self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
         killed = self.path("killed")
         rng = random.Random(11)
-        process = subprocess.Popen([BINARY, "train", *flags, "--out", killed], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
+        process = start("train", *flags, "--out", killed, stdout=subprocess.DEVNULL)
         kills = 0
         while True:
             deadline = time.monotonic() + 120
@@ -472,8 +451,7 @@ class TokenFilesTest(LmTestCase):
             if process.returncode == 0:
                 break
             self.assertEqual(process.returncode, -signal.SIGKILL, stderr)
-            process = subprocess.Popen([BINARY, "train", "--resume", killed], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True)
+            process = start("train", "--resume", killed, stdout=subprocess.DEVNULL)
         self.assertGreaterEqual(kills, 1)
         with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
                 open(os.path.join(killed, "weights.safetensors"), "rb") as b:
@@ -616,5 +594,4 @@ class SentencePieceTest(LmTestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main()
+    main()

@@ -3,52 +3,32 @@
 out-of-memory back-off that keeps the global batch (and the weights) exact, `--strict-batch`,
 uneven micro-batches, and the memory figures in metrics.jsonl.
 Usage: test_memory.py BIGBATCH_BINARY [unittest arguments]."""
+import functools
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_distributed import max_relative_difference, metrics, read_weights  # noqa: E402
+import e2e_common
+from e2e_common import CliTestCase, main, max_relative_difference, read_weights
+from e2e_common import records as metrics
 
-BINARY = None
-ERROR_LINE = re.compile(r"^bigbatch: error\[(\w+)\]: (.*)$")
 # The default mlp (784-512-256-10) on 8192 samples: big enough that a 12 MiB budget cannot hold
 # a micro-batch of 4096 (its input alone is 12.25 MiB), small enough to run in a second.
 MLP = ["--model", "mlp", "--train-subset", "8192", "--threads", "1", "--progress", "off"]
-
-
-def bigbatch(*args):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300)
+run = functools.partial(e2e_common.run, timeout=300)  # this module's limit on a command
 
 
 def updates(run_dir):
     return [m for m in metrics(run_dir) if "loss" in m]
 
 
-class MemoryTestCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="bigbatch_memory_")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+class MemoryTestCase(CliTestCase):
+    PREFIX = "bigbatch_memory_"
 
     def train(self, name, *args):
         out = os.path.join(self.dir, name)
-        result = bigbatch("train", *MLP, *args, "--out", out)
+        result = run("train", *MLP, *args, "--out", out)
         return result, out
-
-    def assert_error(self, result, code, kind, fragment):
-        self.assertEqual(result.returncode, code, result.stderr)
-        errors = [m for m in map(ERROR_LINE.match, result.stderr.splitlines()) if m]
-        self.assertEqual(len(errors), 1, result.stderr)
-        self.assertEqual(errors[0].group(1), kind, result.stderr)
-        self.assertIn(fragment, errors[0].group(2))
-        self.assertNotIn("Exception raised from", result.stderr)
 
 
 class BackOffTest(MemoryTestCase):
@@ -80,8 +60,8 @@ class BackOffTest(MemoryTestCase):
               "--heads", "2", "--seq-len", "128", "--global-batch", "32", "--max-updates", "3", "--optimizer",
               "adamw", "--lr", "1e-3", "--schedule", "constant", "--threads", "1", "--progress", "off"]
         backed_dir, direct_dir = os.path.join(self.dir, "backed"), os.path.join(self.dir, "direct")
-        backed = bigbatch("train", *lm, "--micro-batch-tokens", "4096", "--memory-budget", "10MiB", "--out",
-                          backed_dir)
+        backed = run("train", *lm, "--micro-batch-tokens", "4096", "--memory-budget", "10MiB", "--out",
+                     backed_dir)
         self.assertEqual(backed.returncode, 0, backed.stderr)
         self.assertIn("at 4096 padded tokens per micro-batch", backed.stderr)
         events = [m for m in metrics(backed_dir) if m.get("event") == "oom_backoff"]
@@ -89,14 +69,14 @@ class BackOffTest(MemoryTestCase):
         self.assertTrue(all(m["peak_bytes"] <= 10 << 20 and m["micro_batch_tokens"] == 1024
                             for m in updates(backed_dir)))
         # Not below one row of --seq-len: there the run stops, naming it.
-        floor = bigbatch("train", *lm, "--micro-batch-tokens", "512", "--memory-budget", "1MiB", "--out",
-                         os.path.join(self.dir, "floor"))
+        floor = run("train", *lm, "--micro-batch-tokens", "512", "--memory-budget", "1MiB", "--out",
+                    os.path.join(self.dir, "floor"))
         self.assertEqual(floor.returncode, 5, floor.stderr)
         self.assertIn("backing off to 256", floor.stderr)
         self.assertIn("backing off to 128", floor.stderr)
         self.assertNotIn("backing off to 64", floor.stderr)
         self.assertIn("error[memory]: out of memory at --micro-batch-tokens 128, one row of --seq-len 128", floor.stderr)
-        direct = bigbatch("train", *lm, "--micro-batch-tokens", "1024", "--out", direct_dir)
+        direct = run("train", *lm, "--micro-batch-tokens", "1024", "--out", direct_dir)
         self.assertEqual(direct.returncode, 0, direct.stderr)
         self.assertEqual([m["items"] for m in updates(backed_dir)], [m["items"] for m in updates(direct_dir)])
         difference = max_relative_difference(read_weights(os.path.join(backed_dir, "weights.safetensors")),
@@ -107,17 +87,17 @@ class BackOffTest(MemoryTestCase):
         # The model fits (2 MiB of weights), a single sample's step does not.
         result, _ = self.train("floor", "--global-batch", "64", "--micro-batch", "64", "--memory-budget", "2200KiB",
                                "--epochs", "1")
-        self.assert_error(result, 5, "memory", "micro-batch 1")
+        self.assert_one_line_error(result, "memory", "micro-batch 1", code=5)
 
     def test_model_larger_than_the_budget_is_a_clear_error(self):
         result, out = self.train("tiny", "--memory-budget", "1MiB", "--epochs", "1")
-        self.assert_error(result, 5, "memory", "memory budget exceeded")
+        self.assert_one_line_error(result, "memory", "memory budget exceeded", code=5)
         self.assertFalse(os.path.exists(out))
 
     def test_strict_batch_refuses_to_change_batchnorm_statistics(self):
         result, _ = self.train("strict", "--model", "cnn-bn", "--train-subset", "512", "--global-batch", "256",
                                "--micro-batch", "256", "--memory-budget", "40MiB", "--strict-batch", "--epochs", "1")
-        self.assert_error(result, 5, "memory", "--strict-batch")
+        self.assert_one_line_error(result, "memory", "--strict-batch", code=5)
 
     def test_batchnorm_back_off_is_announced(self):
         result, _ = self.train("bn", "--model", "cnn-bn", "--train-subset", "512", "--global-batch", "256",
@@ -128,7 +108,7 @@ class BackOffTest(MemoryTestCase):
 
 class FitTest(MemoryTestCase):
     def test_fit_json_never_exceeds_the_budget(self):
-        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "32MiB", "--threads", "1", "--json")
+        result = run("fit", "--model", "mlp", "--memory-budget", "32MiB", "--threads", "1", "--json")
         self.assertEqual(result.returncode, 0, result.stderr)
         fit = json.loads(result.stdout)
         self.assertEqual(fit["budget_bytes"], 32 << 20)
@@ -148,7 +128,7 @@ class FitTest(MemoryTestCase):
         self.assertGreater(rows[fitting[-1]]["peak_bytes"], rows[fitting[0]]["peak_bytes"])
 
     def test_fit_prints_a_table_and_the_command_to_use(self):
-        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "16MiB", "--threads", "1")
+        result = run("fit", "--model", "mlp", "--memory-budget", "16MiB", "--threads", "1")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stdout, r"micro batch\s+peak memory\s+samples/s")
         self.assertIn("<- largest", result.stdout)
@@ -157,9 +137,9 @@ class FitTest(MemoryTestCase):
         # The command repeats what was given (the model, its shape, its data), so it runs as shown.
         self.assertRegex(result.stdout, r"train with it: bigbatch train --model mlp --threads 1 --global-batch G "
                                         r"--micro-batch \d+ ")
-        lm = bigbatch("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
-                      "--d-model", "32", "--heads", "2", "--seq-len", "64", "--memory-budget", "64MiB", "--threads",
-                      "1")
+        lm = run("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                 "--d-model", "32", "--heads", "2", "--seq-len", "64", "--memory-budget", "64MiB", "--threads",
+                 "1")
         self.assertEqual(lm.returncode, 0, lm.stderr)
         # Probed where memory peaks: rows as long as --seq-len allows (fortunes has many longer).
         self.assertIn("each size probed at the longest rows (64 target tokens", lm.stdout)
@@ -169,23 +149,23 @@ class FitTest(MemoryTestCase):
         # ... and plans as written (G filled in: a few micro-batches, whichever size was fastest).
         micro = int(re.search(r"--micro-batch (\d+)", line).group(1))
         words = line[len("train with it: bigbatch train "):].split(" (or")[0].replace(" G ", f" {4 * micro} ").split()
-        planned = bigbatch("plan", *words)
+        planned = run("plan", *words)
         self.assertEqual(planned.returncode, 0, planned.stderr)
         # Fitting micro-batches cut by tokens: the answer is a token bound, which train takes.
-        tokens = bigbatch("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
-                          "--d-model", "32", "--heads", "2", "--seq-len", "64", "--micro-batch-tokens", "2048",
-                          "--memory-budget", "16MiB", "--threads", "1")
+        tokens = run("fit", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                     "--d-model", "32", "--heads", "2", "--seq-len", "64", "--micro-batch-tokens", "2048",
+                     "--memory-budget", "16MiB", "--threads", "1")
         self.assertEqual(tokens.returncode, 0, tokens.stderr)
         line = [l for l in tokens.stdout.splitlines() if l.startswith("train with it: ")][0]
         fastest = int(re.search(r"fastest fitting micro-batch: (\d+)", tokens.stdout).group(1))
         self.assertIn(f"--micro-batch-tokens {fastest * 64} ({fastest} of the longest rows, 64 tokens each)", line)
         self.assertNotIn("--micro-batch ", line)
         words = line[len("train with it: bigbatch train "):].split(" (")[0].replace(" G ", " 64 ").split()
-        planned = bigbatch("plan", *words)
+        planned = run("plan", *words)
         self.assertEqual(planned.returncode, 0, planned.stderr)
 
     def test_fit_with_nothing_fitting_exits_non_zero(self):
-        result = bigbatch("fit", "--model", "mlp", "--memory-budget", "1MiB", "--threads", "1", "--json")
+        result = run("fit", "--model", "mlp", "--memory-budget", "1MiB", "--threads", "1", "--json")
         self.assertEqual(result.returncode, 5, result.stderr)
         self.assertEqual(json.loads(result.stdout)["max_micro_batch"], 0)
 
@@ -210,10 +190,10 @@ class AutoTest(MemoryTestCase):
         # Fortunes documents run from 1 to 2,400 bytes: the probe takes rows cut at --seq-len, so
         # no window, however long its documents, backs off or passes the budget.
         out = os.path.join(self.dir, "lm")
-        result = bigbatch("train", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
-                          "--d-model", "32", "--heads", "2", "--seq-len", "64", "--global-batch", "64",
-                          "--micro-batch", "auto", "--memory-budget", "12MiB", "--max-updates", "6", "--threads", "1",
-                          "--progress", "off", "--out", out)
+        result = run("train", "--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "1",
+                     "--d-model", "32", "--heads", "2", "--seq-len", "64", "--global-batch", "64",
+                     "--micro-batch", "auto", "--memory-budget", "12MiB", "--max-updates", "6", "--threads", "1",
+                     "--progress", "off", "--out", out)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("probed at the longest rows, 64 target tokens", result.stderr)
         chosen = int(re.search(r"micro-batch auto: (\d+)", result.stderr).group(1))
@@ -256,12 +236,11 @@ class MetricsTest(MemoryTestCase):
     def test_strict_batch_refuses_a_short_last_window(self):
         result, _ = self.train("short", "--global-batch", "1000", "--micro-batch", "100", "--strict-batch",
                                "--epochs", "1")
-        self.assert_error(result, 2, "plan", "--strict-batch: the last update of each epoch would have 192")
+        self.assert_one_line_error(result, "plan", "--strict-batch: the last update of each epoch would have 192")
         result, _ = self.train("dropped", "--global-batch", "1000", "--micro-batch", "100", "--strict-batch",
                                "--last-window", "drop", "--epochs", "1")
         self.assertEqual(result.returncode, 0, result.stderr)
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

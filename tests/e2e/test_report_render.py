@@ -4,14 +4,13 @@
 errors, hold its charts once rendered, and its screenshot must not be blank.
 Usage: test_report_render.py BIGBATCH_BINARY [unittest arguments]."""
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
-BINARY = None
+from e2e_common import main, run
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -32,10 +31,9 @@ class ReportRenderTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="bigbatch_report_")
         cls.run_dir = os.path.join(cls.dir, "run")
-        subprocess.run([BINARY, "train", "--model", "mlp", "--hidden", "64", "--train-subset", "2048",
-                        "--val-size", "256", "--global-batch", "128", "--micro-batch", "32", "--epochs", "3",
-                        "--threads", "1", "--progress", "off", "--out", cls.run_dir],
-                       check=True, capture_output=True)
+        run("train", "--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--val-size", "256",
+            "--global-batch", "128", "--micro-batch", "32", "--epochs", "3", "--threads", "1", "--progress", "off",
+            "--out", cls.run_dir, check=True, timeout=None)
         cls.url = "file://" + os.path.join(cls.run_dir, "report.html")
 
     @classmethod
@@ -71,5 +69,4 @@ class ReportRenderTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

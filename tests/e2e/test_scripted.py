@@ -8,7 +8,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,19 +18,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from bigbatch_oracle import read_safetensors  # noqa: E402
 import e2e_common  # noqa: E402
-from e2e_common import CliTestCase, run  # noqa: E402
+from e2e_common import CliTestCase, free_port, run  # noqa: E402
 
 MODELS = None  # the directory the modules are written to, once
 
 
 def module(name):
     return f"torchscript:{os.path.join(MODELS, name)}"
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def images(*extra):

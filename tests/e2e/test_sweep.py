@@ -7,33 +7,23 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
-import unittest
 
-BINARY = None
+from e2e_common import CliTestCase, main, run, start
+from e2e_common import records as metrics
+
 SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--val-size", "256",
          "--micro-batch", "32", "--lr", "0.05"]
 
 
-def bigbatch(*args):
-    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600)
-
-
-def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-class SweepTest(unittest.TestCase):
+class SweepTest(CliTestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(prefix="bigbatch_sweep_")
         cls.out = os.path.join(cls.root, "sweep")
-        cls.first = bigbatch("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
-                             "--target-accuracy", "0.6", "--max-epochs", "3", "--jobs", "2", "--out", cls.out)
+        cls.first = run("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
+                        "--target-accuracy", "0.6", "--max-epochs", "3", "--jobs", "2", "--out", cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -87,7 +77,7 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(self.first.returncode, 0, self.first.stderr)
         before = open(os.path.join(self.out, "summary.csv")).read()
         os.remove(os.path.join(self.out, "report.html"))
-        result = bigbatch("report", self.out)
+        result = run("report", self.out)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(open(os.path.join(self.out, "summary.csv")).read(), before)
         self.assertTrue(os.path.exists(os.path.join(self.out, "report.html")))
@@ -96,8 +86,8 @@ class SweepTest(unittest.TestCase):
         self.assertEqual(self.first.returncode, 0, self.first.stderr)
         weights = os.path.join(self.out, self.rows()[0]["cell"], "weights.safetensors")
         before = os.stat(weights).st_mtime_ns
-        again = bigbatch("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
-                         "--target-accuracy", "0.6", "--max-epochs", "3", "--out", self.out)
+        again = run("sweep", *SMALL, "--global-batch", "64,128,...,256", "--lr-scaling", "linear",
+                    "--target-accuracy", "0.6", "--max-epochs", "3", "--out", self.out)
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stderr.count("finished earlier, kept"), 3)
         self.assertNotIn("started", again.stderr)
@@ -108,7 +98,7 @@ class SweepTest(unittest.TestCase):
         # The default --lr-scaling: auto, as train's (linear for the default sgd).
         args = ["sweep", "--model", "cnn", "--train-subset", "4096", "--val-size", "512", "--global-batch", "64",
                 "--target-accuracy", "0.99", "--max-epochs", "4", "--out", out]
-        sweep = subprocess.Popen([BINARY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sweep = start(*args)
         cell = os.path.join(out, "gb000064-auto-w0u")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not os.path.isdir(os.path.join(cell, "checkpoints")):
@@ -119,7 +109,7 @@ class SweepTest(unittest.TestCase):
         self.assertIn("run the same command again to continue it", stderr)
         self.assertIn("gb000064-auto-w0u: stopped by signal 2 after checkpointing", stderr)  # not "failed"
         self.assertFalse(os.path.exists(os.path.join(cell, "weights.safetensors")))
-        again = bigbatch(*args)
+        again = run(*args)
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertIn("gb000064-auto-w0u: resumed", again.stderr)
         with open(os.path.join(out, "logs", "gb000064-auto-w0u.log")) as f:
@@ -131,8 +121,8 @@ class SweepTest(unittest.TestCase):
         # AdaScale measures its gain from two batch sizes per update: a cell whose global batch
         # equals --micro-batch still runs, on two micro-steps of half the size.
         out = os.path.join(self.root, "adascale")
-        result = bigbatch("sweep", *SMALL, "--global-batch", "32,64", "--lr-scaling", "adascale", "--target-accuracy",
-                          "0.5", "--max-epochs", "1", "--out", out)
+        result = run("sweep", *SMALL, "--global-batch", "32,64", "--lr-scaling", "adascale", "--target-accuracy",
+                     "0.5", "--max-epochs", "1", "--out", out)
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = {int(r["global_batch"]): r for r in csv.DictReader(open(os.path.join(out, "summary.csv")))}
         self.assertEqual({b: r["status"] for b, r in rows.items()}, {32: "done", 64: "done"})
@@ -147,8 +137,8 @@ class SweepTest(unittest.TestCase):
         out = os.path.join(self.root, "lm")
         tiny = ["--dataset", f"text:{corpus}", "--model", "gpt", "--layers", "1", "--d-model", "32", "--heads", "2",
                 "--seq-len", "64", "--optimizer", "adamw", "--lr", "3e-3", "--micro-batch", "8", "--val-size", "16"]
-        result = bigbatch("sweep", *tiny, "--global-batch", "16,32", "--target", "val_bpb<=7.5", "--max-epochs", "3",
-                          "--jobs", "2", "--out", out)
+        result = run("sweep", *tiny, "--global-batch", "16,32", "--target", "val_bpb<=7.5", "--max-epochs", "3",
+                     "--jobs", "2", "--out", out)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("target val_bpb<=7.5 in at most 3 epochs", result.stderr)
         rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
@@ -166,12 +156,12 @@ class SweepTest(unittest.TestCase):
         self.assertIn("val_bpb against updates", report)
         # The target travels with the grid: the report rebuilds from sweep.json alone.
         self.assertEqual(json.load(open(os.path.join(out, "sweep.json")))["target"], "val_bpb<=7.5")
-        again = bigbatch("report", out)
+        again = run("report", out)
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(open(os.path.join(out, "summary.md")).read(), table)
         # A target the cells cannot report is train's one-line error, before any cell trains.
-        bad = bigbatch("sweep", *tiny, "--global-batch", "16", "--target", "val_bpb>=7.5", "--out",
-                       os.path.join(self.root, "bad"))
+        bad = run("sweep", *tiny, "--global-batch", "16", "--target", "val_bpb>=7.5", "--out",
+                  os.path.join(self.root, "bad"))
         self.assertEqual(bad.returncode, 2, bad.stderr)
         self.assertIn("would stop at once", bad.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.root, "bad")))
@@ -180,13 +170,13 @@ class SweepTest(unittest.TestCase):
         out = os.path.join(self.root, "diverged")
         args = ["sweep", *SMALL, "--lr", "1e12", "--max-bad-updates", "2", "--global-batch", "64",
                 "--target-accuracy", "0.9", "--max-epochs", "1", "--out", out]
-        result = bigbatch(*args)
+        result = run(*args)
         self.assertEqual(result.returncode, 4, result.stderr)  # the cell's own exit code
         self.assertIn("diverged with exit code 4", result.stderr)
         rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
         self.assertEqual([r["status"] for r in rows], ["diverged"])
         # A rerun does not train it again: it would diverge again from its checkpoint.
-        again = bigbatch(*args)
+        again = run(*args)
         self.assertIn("diverged earlier, kept", again.stderr)
         self.assertEqual([r["status"] for r in csv.DictReader(open(os.path.join(out, "summary.csv")))],
                          ["diverged"])
@@ -199,14 +189,10 @@ class SweepTest(unittest.TestCase):
                                (["--global-batch", "64", "--lr-scaling", "linear,linear"], "names 'linear' twice"),
                                (["--global-batch", "64", "--warmup", "0u,0u"], "names '0u' twice"),
                                (["--global-batch", "64", "--jobs", "-1"], "--jobs must be at least 1")]:
-            result = bigbatch("sweep", *SMALL, *args, "--out", os.path.join(self.root, "bad"))
-            self.assertEqual(result.returncode, 2, result.stderr)
-            errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
-            self.assertEqual(len(errors), 1, result.stderr)
-            self.assertIn(fragment, errors[0])
+            result = run("sweep", *SMALL, *args, "--out", os.path.join(self.root, "bad"))
+            self.assert_error(result, fragment)
             self.assertFalse(os.path.exists(os.path.join(self.root, "bad")))
 
 
 if __name__ == "__main__":
-    BINARY = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    main(verbosity=2)

@@ -12,11 +12,11 @@ import sys
 # Lowest first. A module may include modules of lower layers only (and itself).
 LAYERS = [
     ["core"],
-    ["batching", "stats", "runtime", "memory"],
+    ["batching", "stats", "runtime", "memory", "console"],
     ["state", "io"],
     ["schedule"],
-    ["config"],
     ["data", "models", "dist"],
+    ["config"],
     ["device", "optim"],
     ["task"],
     ["checkpoint", "report"],

@@ -8,6 +8,9 @@ the same samples per update (bigbatch's sampler is reproduced below), the loss o
 micro-batch divided by the window's true size, torch.optim's SGD / AdamW, and the same learning
 rate schedule. The final weights and the per-update losses must agree to fp32 tolerance.
 
+The reference loop itself (reference_training, accumulate) is shared with gpt_oracle.py and
+scripted_oracle.py, as are the sampler, the schedule and the file readers here.
+
 Usage: bigbatch_oracle.py BIGBATCH_BINARY WORK_DIR [--optimizer sgd|adamw]
 """
 import argparse
@@ -118,6 +121,57 @@ def lr_at(step, peak, warmup, total):
     return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def accumulate(window, micro, items, summed_loss):
+    """The window in micro-batches of `micro` samples: each one's summed loss (summed_loss(part))
+    is divided by the update's `items` (its samples or its target tokens) and backpropagated, so
+    the gradients add up to the mean over the whole window. Returns that mean."""
+    loss_sum = 0.0
+    for begin in range(0, len(window), micro):
+        loss = summed_loss(window[begin : begin + micro])
+        (loss / items).backward()  # the mean over the whole window, not per micro-batch
+        loss_sum += loss.item()
+    return loss_sum / items
+
+
+def reference_training(model, optimizer, window_loss, samples, global_batch, epochs, seed, lr, warmup, clip=None):
+    """The reference loop of the oracles: `epochs` epochs over `samples` (the ids the sampler's
+    positions stand for) in updates of `global_batch` samples in bigbatch's order, the last of
+    each epoch short. Each update: window_loss(window) leaves the window's gradient in the
+    parameters and returns its loss; then clipping to `clip` (if given), the rate of the warmup
+    and cosine schedule peaking at `lr`, the optimizer's step.
+    Returns the per-update losses, the updates per epoch and the updates in all."""
+    updates_per_epoch = math.ceil(len(samples) / global_batch)
+    total = epochs * updates_per_epoch
+    step, losses = 0, []
+    for epoch in range(epochs):
+        order = epoch_order(seed, epoch, len(samples))
+        for u in range(updates_per_epoch):
+            window = [samples[i] for i in order[u * global_batch : (u + 1) * global_batch]]
+            losses.append(window_loss(window))
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, lr, warmup, total)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+    return losses, updates_per_epoch, total
+
+
+def run_records(run_dir):
+    """A run's metrics.jsonl, every line."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def verdict(ok, workdir):
+    """Says it; keeps the work directory only to look into a disagreement. Returns the exit code."""
+    print("oracle agrees" if ok else "oracle DISAGREES")
+    if ok:
+        shutil.rmtree(workdir)
+    return 0 if ok else 1
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
@@ -159,33 +213,21 @@ def main():
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=5e-4)
 
-    updates_per_epoch = math.ceil(subset / global_batch)  # 4 full updates and one of 88 samples
-    total = epochs * updates_per_epoch
-    step, losses = 0, []
-    for epoch in range(epochs):
-        order = epoch_order(seed, epoch, subset)
-        for u in range(updates_per_epoch):
-            window = order[u * global_batch : min(subset, (u + 1) * global_batch)]
-            loss_sum = 0.0
-            for begin in range(0, len(window), micro):
-                index = torch.tensor(window[begin : begin + micro])
-                loss = torch.nn.functional.cross_entropy(model(inputs[index]), targets[index], reduction="sum")
-                (loss / len(window)).backward()  # the mean over the whole window, not per micro-batch
-                loss_sum += loss.item()
-            losses.append(loss_sum / len(window))
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, lr, warmup, total)
-            optimizer.step()
-            optimizer.zero_grad()
-            step += 1
+    def summed_loss(part):
+        index = torch.tensor(part)
+        return torch.nn.functional.cross_entropy(model(inputs[index]), targets[index], reduction="sum")
+
+    # Per epoch 4 full updates and one of 88 samples, each the mean over its window's samples.
+    losses, _, total = reference_training(model, optimizer,
+                                          lambda window: accumulate(window, micro, len(window), summed_loss),
+                                          range(subset), global_batch, epochs, seed, lr, warmup)
 
     ours = read_safetensors(os.path.join(run_dir, "weights.safetensors"))
     worst = 0.0
     for name, reference in model.state_dict().items():
         diff = (ours[name] - reference).abs().max().item() / max(reference.abs().max().item(), 1e-12)
         worst = max(worst, diff)
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
+    records = run_records(run_dir)
     our_losses = [r["loss"] for r in records if "loss" in r]
     our_lrs = [r["lr"] for r in records if "lr" in r]
     loss_diff = max(abs(a - b) for a, b in zip(our_losses, losses))
@@ -193,10 +235,7 @@ def main():
     print(f"{args.optimizer}: {len(losses)} updates; max relative weight difference {worst:.3g}; "
           f"max loss difference {loss_diff:.3g}; max lr difference {lr_diff:.3g}")
     ok = len(our_losses) == len(losses) == total and worst < 1e-5 and loss_diff < 1e-5 and lr_diff < 1e-12
-    print("oracle agrees" if ok else "oracle DISAGREES")
-    if ok:
-        shutil.rmtree(workdir)
-    return 0 if ok else 1
+    return verdict(ok, workdir)
 
 
 if __name__ == "__main__":

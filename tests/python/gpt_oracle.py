@@ -12,11 +12,8 @@ reproduced here). Final weights and per-update losses must agree to fp32 toleran
 
 Usage: gpt_oracle.py BIGBATCH_BINARY WORK_DIR
 """
-import json
 import math
 import os
-import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -24,7 +21,8 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bigbatch_oracle import epoch_order, lr_at, read_safetensors  # noqa: E402
+from bigbatch_oracle import (accumulate, epoch_order, read_safetensors, reference_training, run_records,  # noqa: E402
+                             verdict)
 
 END_OF_TEXT, VOCAB, IGNORE = 256, 257, -100
 
@@ -75,6 +73,34 @@ def document_row(document, seq_len):
     return tokens[:-1], tokens[1:]
 
 
+def write_corpus(workdir):
+    """90 documents of 3 to 95 bytes (some cut at a row of 49 tokens) as a fortune-format corpus.
+    Returns the documents and the corpus file."""
+    documents = [("abc %d xyz " % i) * (1 + (i * 7) % 9) for i in range(90)]
+    corpus = os.path.join(workdir, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n%\n".join(documents) + "\n")
+    return documents, corpus
+
+
+def training_rows(documents, seq_len, seed, val_size):
+    """The split bigbatch makes: documents as text_corpus.cpp cuts them ("\n" kept), held out by
+    the seed's order with epoch -1, the rest in corpus order. Returns every document's row and
+    the training documents' indices."""
+    docs = [doc + "\n" for doc in documents]
+    rows = [document_row(doc, seq_len) for doc in docs]
+    held = epoch_order(seed, -1, len(rows))
+    return rows, sorted(held[val_size:])
+
+
+def padded(rows, part):
+    """Inputs and targets of these documents' rows, padded to the longest (targets with IGNORE)."""
+    longest = max(len(rows[r][1]) for r in part)
+    inputs = torch.tensor([rows[r][0] + [END_OF_TEXT] * (longest - len(rows[r][0])) for r in part])
+    targets = torch.tensor([rows[r][1] + [IGNORE] * (longest - len(rows[r][1])) for r in part])
+    return inputs, targets
+
+
 def main():
     binary, work_root = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -83,11 +109,7 @@ def main():
     lr, warmup, clip, weight_decay = 3e-3, 3, 0.5, 0.01
     os.makedirs(work_root, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="gpt-oracle-", dir=work_root)
-    # 90 documents of 3 to 95 bytes: some cut at the row's 49 tokens.
-    documents = [("abc %d xyz " % i) * (1 + (i * 7) % 9) for i in range(90)]
-    corpus = os.path.join(workdir, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write("\n%\n".join(documents) + "\n")
+    documents, corpus = write_corpus(workdir)
 
     common = [binary, "train", "--dataset", f"text:{corpus}", "--model", "gpt", "--seq-len", str(seq_len),
               "--layers", str(layers), "--d-model", str(d), "--heads", str(heads),
@@ -101,42 +123,24 @@ def main():
     subprocess.run(common + ["--init-weights", init_path, "--out", run_dir], check=True,
                    stdout=subprocess.DEVNULL)
 
-    # The split bigbatch makes: documents as text_corpus.cpp cuts them ("\n" kept), held out by
-    # the seed's order with epoch -1, the rest in corpus order.
-    docs = [doc + "\n" for doc in documents]
-    rows = [document_row(doc, seq_len) for doc in docs]
-    held = epoch_order(seed, -1, len(rows))
-    train = sorted(held[val_size:])
+    rows, train = training_rows(documents, seq_len, seed, val_size)
 
     model = torch.nn.Sequential(GptTwin(seq_len, layers, d, heads))
     model.load_state_dict(read_safetensors(init_path), strict=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    updates_per_epoch = math.ceil(len(train) / global_batch)
-    total = epochs * updates_per_epoch
-    step, losses = 0, []
-    for epoch in range(epochs):
-        order = epoch_order(seed, epoch, len(train))
-        for u in range(updates_per_epoch):
-            window = [train[i] for i in order[u * global_batch : (u + 1) * global_batch]]
-            items = sum(len(rows[r][1]) for r in window)  # target tokens of the whole update
-            loss_sum = 0.0
-            for begin in range(0, len(window), micro):
-                part = window[begin : begin + micro]
-                longest = max(len(rows[r][1]) for r in part)
-                inputs = torch.tensor([rows[r][0] + [END_OF_TEXT] * (longest - len(rows[r][0])) for r in part])
-                targets = torch.tensor([rows[r][1] + [IGNORE] * (longest - len(rows[r][1])) for r in part])
-                logits = model(inputs)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1),
-                                                         reduction="sum", ignore_index=IGNORE)
-                (loss / items).backward()  # the mean over the update's tokens, not per micro-batch
-                loss_sum += loss.item()
-            losses.append(loss_sum / items)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, lr, warmup, total)
-            optimizer.step()
-            optimizer.zero_grad()
-            step += 1
+
+    def summed_loss(part):  # a micro-batch's token losses, summed
+        inputs, targets = padded(rows, part)
+        logits = model(inputs)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), reduction="sum",
+                                                 ignore_index=IGNORE)
+
+    def window_loss(window):  # the mean over the update's target tokens, not per micro-batch
+        items = sum(len(rows[r][1]) for r in window)
+        return accumulate(window, micro, items, summed_loss)
+
+    losses, updates_per_epoch, total = reference_training(model, optimizer, window_loss, train, global_batch, epochs,
+                                                          seed, lr, warmup, clip=clip)
 
     ours = read_safetensors(os.path.join(run_dir, "weights.safetensors"))
     worst = 0.0
@@ -152,9 +156,7 @@ def main():
         worst = max(worst, diff)
         if os.environ.get("ORACLE_VERBOSE"):
             print(f"  {name}: {diff:.3g} (norm {reference.norm().item():.3g})")
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
-    updates = [r for r in records if "loss" in r and "event" not in r]
+    updates = [r for r in run_records(run_dir) if "loss" in r and "event" not in r]
     loss_diff = max(abs(a["loss"] - b) for a, b in zip(updates, losses))
     items_ok = all(r["items"] == sum(len(rows[x][1]) for x in
                                      [train[i] for i in epoch_order(seed, k // updates_per_epoch, len(train))
@@ -164,10 +166,7 @@ def main():
     print(f"gpt: {len(losses)} updates (AdamW, clipping, warmup); max relative weight difference {worst:.3g}; "
           f"max loss difference {loss_diff:.3g}; token counts per update {'equal' if items_ok else 'DIFFER'}")
     ok = len(updates) == len(losses) == total == 10 and worst < 1e-5 and loss_diff < 1e-5 and items_ok
-    print("oracle agrees" if ok else "oracle DISAGREES")
-    if ok:
-        shutil.rmtree(workdir)
-    return 0 if ok else 1
+    return verdict(ok, workdir)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,7 @@ AdamW, the same warmup and cosine schedule. Then:
 
 Usage: scripted_oracle.py BIGBATCH_BINARY WORK_DIR
 """
-import json
-import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,8 +23,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bigbatch_oracle import epoch_order, lr_at, read_safetensors  # noqa: E402
-from gpt_oracle import END_OF_TEXT, IGNORE, VOCAB, document_row  # noqa: E402
+from bigbatch_oracle import read_safetensors, reference_training, run_records, verdict  # noqa: E402
+from gpt_oracle import IGNORE, VOCAB, padded, training_rows, write_corpus  # noqa: E402
 
 
 def relative(a, b):
@@ -52,10 +49,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="scripted-oracle-", dir=work_root)
     subprocess.run([sys.executable, os.path.join(HERE, "make_scripted_models.py"), workdir], check=True)
     module_path = os.path.join(workdir, "tiny_lm.pt")
-    documents = [("abc %d xyz " % i) * (1 + (i * 7) % 9) for i in range(90)]
-    corpus = os.path.join(workdir, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write("\n%\n".join(documents) + "\n")
+    documents, corpus = write_corpus(workdir)
     run_dir = os.path.join(workdir, "run")
     subprocess.run([binary, "train", "--dataset", f"text:{corpus}", "--model", f"torchscript:{module_path}",
                     "--seq-len", str(seq_len), "--global-batch", str(global_batch), "--micro-batch", str(micro),
@@ -65,33 +59,21 @@ def main():
                     "--threads", "1", "--progress", "off", "--out", run_dir],
                    check=True, stdout=subprocess.DEVNULL)
 
-    rows = [document_row(doc + "\n", seq_len) for doc in documents]
-    held = epoch_order(seed, -1, len(rows))
-    train = sorted(held[val_size:])
+    rows, train = training_rows(documents, seq_len, seed, val_size)
     model = torch.jit.load(module_path)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    updates_per_epoch = math.ceil(len(train) / global_batch)
-    total = epochs * updates_per_epoch
-    step, losses = 0, []
-    for epoch in range(epochs):
-        order = epoch_order(seed, epoch, len(train))
-        for u in range(updates_per_epoch):
-            window = [train[i] for i in order[u * global_batch: (u + 1) * global_batch]]
-            longest = max(len(rows[r][1]) for r in window)
-            inputs = torch.tensor([rows[r][0] + [END_OF_TEXT] * (longest - len(rows[r][0])) for r in window])
-            targets = torch.tensor([rows[r][1] + [IGNORE] * (longest - len(rows[r][1])) for r in window])
-            logits = model(inputs)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1),
-                                                     ignore_index=IGNORE)  # one batch: the token mean
-            loss.backward()
-            losses.append(loss.item())
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, lr, warmup, total)
-            optimizer.step()
-            optimizer.zero_grad()
-            step += 1
+
+    def window_loss(window):  # the whole window in one batch (bigbatch: micro-batches of `micro`)
+        inputs, targets = padded(rows, window)
+        logits = model(inputs)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1),
+                                                 ignore_index=IGNORE)  # one batch: the token mean
+        loss.backward()
+        return loss.item()
+
+    losses, _, total = reference_training(model, optimizer, window_loss, train, global_batch, epochs, seed, lr, warmup,
+                                          clip=clip)
 
     ours = read_safetensors(os.path.join(run_dir, "weights.safetensors"))
     worst = max(relative(comparable(k, ours[k]), comparable(k, v)) for k, v in model.state_dict().items())
@@ -100,19 +82,14 @@ def main():
     still_tied = loaded.head.weight.data_ptr() == loaded.token.weight.data_ptr()
     written_back = torch.jit.load(os.path.join(run_dir, "model.pt"))
     back_equal = all(torch.equal(v, ours[k]) for k, v in written_back.state_dict().items())
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
-    updates = [r for r in records if "loss" in r and "event" not in r]
+    updates = [r for r in run_records(run_dir) if "loss" in r and "event" not in r]
     loss_diff = max(abs(a["loss"] - b) for a, b in zip(updates, losses))
     print(f"scripted tied lm: {len(losses)} updates (micro {micro} x accumulation vs one batch; AdamW, clipping, "
           f"warmup); max relative weight difference {worst:.3g}; max loss difference {loss_diff:.3g}; "
           f"strict load ok, tied {'yes' if still_tied else 'NO'}, model.pt {'equal' if back_equal else 'DIFFERS'}")
     ok = (len(updates) == len(losses) == total == 10 and worst < 1e-5 and loss_diff < 1e-5 and still_tied
           and back_equal)
-    print("oracle agrees" if ok else "oracle DISAGREES")
-    if ok:
-        shutil.rmtree(workdir)
-    return 0 if ok else 1
+    return verdict(ok, workdir)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@
 
 #include "config/option_table.h"
 #include "config/train_config.h"
+#include "console/progress.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html_report.h"
-#include "report/progress.h"
 #include "report/run_records.h"
 #include "report/svg_chart.h"
 #include "sweep/sweep_summary.h"

@@ -1,4 +1,4 @@
-#include "report/progress.h"
+#include "console/progress.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -11,6 +11,16 @@
 #include "core/text.h"
 
 namespace bigbatch {
+
+const NameTable<ProgressMode>& progress_mode_names() {
+  static const NameTable<ProgressMode> table{"--progress",
+                                             "--progress",
+                                             {{ProgressMode::Auto, "auto"},
+                                              {ProgressMode::Bar, "bar"},
+                                              {ProgressMode::Lines, "lines"},
+                                              {ProgressMode::Off, "off"}}};
+  return table;
+}
 
 namespace {
 

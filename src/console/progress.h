@@ -14,9 +14,16 @@
 #include <cstdio>
 #include <string>
 
-#include "config/modes.h"
+#include "core/name_table.h"
 
 namespace bigbatch {
+
+// Progress on stderr: a bar on a terminal, lines otherwise (auto), or nothing.
+enum class ProgressMode { Auto, Bar, Lines, Off };
+const NameTable<ProgressMode>& progress_mode_names();
+inline const char* to_string(ProgressMode mode) {
+  return progress_mode_names().name(mode);
+}
 
 struct ProgressState {
   int64_t epoch = 0;  // 1-based for display
