@@ -161,7 +161,9 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   // micro-steps, and one micro-batch of the whole window.
   Side accumulated = make_side(config, data.train, run.plan, device);
   {
-    EngineOptions options{config.clip_norm, /*measure_noise=*/false};
+    EngineOptions options;
+    options.clip_norm = config.clip_norm;
+    options.measure_noise = false;
     options.per_micro_batch_mean_for_tests = break_normalisation_for_tests;
     options.task = Task::of(*accumulated.model, data.train);
     AccumulationEngine engine(accumulated.model, *accumulated.optimizer, reducer, options);
@@ -176,7 +178,9 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   }
   Side whole = make_side(config, data.train, run.plan, device);
   {
-    EngineOptions options{config.clip_norm, /*measure_noise=*/false};
+    EngineOptions options;
+    options.clip_norm = config.clip_norm;
+    options.measure_noise = false;
     options.task = Task::of(*whole.model, data.train);
     AccumulationEngine engine(whole.model, *whole.optimizer, reducer, options);
     BatchAssembler assembler(data.train, window.size);

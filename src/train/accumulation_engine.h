@@ -135,12 +135,12 @@ class AccumulationEngine {
   void read_first_gradient(int64_t items);
 
   torch::nn::Sequential model_;
-  // A module that computes its own loss counts its own items: its windows' items are known only
-  // from it, so they are divided by after the reduction.
-  Task task_;
   torch::optim::Optimizer& optimizer_;
   GradientReducer& reducer_;
   EngineOptions options_;
+  // A module that computes its own loss counts its own items: its windows' items are known only
+  // from it, so they are divided by after the reduction.
+  Task task_;
   std::vector<torch::Tensor> parameters_;
   DeviceFeed feed_;        // host batches to the model's device
   PredictionTally tally_;  // the window's loss and correct predictions on this rank

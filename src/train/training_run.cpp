@@ -468,7 +468,9 @@ void build_engine(TrainingRun& r, Console& console) {
                     : "warning: --precision bf16 on a CPU without native bf16 (no AVX-512 BF16 "
                       "or AMX): emulated, likely slower than fp32");
   }
-  EngineOptions engine_options{r.config.clip_norm, r.config.noise_scale};
+  EngineOptions engine_options;
+  engine_options.clip_norm = r.config.clip_norm;
+  engine_options.measure_noise = r.config.noise_scale;
   engine_options.precision = r.precision;
   engine_options.task = r.task();
   r.engine =

@@ -30,6 +30,14 @@ std::vector<torch::Tensor> gradients_of(torch::nn::Sequential& model) {
   return out;
 }
 
+// The engine's options with clipping and the noise reading set, the rest at their defaults.
+EngineOptions engine_options(double clip_norm, bool measure_noise = true) {
+  EngineOptions options;
+  options.clip_norm = clip_norm;
+  options.measure_noise = measure_noise;
+  return options;
+}
+
 std::vector<torch::Tensor> weights_of(torch::nn::Sequential& model) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters())
@@ -205,7 +213,7 @@ std::vector<torch::Tensor> train_run(const TensorDataset& float_data, const RunS
   settings.weight_decay = 5e-4;
   auto optimizer = make_optimizer(settings, model->parameters());
   LocalReducer reducer;
-  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{s.clip});
+  AccumulationEngine engine(model, *optimizer, reducer, engine_options(s.clip));
   BatchRequest request;
   request.micro_batch_size = s.micro;
   request.accumulation_steps = s.accum;
@@ -271,7 +279,7 @@ TEST(Engine, ClippingActsOnTheAccumulatedMeanGradient) {
   auto model = seeded_model("mlp");
   auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
   LocalReducer reducer;
-  AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{/*clip_norm=*/0.01});
+  AccumulationEngine engine(model, *optimizer, reducer, engine_options(/*clip_norm=*/0.01));
   engine.micro_step(data.inputs.slice(0, 0, 32), data.targets.slice(0, 0, 32));
   engine.micro_step(data.inputs.slice(0, 32, 64), data.targets.slice(0, 32, 64));
   const UpdateStats stats = engine.finish_gradients();
@@ -391,7 +399,7 @@ TEST(Engine, FirstMicroStepIsTheNoiseScalesSmallBatch) {
     auto model = seeded_model("mlp");
     auto optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
     LocalReducer reducer;
-    AccumulationEngine engine(model, *optimizer, reducer, EngineOptions{0.0, measure});
+    AccumulationEngine engine(model, *optimizer, reducer, engine_options(0.0, measure));
     engine.micro_step(
         data.inputs.slice(0, 0, 32), data.targets.slice(0, 0, 32),
         measure ? AccumulationEngine::MicroStep::Last : AccumulationEngine::MicroStep::Accumulate);
