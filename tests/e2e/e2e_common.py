@@ -94,9 +94,10 @@ class CliTestCase(unittest.TestCase):
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
-    def assert_error(self, result, *fragments, kind=None, code=2):
+    def assert_error(self, result, *fragments, kind=None, code=2, library_log=False):
         """Exit `code`, exactly one `bigbatch: error[KIND]: MESSAGE` line (of any kind, or `kind`)
-        with every fragment in its MESSAGE, and no libtorch backtrace. Returns the line's match."""
+        with every fragment in its MESSAGE, and no libtorch backtrace (unless `library_log`: a
+        library logged on its own before bigbatch's line). Returns the line's match."""
         self.assertEqual(result.returncode, code, result.stdout + result.stderr)
         errors = [line for line in result.stderr.splitlines() if line.startswith("bigbatch: error[")]
         self.assertEqual(len(errors), 1, result.stderr)
@@ -106,7 +107,8 @@ class CliTestCase(unittest.TestCase):
             self.assertEqual(match.group(1), kind, errors[0])
         for fragment in fragments:
             self.assertIn(fragment, match.group(2))
-        self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
+        if not library_log:
+            self.assertNotIn("Exception raised from", result.stderr)  # no libtorch backtrace
         return match
 
     def assert_one_line_error(self, result, kind, *fragments, code=2):
