@@ -84,6 +84,7 @@ class BadInputCorpus(CliTestCase):
         self.assertFalse(os.path.exists(self.out), "a failed run left a run directory behind")
         if victim:
             self.assertEqual(tree_digest(victim), before, "a failed run changed an existing run")
+        return result
 
     def train(self, *extra, data=None):
         """`FLAG, None` in extra drops that flag and its value from the small run."""
@@ -285,7 +286,11 @@ class BadInputCorpus(CliTestCase):
         self.expect(self.train("--config", self.write_config("micro-bach = 8\n")), "config", "did you mean 'micro-batch'?")
 
     def test_config_syntax(self):
-        self.expect(self.train("--config", self.write_config("lr = = 3\n")), "config", "line 1")
+        result = self.expect(self.train("--config", self.write_config("lr = = 3\n")), "config", "line 1")
+        # The hint names a section the README has (issue 35: it named one that did not exist).
+        self.assertIn("the README's 'Configuration files' shows the format", result.stderr)
+        readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+        self.assertIn("\n### Configuration files\n", readme)
 
     def test_config_wrong_type(self):
         self.expect(self.train("--config", self.write_config('global-batch = "many"\n')), "config",
