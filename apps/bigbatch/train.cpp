@@ -36,28 +36,25 @@ std::string time_summary(const TrainResult& result) {
 std::string final_summary(const TrainResult& result) {
   const std::string trained = " after " + count_of(result.updates, "update") + ", " +
                               count_of(result.samples_seen, "sample");
-  char figure[160];
   if (result.language_model) {
     const std::string bits =
         result.val_has_bits_per_byte
             ? ", " + format_fixed(result.val_bits_per_byte, 4) + " bits per byte"
             : std::string();  // token files: the bytes are not known
-    std::snprintf(figure, sizeof figure, "held-out loss %.4f per token", result.val_loss);
-    return figure + bits + "," + trained + " (" + count_of(result.items_seen, "token") + "); " +
-           time_summary(result);
+    return "held-out loss " + format_fixed(result.val_loss, 4) + " per token" + bits + "," +
+           trained + " (" + count_of(result.items_seen, "token") + "); " + time_summary(result);
   }
   if (result.is_regression) {
-    std::snprintf(figure, sizeof figure, "test RMSE %.4g (loss %.4g: squared error per sample)",
-                  result.test_rmse, result.test_loss);
-    return figure + trained + "; " + time_summary(result);
+    return "test RMSE " + format_significant(result.test_rmse, 4) + " (loss " +
+           format_significant(result.test_loss, 4) + ": squared error per sample)" + trained +
+           "; " + time_summary(result);
   }
   if (!result.has_accuracy) {
     return "test loss " + format_loss(result.test_loss) + " per item" + trained + " (" +
            count_of(result.items_seen, "item") + "); " + time_summary(result);
   }
-  std::snprintf(figure, sizeof figure, "test accuracy %.2f%% (loss %s)", 100 * result.test_accuracy,
-                format_loss(result.test_loss).c_str());
-  return figure + trained + "; " + time_summary(result);
+  return "test accuracy " + format_fixed(100 * result.test_accuracy, 2) + "% (loss " +
+         format_loss(result.test_loss) + ")" + trained + "; " + time_summary(result);
 }
 
 class TrainCommand final : public Subcommand {
