@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -88,6 +89,31 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
 }
 
+// --global-batch auto's measurements and decision log (an infinite band's end as null).
+nlohmann::json growth_json(const BatchGrowthState& g) {
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const BatchDecision& d : g.decisions) {
+    decisions.push_back({{"step", d.step},
+                         {"samples_seen", d.samples_seen},
+                         {"from_batch", d.from_batch},
+                         {"to_batch", d.to_batch},
+                         {"noise_low", d.noise_low},
+                         {"noise_scale", d.noise_scale},
+                         {"noise_high", std::isfinite(d.noise_high) ? nlohmann::json(d.noise_high)
+                                                                    : nlohmann::json(nullptr)},
+                         {"update_cost", d.update_cost},
+                         {"goodput_gain", d.goodput_gain}});
+  }
+  return {{"tally_updates", g.tally.updates},
+          {"tally_samples", g.tally.samples},
+          {"tally_gradient_seconds", g.tally.gradient_seconds},
+          {"tally_update_seconds", g.tally.update_seconds},
+          {"update_cost", g.update_cost},
+          {"last_check_step", g.last_check_step},
+          {"last_gain", g.last_gain},
+          {"decisions", decisions}};
+}
+
 nlohmann::json progress_json(const TrainingProgress& p) {
   return {{"step", p.step},
           {"epoch", p.epoch},
@@ -120,7 +146,8 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"oom_backoffs", p.oom_backoffs},
           {"recent_losses", p.recent_losses},
           {"skipped_updates", p.skipped_updates},
-          {"bad_in_a_row", p.bad_in_a_row}};
+          {"bad_in_a_row", p.bad_in_a_row},
+          {"growth", growth_json(p.growth)}};
 }
 
 // The fields of state.json, read strictly: a checkpoint that was edited or damaged names the
@@ -189,6 +216,44 @@ class StateFields {
   const std::string& dir_;
 };
 
+BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
+  const StateFields f(j, "progress.growth.", dir);
+  BatchGrowthState g;
+  g.tally.updates = f.count("tally_updates");
+  g.tally.samples = f.count("tally_samples");
+  g.tally.gradient_seconds = f.amount("tally_gradient_seconds");
+  g.tally.update_seconds = f.amount("tally_update_seconds");
+  g.update_cost = f.amount("update_cost", std::nullopt, /*signed_value=*/true);
+  if (g.update_cost < 0 && g.update_cost != -1)
+    f.bad("update_cost", "is negative but not -1 (not measured yet)");
+  g.last_check_step = f.count("last_check_step");
+  g.last_gain = f.amount("last_gain");
+  const auto& decisions = j.contains("decisions") ? j.at("decisions") : nlohmann::json::array();
+  if (!decisions.is_array())
+    f.bad("decisions", "is not a list");
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    const std::string prefix = "progress.growth.decisions[" + std::to_string(i) + "].";
+    if (!decisions[i].is_object())
+      f.bad("decisions", "holds " + decisions[i].dump() + ", not an object");
+    const StateFields d(decisions[i], prefix, dir);
+    BatchDecision decision;
+    decision.step = d.count("step", 1);
+    decision.samples_seen = d.count("samples_seen", 1);
+    decision.from_batch = d.count("from_batch", 1);
+    decision.to_batch = d.count("to_batch", 1);
+    decision.noise_low = d.amount("noise_low");
+    decision.noise_scale = d.amount("noise_scale");
+    decision.noise_high =
+        decisions[i].contains("noise_high") && decisions[i]["noise_high"].is_null()
+            ? std::numeric_limits<double>::infinity()
+            : d.amount("noise_high");
+    decision.update_cost = d.amount("update_cost");
+    decision.goodput_gain = d.amount("goodput_gain");
+    g.decisions.push_back(decision);
+  }
+  return g;
+}
+
 TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) {
   if (!j.is_object())
     bad_checkpoint(dir, "has no progress counters in state.json",
@@ -240,6 +305,11 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
   p.recent_losses = f.amounts("recent_losses", kRecentLosses);
   p.skipped_updates = f.count("skipped_updates", 0, 0);
   p.bad_in_a_row = f.count("bad_in_a_row", 0, 0);
+  if (j.contains("growth")) {  // absent in checkpoints from before --global-batch auto
+    if (!j.at("growth").is_object())
+      f.bad("growth", "is not an object");
+    p.growth = growth_from(j.at("growth"), dir);
+  }
   // The counters against each other: each is a part of the one before it.
   if (p.update_in_epoch > p.step)
     f.bad("update_in_epoch", "is past progress.step " + std::to_string(p.step));

@@ -222,9 +222,59 @@ std::vector<OptionSpec> build_table() {
                          "hold out N training samples for validation (images: the last N; text: "
                          "N documents or blocks chosen by the seed, default 2% up to 1000)",
                          &TrainConfig::val_size, data));
-  t.push_back(optional_int_option("global-batch",
-                                  "effective batch per update (micro x accumulation x ranks)",
-                                  &TrainConfig::global_batch, both));
+  {
+    OptionSpec s{"global-batch",
+                 "effective batch per update (micro x accumulation x ranks); auto: start at "
+                 "micro x accumulation (default 2 in one process, 1 over ranks) x ranks and "
+                 "double it while the measured noise scale and update cost say it pays "
+                 "(--max-global-batch, --growth-threshold, --update-cost)",
+                 "N|auto",
+                 both,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.global_batch_auto = trim(text) == "auto";
+      c.global_batch.reset();
+      if (!c.global_batch_auto)
+        c.global_batch = to_int("global-batch", text);
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (c.global_batch_auto)
+        return std::string("auto");
+      if (!c.global_batch)
+        return std::nullopt;
+      return *c.global_batch;
+    };
+    t.push_back(s);
+  }
+  t.push_back(int_option("max-global-batch",
+                         "--global-batch auto: the largest global batch it may grow to (0: 64 "
+                         "times the start, at most the training set)",
+                         &TrainConfig::max_global_batch, both));
+  t.push_back(double_option("growth-threshold",
+                            "--global-batch auto: the least predicted goodput gain a doubling "
+                            "must promise (0.05: 5%)",
+                            &TrainConfig::growth_threshold, both));
+  {
+    OptionSpec s{"update-cost",
+                 "--global-batch auto: an update's fixed cost (all-reduce, optimizer) in samples "
+                 "of compute; auto: timed over the run's first updates",
+                 "X|auto",
+                 both,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.update_cost.reset();
+      if (trim(text) != "auto")
+        c.update_cost = to_double("update-cost", text);
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (!c.update_cost)
+        return std::nullopt;
+      return *c.update_cost;
+    };
+    t.push_back(s);
+  }
   {
     OptionSpec s{"global-batch-schedule",
                  "grow the global batch at thresholds in samples or epochs, e.g. \"0:256 "

@@ -99,8 +99,8 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
 
 // Simulates the ramp over the run for its length and phases; the LR schedule counts
 // reference-batch updates.
-ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
-                             double items_per_sample) {
+ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batches,
+                             int64_t dataset_size, int64_t world_size, double items_per_sample) {
   if (config.lr_scaling == LrScaling::AdaScale) {
     throw Error(ErrorKind::Config,
                 "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: "
@@ -109,7 +109,7 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, in
                 "batch");
   }
   ResolvedRun::RampRun ramp;
-  ramp.batches = GlobalBatchSchedule::parse(config.global_batch_schedule);
+  ramp.batches = std::move(batches);
   const int64_t micro = config.micro_batch.value_or(kDefaultMicroBatchSize);
   const BatchPlan plan =
       plan_for_ramp_step(ramp.batches.steps().front().global_batch, micro, world_size);
@@ -148,10 +148,61 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, int64_t dataset_size, in
   ResolvedRun run{plan, epoch, schedule, config.epochs, total, {}, {}, ramp};
   if (config.adam_sqrt_adjust) {
     throw Error(ErrorKind::Config,
-                "--adam-sqrt-adjust with --global-batch-schedule: the betas would change at "
-                "every step of the batch",
+                std::string("--adam-sqrt-adjust with ") +
+                    (config.global_batch_auto ? "--global-batch auto" : "--global-batch-schedule") +
+                    ": the betas would change at every step of the batch",
                 "drop --adam-sqrt-adjust");
   }
+  return run;
+}
+
+// --global-batch auto: a ramp of one step at micro x accumulation x ranks, which the trainer
+// extends as it decides (schedule/run_schedule.h, AutoBatchSchedule). The run's length and the
+// LR schedule are those of staying at the start: both count samples, so growing moves neither.
+ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_size,
+                                   int64_t world_size, double items_per_sample) {
+  if (config.global_batch) {
+    throw Error(ErrorKind::Config, "--global-batch is given twice: a number and auto",
+                "keep one of them");
+  }
+  if (world_size > 1 && !config.update_cost) {
+    throw Error(ErrorKind::Config,
+                "--global-batch auto on " + std::to_string(world_size) +
+                    " ranks needs --update-cost: each rank would time the update differently, "
+                    "and the ranks must take the same decisions",
+                "give --update-cost SAMPLES (an update's all-reduce and optimizer time in "
+                "samples of compute; a single-process run times it)");
+  }
+  // The noise scale needs two batch sizes inside an update: a second micro-step on one
+  // process (several ranks pool their first micro-steps instead).
+  const int64_t least_accumulation = world_size > 1 ? 1 : 2;
+  if (config.accum_steps && *config.accum_steps < least_accumulation) {
+    throw Error(ErrorKind::Config,
+                "--global-batch auto measures the noise scale inside each update, which needs "
+                "two micro-steps in one process: --accum-steps 1 leaves nothing to measure",
+                "drop --accum-steps (auto starts at 2), or give --accum-steps 2 or more");
+  }
+  const int64_t start = config.micro_batch.value_or(kDefaultMicroBatchSize) *
+                        config.accum_steps.value_or(least_accumulation) * world_size;
+  ResolvedRun run =
+      resolve_ramp_run(config, GlobalBatchSchedule::parse("0:" + std::to_string(start)),
+                       dataset_size, world_size, items_per_sample);
+  GrowthRule rule;
+  rule.max_global_batch = config.max_global_batch > 0
+                              ? config.max_global_batch
+                              : std::max(start, std::min(64 * start, dataset_size));
+  if (rule.max_global_batch < start) {
+    throw Error(ErrorKind::Config,
+                "--max-global-batch " + std::to_string(rule.max_global_batch) +
+                    " is below the batch --global-batch auto starts at, " + std::to_string(start) +
+                    " (micro-batch x accumulation x ranks)",
+                "raise --max-global-batch, or start smaller with --micro-batch");
+  }
+  rule.threshold = config.growth_threshold;
+  rule.update_cost = config.update_cost;
+  rule.dataset_size = dataset_size;
+  rule.must_divide = config.strict_batch;
+  run.auto_batch = rule;
   return run;
 }
 
@@ -164,8 +215,12 @@ ResolvedRun resolve_batches_and_rates(const TrainConfig& config, int64_t dataset
                 "run 'bigbatch fit --model " + config.model +
                     " --memory-budget SIZE' to see the size it would pick, then plan with it");
   }
-  if (!config.global_batch_schedule.empty())
-    return resolve_ramp_run(config, dataset_size, world_size, items_per_sample);
+  if (config.global_batch_auto)
+    return resolve_auto_batch_run(config, dataset_size, world_size, items_per_sample);
+  if (!config.global_batch_schedule.empty()) {
+    return resolve_ramp_run(config, GlobalBatchSchedule::parse(config.global_batch_schedule),
+                            dataset_size, world_size, items_per_sample);
+  }
   const BatchPlan plan = BatchPlan::resolve(config.batch_request(world_size));
   const EpochPlan epoch = plan_epoch(plan, dataset_size, config.last_window, items_per_sample);
   if (config.strict_batch && epoch.last_window_size > 0) {
@@ -217,6 +272,10 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
 
 std::unique_ptr<RunSchedule> make_run_schedule(const ResolvedRun& run) {
   const RunBounds bounds{run.epochs, run.total_updates};
+  if (run.auto_batch) {
+    return std::make_unique<AutoBatchSchedule>(run.plan, run.epoch, run.schedule, bounds,
+                                               run.ramp->reference_batch, *run.auto_batch);
+  }
   if (run.ramp) {
     return std::make_unique<RampSchedule>(run.plan, run.epoch, run.schedule, bounds,
                                           run.ramp->batches, run.ramp->reference_batch);

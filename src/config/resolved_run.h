@@ -11,6 +11,7 @@
 
 #include "batching/batch_plan.h"
 #include "config/train_config.h"
+#include "schedule/batch_growth.h"
 #include "schedule/batch_schedule.h"
 #include "schedule/lr_schedule.h"
 #include "schedule/run_schedule.h"
@@ -46,6 +47,9 @@ struct ResolvedRun {
     int64_t total_samples = 0;
   };
   std::optional<RampRun> ramp;
+  // --global-batch auto: `ramp` holds its first step (the start), and the trainer adds the
+  // doublings this rule decides.
+  std::optional<GrowthRule> auto_batch = std::nullopt;
   // --eval-every in updates (0: off): updates whose count is a multiple of it are evaluated.
   int64_t eval_every_updates = 0;
 };

@@ -36,6 +36,39 @@ void TrainConfig::validate() const {
           (global_batch ? "--global-batch" : "--accum-steps") + " cannot be given too",
       std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
           "; the micro-batch (--micro-batch) stays the same in every step");
+  if (global_batch_auto) {
+    check_config(global_batch_schedule.empty(),
+                 "--global-batch auto and --global-batch-schedule both choose the batch",
+                 "use one: auto measures when to double, the schedule is written by hand");
+    check_config(lr_scaling != LrScaling::AdaScale,
+                 "--global-batch auto and --lr-scaling adascale both adapt to the batch",
+                 "use --lr-scaling linear or sqrt with --global-batch auto");
+    check_config(noise_scale,
+                 "--global-batch auto decides from the gradient noise scale, which "
+                 "--no-noise-scale turns off",
+                 "drop --no-noise-scale");
+    check_config(!max_updates,
+                 "--global-batch auto counts the run in samples, and its updates shrink as the "
+                 "batch grows: --max-updates cannot bound it",
+                 "give --epochs instead");
+    check_config(last_window == LastWindow::Keep,
+                 "--global-batch auto keeps every epoch's samples (--last-window keep), so the "
+                 "batches it takes replay exactly as a --global-batch-schedule",
+                 "drop --last-window drop");
+    check_config(max_global_batch >= 0, "--max-global-batch must be zero (auto) or positive",
+                 "e.g. --max-global-batch 4096");
+    check_config(growth_threshold >= 0 && std::isfinite(growth_threshold),
+                 "--growth-threshold must be zero or positive",
+                 "e.g. --growth-threshold 0.05 (a 5% predicted goodput gain)");
+    check_config(!update_cost || (*update_cost >= 0 && std::isfinite(*update_cost)),
+                 "--update-cost must be zero or positive samples of compute",
+                 "e.g. --update-cost 40, or auto to time it");
+  } else {
+    check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost,
+                 "--max-global-batch, --growth-threshold and --update-cost belong to "
+                 "--global-batch auto",
+                 "add --global-batch auto, or drop them");
+  }
   check_config(
       global_batch_schedule.empty() || lr_scaling != LrScaling::AdaScale,
       "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "

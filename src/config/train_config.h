@@ -70,6 +70,15 @@ struct TrainConfig {
   std::optional<int64_t> accum_steps;
   // Batch-size ramp-up (schedule/batch_schedule.h), normalised text; empty: a fixed batch.
   std::string global_batch_schedule;
+  // --global-batch auto (schedule/batch_growth.h): start at micro x accumulation (default 2 in
+  // one process) x ranks and double the global batch while the noise scale and the update's
+  // cost say it pays, up to max_global_batch (0: 64 times the start, at most the training set),
+  // when the predicted goodput gain is at least growth_threshold; update_cost in samples of
+  // compute (unset: timed).
+  bool global_batch_auto = false;
+  int64_t max_global_batch = 0;
+  double growth_threshold = 0.05;
+  std::optional<double> update_cost;
   LastWindow last_window = LastWindow::Keep;
   // --micro-batch auto: the trainer measures the micro-batch that fits --memory-budget (see
   // train/micro_batch_fit.h) and derives accumulation for the global batch.

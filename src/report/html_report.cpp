@@ -192,6 +192,36 @@ std::string configuration(const std::string& path) {
          "</pre></details>";
 }
 
+// --global-batch auto: the batch over the samples, with the noise scale and its band's low end
+// at each check, and the checks that doubled it.
+template <typename Add>
+void add_growth_chart(const RunRecords& r, Add add) {
+  std::vector<nlohmann::json> checks, doubled;
+  for (const auto& e : r.events) {
+    if (e.at("event") != "batch_check")  // every event record has its name
+      continue;
+    checks.push_back(e);
+    if (e.value("grow", false))
+      doubled.push_back(e);
+  }
+  if (checks.empty())
+    return;
+  LineChart c;
+  c.title = "automatic batch: the global batch and the noise scale at each check";
+  c.x_label = "samples";
+  c.y_label = "samples";  // the checks state the noise scale in samples
+  c.log_y = true;
+  c.series.push_back(
+      {"global batch", kBlue, record_points(r.updates, "samples_seen", "global_batch"), false});
+  c.series.push_back(
+      {"noise scale", kPurple, record_points(checks, "samples_seen", "noise_scale"), true});
+  c.series.push_back({"its band's low end (decides)", kOrange,
+                      record_points(checks, "samples_seen", "noise_scale_low"), true});
+  c.series.push_back(
+      {"doubled to", kGreen, record_points(doubled, "samples_seen", "proposed"), true});
+  add(c);
+}
+
 }  // namespace
 
 std::string render_run_report(const std::string& run_dir) {
@@ -300,6 +330,7 @@ std::string render_run_report(const std::string& run_dir) {
                           false,
                           {{"gain", kPurple, "lr_gain", 1}}});
   }
+  add_growth_chart(r, add);
   for (const auto& spec : update_charts) {
     LineChart c;
     c.title = spec.title;

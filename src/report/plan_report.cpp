@@ -63,7 +63,21 @@ std::string format_plan_text(const ResolvedRun& run) {
   out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
                                      std::to_string(p.micro_batch_size * p.world_size) +
                                      " samples per epoch");
-  if (run.ramp) {
+  if (run.auto_batch) {
+    const GrowthRule& rule = *run.auto_batch;
+    out += "global batch auto\n";
+    out += line("starts at", "global " + p.describe() + ", lr " +
+                                 format_significant(run.schedule.config().base_lr));
+    out += line("doubles", "while the predicted goodput gain is at least " +
+                               format_significant(100 * rule.threshold, 3) +
+                               "% (noise scale and update cost measured in training), "
+                               "accumulation doubling, the micro-batch staying");
+    out += line("at most", "global " + std::to_string(rule.max_global_batch) + ", peak lr " +
+                               format_significant(run.schedule.config().base_lr *
+                                                  scale_lr(1.0, run.ramp->reference_batch,
+                                                           rule.max_global_batch,
+                                                           run.schedule.config().scaling)));
+  } else if (run.ramp) {
     out += "global batch schedule (" + run.ramp->batches.to_string() + ")\n";
     for (const auto& phase : run.ramp->phases) {
       const BatchPlan step =
@@ -112,9 +126,11 @@ std::string format_plan_text(const ResolvedRun& run) {
     out += line("warmup", std::to_string(run.schedule.config().warmup_updates) + unit);
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
                                 std::to_string(run.schedule.config().total_updates) + unit);
-    out += line("run length", count_of(run.total_updates, "update") + ", " +
+    out += line("run length", (run.auto_batch ? "at most " : "") +
+                                  count_of(run.total_updates, "update") + ", " +
                                   std::to_string(run.ramp->total_samples) + " samples (" +
-                                  std::to_string(run.epochs) + " epochs)");
+                                  std::to_string(run.epochs) + " epochs)" +
+                                  (run.auto_batch ? "; fewer updates as the batch grows" : ""));
   } else {
     out += line("warmup", count_of(run.schedule.config().warmup_updates, "update"));
     out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
@@ -163,6 +179,13 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["schedule"] = to_string(run.schedule.config().kind);
   j["total_updates"] = run.total_updates;
   j["epochs"] = run.epochs;
+  if (run.auto_batch) {
+    j["global_batch_auto"] = true;
+    j["max_global_batch"] = run.auto_batch->max_global_batch;
+    j["growth_threshold"] = run.auto_batch->threshold;
+    if (run.auto_batch->update_cost)
+      j["update_cost"] = *run.auto_batch->update_cost;
+  }
   if (run.ramp) {
     j["global_batch_schedule"] = run.ramp->batches.to_string();
     j["lr_ref_batch"] = run.ramp->reference_batch;

@@ -36,6 +36,41 @@ RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64
            " samples seen); lr now " + format_significant(change.lr, 4)}};
 }
 
+RunEvent batch_check_event(const BatchCheck& check) {
+  const auto finite_or_null = [](double value) {
+    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+  };
+  RunEvent event;
+  event.record = {{"event", "batch_check"},
+                  {"step", check.step},
+                  {"samples_seen", check.samples_seen},
+                  {"global_batch", check.batch},
+                  {"proposed", check.proposed},
+                  {"noise_scale", check.noise.value},
+                  {"noise_scale_low", check.noise.low},
+                  {"noise_scale_high", finite_or_null(check.noise.high)},
+                  {"update_cost", check.update_cost},
+                  {"goodput_gain", check.goodput_gain},
+                  {"updates_factor", check.updates_factor},
+                  {"samples_factor", check.samples_factor},
+                  {"grow", check.grow}};
+  if (!check.grow) {
+    event.record["reason"] = check.reason;
+    return event;
+  }
+  const std::string high =
+      std::isfinite(check.noise.high) ? format_significant(check.noise.high, 3) : "unbounded";
+  event.lines.push_back(
+      "automatic batch: " + std::to_string(check.batch) + " -> " + std::to_string(check.proposed) +
+      " after update " + std::to_string(check.step) + ": noise scale " +
+      format_significant(check.noise.value, 3) + " (" + format_significant(check.noise.low, 3) +
+      " to " + high + "), an update costs " + format_significant(check.update_cost, 4) +
+      " samples of compute; predicted " + format_fixed(check.goodput_gain, 3) +
+      "x the goodput at the band's low end, " + format_fixed(check.updates_factor, 2) +
+      "x the updates and " + format_fixed(check.samples_factor, 2) + "x the samples to a loss");
+  return event;
+}
+
 RunEvent train_start_event(const TrainingProgress& at, const std::string& device,
                            int64_t tensor_bytes, int64_t rss_bytes) {
   return {{{"event", "train_start"},

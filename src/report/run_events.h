@@ -35,6 +35,10 @@ RunEvent skipped_update_event(const TrainingProgress& at, double loss, bool loss
 // new batch).
 RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64_t samples_seen);
 
+// --global-batch auto's check of the batch after update `check.step`: always a record (the
+// prediction and the decision); a line when the batch doubles.
+RunEvent batch_check_event(const BatchCheck& check);
+
 // An out-of-memory back-off in update `at.step + 1`: the micro-batch halved to `plan`'s (with
 // `batch_norm_model` named when the model normalises over micro-batches, "" otherwise), or a
 // token budget halved from `from_tokens` to `to_tokens`. `error` is the allocator's message.

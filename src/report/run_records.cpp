@@ -12,7 +12,8 @@ namespace bigbatch {
 void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
                           size_t line) {
   // bigbatch writes numbers, booleans and nulls, and names (strings) under these keys only.
-  static const char* const kTextKeys[] = {"event", "metric", "error", "condition", "device"};
+  static const char* const kTextKeys[] = {"event",     "metric", "error",
+                                          "condition", "device", "reason"};
   for (const auto& [key, value] : record.items()) {
     const bool text_key =
         std::find(std::begin(kTextKeys), std::end(kTextKeys), key) != std::end(kTextKeys);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "schedule/adascale.h"
 
 namespace bigbatch {
@@ -23,6 +24,10 @@ std::optional<BatchChange> RunSchedule::plan_update(const TrainingProgress&) {
 }
 
 void RunSchedule::count(TrainingProgress&, const UpdateRate&, bool) const {}
+
+std::optional<BatchCheck> RunSchedule::observe(TrainingProgress&, const UpdateObservation&) {
+  return std::nullopt;
+}
 
 bool RunSchedule::complete(const TrainingProgress& at) const {
   return at.epoch >= bounds_.epochs || at.step >= bounds_.total_updates;
@@ -216,6 +221,132 @@ std::string AdaScaleSchedule::summary(const TrainingProgress& at) const {
 // Updates per epoch are not counted: the run's length is in scale-invariant updates.
 std::string AdaScaleSchedule::inconsistency(const TrainingProgress& at) const {
   return fixed_batch_inconsistency(at, /*count_updates=*/false);
+}
+
+// --- AutoBatchSchedule ------------------------------------------------------------------------
+
+AutoBatchSchedule::AutoBatchSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule lr,
+                                     RunBounds bounds, int64_t reference_batch, GrowthRule rule)
+    : RampSchedule(plan, std::move(epoch), std::move(lr), bounds,
+                   GlobalBatchSchedule::parse(replay_schedule(plan.global_batch_size, {})),
+                   reference_batch),
+      start_batch_(plan.global_batch_size),
+      rule_(std::move(rule)) {}
+
+// The cost first (given, or timed over the first updates), then a check every
+// kGrowthCheckEvery updates once the noise scale has settled; a doubling becomes a step of the
+// ramp at the next update's first sample.
+std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
+                                                     const UpdateObservation& seen) {
+  BatchGrowthState& growth = at.growth;
+  if (rule_.update_cost) {
+    growth.update_cost = *rule_.update_cost;
+  } else {
+    tally_update_cost(growth, at.step, seen.timing);
+  }
+  const int64_t batch = plan_.global_batch_size;
+  if (growth.update_cost < 0 || seen.noise == nullptr ||
+      at.step - growth.last_check_step < kGrowthCheckEvery || 2 * batch > rule_.max_global_batch)
+    return std::nullopt;
+  std::optional<NoiseScaleSummary> noise = seen.noise->summary();
+  if (!noise || noise->updates < kNoiseScaleSettledUpdates)
+    return std::nullopt;
+  // A language model's noise scale counts tokens (its mean is over them); the batch counts
+  // samples: the noise scale in samples is the tokens' over the mean tokens per sample.
+  if (epoch_.items_per_sample > 0) {
+    for (double* value : {&noise->value, &noise->low, &noise->high, &noise->run_average})
+      *value /= epoch_.items_per_sample;
+  }
+  BatchCheck check = judge_growth(rule_, batch, *noise, growth.update_cost);
+  check.step = at.step;
+  check.samples_seen = at.samples_seen;
+  growth.last_check_step = at.step;
+  growth.last_gain = check.goodput_gain;
+  if (check.grow) {
+    growth.decisions.push_back({at.step, at.samples_seen, batch, check.proposed, noise->low,
+                                noise->value, noise->high, growth.update_cost, check.goodput_gain});
+    batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+  }
+  return check;
+}
+
+// What is left of the run's samples at the batch in force (it may still grow: an upper bound).
+RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
+  RunLength length = RampSchedule::expected_length(at);
+  const int64_t global = plan_.global_batch_size;
+  const int64_t left = std::max<int64_t>(0, bounds_.epochs * epoch_.dataset_size - at.samples_seen);
+  length.total_updates = std::min(bounds_.total_updates, at.step + (left + global - 1) / global);
+  return length;
+}
+
+// The batches taken and what they saved against staying at the first: the updates the same
+// samples take at the starting batch (epochs of whole windows and a short last one), counted,
+// not predicted.
+std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
+  const BatchGrowthState& growth = at.growth;
+  if (growth.decisions.empty()) {
+    std::string why;
+    if (growth.update_cost < 0) {
+      why = "the update's cost was not measured yet (" +
+            std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) + " updates)";
+    } else if (growth.last_gain > 0) {
+      why = "doubling predicted " + format_fixed(growth.last_gain, 3) +
+            "x the goodput at the last check, under the " + format_fixed(1 + rule_.threshold, 3) +
+            "x it takes (an update costs " + format_significant(growth.update_cost, 4) +
+            " samples of compute)";
+    } else if (2 * start_batch_ > rule_.max_global_batch) {
+      why = "--max-global-batch " + std::to_string(rule_.max_global_batch) + " allows no doubling";
+    } else {
+      why = "no check yet (the noise scale needs " + std::to_string(kNoiseScaleSettledUpdates) +
+            " measured updates, and checks come every " + std::to_string(kGrowthCheckEvery) + ")";
+    }
+    return "automatic batch: stayed at " + std::to_string(start_batch_) + ": " + why;
+  }
+  std::string path = std::to_string(start_batch_);
+  for (const BatchDecision& d : growth.decisions)
+    path += " -> " + std::to_string(d.to_batch);
+  const int64_t size = epoch_.dataset_size;
+  const int64_t per_epoch = (size + start_batch_ - 1) / start_batch_;
+  const int64_t at_start =
+      at.epoch * per_epoch + (at.position_in_epoch + start_batch_ - 1) / start_batch_;
+  return "automatic batch: " + path + "; " + count_of(at.step, "update") + " where " +
+         std::to_string(start_batch_) + " throughout takes " + count_of(at_start, "update") +
+         " for the same " + std::to_string(at.samples_seen) + " samples (" +
+         format_fixed(double(at_start) / double(std::max<int64_t>(1, at.step)), 2) +
+         "x); replay it with --global-batch-schedule \"" +
+         replay_schedule(start_batch_, growth.decisions) + "\"";
+}
+
+// A damaged log is left for the trainer's inconsistency() check to name.
+bool AutoBatchSchedule::restore(const TrainingProgress& at) {
+  if (!inconsistency(at).empty())
+    return false;
+  batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, at.growth.decisions));
+  return RampSchedule::restore(at);
+}
+
+// The decision log must be a chain of doublings from the starting batch, each after the one
+// before and none after the position the checkpoint stands at.
+std::string AutoBatchSchedule::inconsistency(const TrainingProgress& at) const {
+  int64_t batch = start_batch_;
+  int64_t samples = 0;
+  for (size_t i = 0; i < at.growth.decisions.size(); ++i) {
+    const BatchDecision& d = at.growth.decisions[i];
+    const std::string field = "progress.growth.decisions[" + std::to_string(i) + "]";
+    if (d.from_batch != batch || d.to_batch != 2 * batch)
+      return field + " goes " + std::to_string(d.from_batch) + " -> " + std::to_string(d.to_batch) +
+             " where the batch was " + std::to_string(batch);
+    if (d.samples_seen <= samples || d.samples_seen > at.samples_seen)
+      return field + " is at sample " + std::to_string(d.samples_seen) +
+             ", not between the decision before it and progress.samples_seen " +
+             std::to_string(at.samples_seen);
+    batch = d.to_batch;
+    samples = d.samples_seen;
+  }
+  if (at.global_batch != 0 && at.global_batch != batch && at.global_batch != batch / 2)
+    return "progress.global_batch " + std::to_string(at.global_batch) +
+           " is not the decision log's batch " + std::to_string(batch);
+  return {};
 }
 
 // --- Plans of a ramp --------------------------------------------------------------------------

@@ -10,6 +10,10 @@
 //   AdaScaleSchedule  one global batch; the rate is the reference batch's times a gain measured
 //                     from the gradients, and the run ends at a count of scale-invariant updates
 //                     (schedule/adascale.h)
+//   AutoBatchSchedule --global-batch auto: a ramp whose steps it decides while the run goes,
+//                     doubling the batch when the noise scale and the update's measured cost
+//                     say it pays (schedule/batch_growth.h); its decision log is the ramp that
+//                     replays it
 // The fit loop asks and never tests which regime it runs: a regime that chooses its batch while
 // the run goes is one more implementation. Its position is the run's TrainingProgress (what a
 // checkpoint saves), so a schedule holds no counter of its own, only the plan in force.
@@ -19,6 +23,8 @@
 //     announce(*change);
 //   UpdateRate rate = schedule->rate(at, {items, &noise});  // once the gradients are final
 //   schedule->count(at, rate, applied);
+//   if (auto check = schedule->observe(at, {timing, &noise}))  // after the update is counted
+//     report(*check);
 //   while (!schedule->complete(at)) ...
 #include <cstdint>
 #include <memory>
@@ -26,6 +32,7 @@
 #include <string>
 
 #include "batching/batch_plan.h"
+#include "schedule/batch_growth.h"
 #include "schedule/batch_schedule.h"
 #include "schedule/lr_schedule.h"
 #include "state/training_progress.h"
@@ -43,6 +50,13 @@ struct UpdateRate {
 // mean is over) and the noise-scale averages that already include it.
 struct GradientMeasure {
   int64_t items = 0;
+  const NoiseScaleTracker* noise = nullptr;
+};
+
+// What the fit loop tells a regime once an update is counted: where its time went, and the
+// noise scale's averages that include it.
+struct UpdateObservation {
+  UpdateTiming timing;
   const NoiseScaleTracker* noise = nullptr;
 };
 
@@ -91,6 +105,10 @@ class RunSchedule {
   // Advances the regime's own position in `at` by an update trained at `rate` (AdaScale's
   // scale-invariant count); nothing for the others.
   virtual void count(TrainingProgress& at, const UpdateRate& rate, bool applied) const;
+  // After the update is counted: a regime that decides its batch as the run goes records what
+  // it measured in `at` (so a checkpoint keeps it) and returns its check of the batch when it
+  // made one; a doubling it decides is the next plan_update's change. None for the others.
+  virtual std::optional<BatchCheck> observe(TrainingProgress& at, const UpdateObservation& seen);
   // Whether no update is left: the epochs, the updates, or a regime's own length.
   virtual bool complete(const TrainingProgress& at) const;
   virtual RunLength expected_length(const TrainingProgress& at) const;
@@ -136,7 +154,7 @@ class FixedSchedule final : public RunSchedule {
 };
 
 // `lr` counts reference-batch updates: samples seen / reference_batch.
-class RampSchedule final : public RunSchedule {
+class RampSchedule : public RunSchedule {
  public:
   RampSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule lr, RunBounds bounds,
                GlobalBatchSchedule batches, int64_t reference_batch);
@@ -148,13 +166,33 @@ class RampSchedule final : public RunSchedule {
   bool restore(const TrainingProgress& at) override;
   std::string inconsistency(const TrainingProgress& at) const override;
 
- private:
+ protected:
   // The rate of an update at `global_batch` that starts after `samples_seen` samples.
   double lr_at(int64_t samples_seen, int64_t global_batch) const;
   BatchPlan plan_for(int64_t global_batch) const;
 
   GlobalBatchSchedule batches_;
   int64_t reference_batch_;
+};
+
+// A ramp that starts at one step and adds a doubling whenever judge_growth says it pays; its
+// steps are always replay_schedule(start, decisions), so the same run under that
+// --global-batch-schedule takes the same batches at the same rates. The measurements and the
+// decisions live in TrainingProgress::growth (a checkpoint's); the regime holds only its rule.
+class AutoBatchSchedule final : public RampSchedule {
+ public:
+  AutoBatchSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule lr, RunBounds bounds,
+                    int64_t reference_batch, GrowthRule rule);
+  std::optional<BatchCheck> observe(TrainingProgress& at, const UpdateObservation& seen) override;
+  RunLength expected_length(const TrainingProgress& at) const override;
+  std::string summary(const TrainingProgress& at) const override;
+  bool restore(const TrainingProgress& at) override;
+  std::string inconsistency(const TrainingProgress& at) const override;
+  const GrowthRule& rule() const { return rule_; }
+
+ private:
+  int64_t start_batch_;
+  GrowthRule rule_;
 };
 
 // `lr` counts scale-invariant updates at the reference batch; the run ends when they reach

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "state/batch_growth_state.h"
 #include "state/counts.h"
 #include "stats/gradient_noise.h"
 
@@ -58,6 +59,8 @@ struct TrainingProgress {
   std::vector<double> recent_losses;
   int64_t skipped_updates = 0;
   int64_t bad_in_a_row = 0;
+  // --global-batch auto: the update cost measured and the doublings decided so far.
+  BatchGrowthState growth;
 };
 
 // What an open window has accumulated on this rank besides the gradients in .grad: enough to

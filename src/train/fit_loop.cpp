@@ -78,6 +78,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   const UpdateWindow window =
       window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
                 at.position_in_epoch, run_.job.rank);
+  const bool whole_window = at.micro_step == 0;
   const StepRequest request = step_request(order, window);
   reset_peak_memory();
   StepResult step;
@@ -104,6 +105,10 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   epoch_peak_bytes_ = std::max(epoch_peak_bytes_, peak_bytes);
   const double seconds = seconds_since(update_start);
   count_update(window, step, seconds);
+  const UpdateTiming timing{window.rank_size, step.gradient_seconds, step.update_seconds,
+                            whole_window};
+  if (const auto check = run_.schedule->observe(at, {timing, &noise_}))
+    tell(batch_check_event(*check));
   const UpdateReport report{step,
                             seconds,
                             seconds_since(train_start_),
@@ -141,6 +146,8 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
   request.micro_batch_tokens = run_.schedule->micro_batch_tokens();
   request.recent_losses = &run_.at.recent_losses;
   request.spike_factor = run_.config.spike_factor;
+  if (run_.device.is_cuda())
+    request.synchronize = [device = run_.device] { synchronize_device(device); };
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
     checkpoints_.note_micro_step();

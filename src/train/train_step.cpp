@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "batching/token_packing.h"
+#include "core/clock.h"
 #include "stats/loss_spikes.h"
 
 namespace bigbatch {
@@ -53,6 +54,7 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
     result.padded_tokens =
         padded_tokens(request.order.data() + window.rank_begin, window.micro_batch_sizes, data);
   }
+  const auto start = SteadyClock::now();
   try {
     if (request.window_bn)
       request.window_bn->begin(assembler, request.order, window);
@@ -67,6 +69,10 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
   }
   if (!result.completed)
     return result;
+  if (request.synchronize)
+    request.synchronize();
+  const auto gradients_done = SteadyClock::now();
+  result.gradient_seconds = seconds_between(start, gradients_done);
   if (request.stop_requested && request.stop_requested())
     engine.request_stop();
   // Every value below is reduced over the ranks, so every rank judges and rates alike.
@@ -90,6 +96,9 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
   }
   if (request.window_bn)
     request.window_bn->end(/*applied=*/!result.stats.skipped());
+  if (request.synchronize)
+    request.synchronize();
+  result.update_seconds = seconds_since(gradients_done);
   return result;
 }
 

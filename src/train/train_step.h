@@ -59,6 +59,9 @@ struct StepRequest {
   double spike_factor = 0;
   // Called once the gradients are final, before the optimizer step (verify reads them).
   std::function<void()> on_final_gradients;
+  // Waits for the device (a GPU runs asynchronously): set, the micro-steps' time is theirs
+  // and not the update's (StepResult's timings).
+  std::function<void()> synchronize;
 };
 
 struct StepResult {
@@ -66,6 +69,10 @@ struct StepResult {
   UpdateStats stats;       // valid when completed
   UpdateRate rate;
   int64_t padded_tokens = 0;  // token rows: positions computed, padding included
+  // Where the update's time went: the micro-steps (paid per sample), and finishing and
+  // applying the gradients (all-reduce, clipping, optimizer: paid once per update).
+  double gradient_seconds = 0;
+  double update_seconds = 0;
 };
 
 // Runs the update. An out-of-memory error inside the micro-steps (c10::OutOfMemoryError)

@@ -110,6 +110,9 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
                         GradientReducer& reducer, Console& console,
                         const ModelFactory& make_model) {
   int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+  // The automatic batch starts at the micro-batch: at most the largest it may grow to.
+  if (config.global_batch_auto && config.max_global_batch > 0)
+    global = config.max_global_batch;
   if (!config.global_batch_schedule.empty()) {
     const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
     global = std::min_element(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
@@ -130,7 +133,7 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
       fit.fastest_micro_batch > 0 ? fit.fastest_micro_batch : fit.max_micro_batch;
   int64_t picked = fastest;
   std::string evened;
-  if (config.global_batch_schedule.empty()) {
+  if (config.global_batch_schedule.empty() && !config.global_batch_auto) {
     // The same number of micro-steps in equal parts: no ragged last micro-batch, and a peak no
     // larger (a smaller size of a fitting one fits).
     const int64_t per_rank = std::max<int64_t>(1, global / job.world_size);
@@ -177,7 +180,25 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
       "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
       std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
       (world_size > 1 ? " per rank" : ""));
-  if (run.ramp) {
+  if (run.auto_batch) {
+    const GrowthRule& rule = *run.auto_batch;
+    console.say("global batch auto: starts at " + std::to_string(run.plan.global_batch_size) +
+                ", doubles while the predicted goodput gain is at least " +
+                format_significant(100 * rule.threshold, 3) +
+                "% (at the noise scale's low end; an "
+                "update's cost " +
+                (rule.update_cost
+                     ? "given as " + format_significant(*rule.update_cost, 4) + " samples"
+                     : "timed over updates " + std::to_string(kCostWarmupUpdates + 1) + "-" +
+                           std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates)) +
+                "), at most " + std::to_string(rule.max_global_batch) + "; lr " +
+                format_double(config.lr) + " @ " + std::to_string(run.ramp->reference_batch) +
+                ", " + to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
+                to_string(run.schedule.config().kind) + " schedule counted in samples (" +
+                std::to_string(run.schedule.config().warmup_updates) + " and " +
+                std::to_string(run.schedule.config().total_updates) + " updates of " +
+                std::to_string(run.ramp->reference_batch) + ")");
+  } else if (run.ramp) {
     console.say("global batch schedule " + run.ramp->batches.to_string() + ": " +
                 std::to_string(run.ramp->phases.size()) + " steps, " +
                 std::to_string(run.total_updates) + " updates; lr " + format_double(config.lr) +

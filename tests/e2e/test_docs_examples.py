@@ -60,7 +60,8 @@ class ReadmeExamplesTest(DocTestCase):
             flags = words[2:]
             # Not plannable ahead by design: a resume (its config.toml plans it), a config file
             # another example writes, a model file the reader writes first, a measured micro-batch.
-            if any(f in flags for f in ("--resume", "--config")) or "auto" in flags or any(
+            measured = "--micro-batch" in flags and flags[flags.index("--micro-batch") + 1] == "auto"
+            if any(f in flags for f in ("--resume", "--config")) or measured or any(
                     f.startswith("torchscript:") for f in flags):
                 continue
             result = run("plan", *flags, "--world-size", str(world), timeout=300, cwd=self.dir)
@@ -86,6 +87,13 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertGreater(float(result.stdout.split("test accuracy ")[1].split("%")[0]), 85.0)
 
+
+    def test_the_automatic_batch_example_grows_as_written(self):
+        (words,) = [w for w in readme_commands()
+                    if "--global-batch" in w and w[w.index("--global-batch") + 1] == "auto"]
+        result = run(*words[1:], "--progress", "off", cwd=self.dir)
+        self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
+        self.assertRegex(result.stderr, r"automatic batch: 32 -> 64\b.*replay it with --global-batch-schedule")
 
     def test_the_other_commands_run_as_written(self):
         """verify, fit --json and the sweep (listed by --dry-run: 48 cells of 20 epochs are an

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""--global-batch auto against fixed batches and a hand ramp (issue 34), on the same sample
+order and the same evaluation cadence: each run's held-out (validation) loss is read from its
+metrics.jsonl, L* is the validation loss the best fixed run reaches at 80% of the sample
+budget, and every run is scored by the updates, samples and wall-clock it took to reach L*
+(interpolated between evaluations), its final validation loss and its test accuracy.
+
+Fixed batches each get a 3-point rate grid (the linear rule's rate from --lr at the start
+batch, times each --lr-grid factor) and keep their best; the ramp doubles at a third and two
+thirds of the budget; the automatic batch runs with its timed update cost and with each
+--update-cost given. Several seeds: mean and spread. Nothing here is timed against a threshold:
+it prints what happened.
+
+Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
+       [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-grid 0.5 1 2]
+       [--update-costs auto 2000] [--seeds 42 1 2] [--threads 2] [--json FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+from bench_env import bigbatch_environment, libtorch_version
+
+ENV = bigbatch_environment()
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def train(binary, out, common, extra):
+    start = time.perf_counter()
+    result = subprocess.run([binary, "train", *common, *extra, "--out", out], capture_output=True, text=True,
+                            env=ENV)
+    if result.returncode != 0:
+        raise SystemExit(f"bigbatch train {' '.join(common + extra)} failed:\n{result.stderr}")
+    wall = time.perf_counter() - start
+    rs = records(out)
+    held = [r for r in rs if "val_loss" in r]
+    updates = [r for r in rs if "loss" in r and "event" not in r]
+    # Training time (the updates alone, not evaluation) up to each update: the records' sum.
+    elapsed, train_seconds = 0.0, []
+    for r in updates:
+        elapsed += 1.0 / r["updates_per_s"]
+        train_seconds.append((r["step"], elapsed))
+    return {"evaluations": [(r["samples_seen"], r["step"], r["val_loss"]) for r in held],
+            "train_seconds": train_seconds,
+            "updates": updates[-1]["step"], "samples": updates[-1]["samples_seen"],
+            "final_val_loss": held[-1]["val_loss"],
+            "test_accuracy": [r for r in rs if "test_accuracy" in r][-1]["test_accuracy"],
+            "batches": sorted({r["global_batch"] for r in updates}), "wall": wall,
+            "summary": [line for line in result.stderr.splitlines() if line.startswith("automatic batch:")]}
+
+
+def loss_at_samples(run, samples):
+    """The validation loss interpolated at `samples` (None past the run's evaluations)."""
+    points = run["evaluations"]
+    for (s0, _, l0), (s1, _, l1) in zip(points, points[1:]):
+        if s0 <= samples <= s1:
+            return l0 + (l1 - l0) * (samples - s0) / (s1 - s0)
+    return points[-1][2] if points and samples >= points[-1][0] else None
+
+
+def reach(run, target):
+    """(samples, updates, train seconds) where the validation loss first reaches `target`,
+    interpolated between the two evaluations around it; None when it never does."""
+    points = run["evaluations"]
+    seconds = dict(run["train_seconds"])
+    previous = (0, 0, float("inf"))
+    for s, u, loss in points:
+        if loss <= target:
+            s0, u0, l0 = previous
+            f = 1.0 if l0 == float("inf") else (l0 - target) / (l0 - loss)
+            updates = u0 + f * (u - u0)
+            return s0 + f * (s - s0), updates, seconds.get(u, 0.0) * updates / max(u, 1)
+        previous = (s, u, loss)
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("build")
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--hidden", default="128")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--val-size", type=int, default=5000)
+    p.add_argument("--train-subset", type=int, default=0, help="0: all of the training split")
+    p.add_argument("--fixed", type=int, nargs="+", default=[32, 128, 512, 2048])
+    p.add_argument("--lr", type=float, default=0.05, help="the rate at the starting batch (micro x 2)")
+    p.add_argument("--lr-grid", type=float, nargs="+", default=[0.5, 1, 2])
+    p.add_argument("--update-costs", nargs="+", default=["auto", "2000"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[42])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--eval-every", default="1000u", help="at the start batch; the same cadence for every run")
+    p.add_argument("--json")
+    a = p.parse_args()
+    binary = os.path.join(os.path.abspath(a.build), "bigbatch")
+    start_batch = 2 * a.micro_batch
+    common = ["--model", a.model, "--hidden", a.hidden, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
+              "--threads", str(a.threads), "--progress", "off", "--lr-scaling", "linear",
+              "--lr-ref-batch", str(start_batch), "--micro-batch", str(a.micro_batch)]
+    if a.train_subset:
+        common += ["--train-subset", str(a.train_subset)]
+    workdir = tempfile.mkdtemp(prefix="bigbatch_auto_bench_")
+    results = {}
+    for seed in a.seeds:
+        seeded = [*common, "--seed", str(seed)]
+        fixed = {}
+        for batch in a.fixed:
+            best = None
+            for factor in a.lr_grid:
+                run = train(binary, os.path.join(workdir, f"s{seed}-fixed{batch}-x{factor}"), seeded,
+                            ["--global-batch", str(batch), "--lr", str(a.lr * factor), "--eval-every",
+                             f"{max(1, int(a.eval_every[:-1]) * start_batch // batch)}u"
+                             if a.eval_every.endswith("u") else a.eval_every])
+                run["lr_factor"] = factor
+                if best is None or run["final_val_loss"] < best["final_val_loss"]:
+                    best = run
+            fixed[f"fixed {batch}"] = best
+        budget = next(iter(fixed.values()))["samples"]
+        ramp = f"0:{start_batch} {budget // 3}s:{2 * start_batch} {2 * budget // 3}s:{4 * start_batch}"
+        others = {"ramp x2 at 1/3, 2/3": train(binary, os.path.join(workdir, f"s{seed}-ramp"), seeded,
+                                                ["--global-batch-schedule", ramp, "--lr", str(a.lr),
+                                                 "--eval-every", a.eval_every])}
+        for cost in a.update_costs:
+            others[f"auto (update cost {cost})"] = train(
+                binary, os.path.join(workdir, f"s{seed}-auto-{cost}"), seeded,
+                ["--global-batch", "auto", "--lr", str(a.lr), "--update-cost", cost, "--eval-every", a.eval_every])
+        runs = {**fixed, **others}
+        # L*: the validation loss the best fixed run reaches at 80% of the budget.
+        target = min(loss_at_samples(r, 0.8 * budget) for r in fixed.values()
+                     if loss_at_samples(r, 0.8 * budget) is not None)
+        for name, run in runs.items():
+            run["to_target"] = reach(run, target)
+            results.setdefault(name, []).append(run)
+        results.setdefault("_targets", []).append(target)
+    print(f"{a.model} ({a.hidden}), {a.epochs} epochs, micro-batch {a.micro_batch}, lr {a.lr} @ {start_batch} "
+          f"(linear), grid x{a.lr_grid}, seeds {a.seeds}, bigbatch {libtorch_version(a.build)}")
+    print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
+    print("| run | batches | updates to L* | samples to L* | train s to L* | updates | final val loss | test acc |")
+    print("|---|---|---|---|---|---|---|---|")
+
+    def mean_spread(values):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "not reached"
+        if len(values) == 1:
+            return f"{values[0]:,.0f}" if values[0] >= 100 else f"{values[0]:.3g}"
+        return f"{statistics.mean(values):,.0f} ± {statistics.stdev(values):,.0f}"
+
+    for name, runs in results.items():
+        if name.startswith("_"):
+            continue
+        reached = [r["to_target"] for r in runs]
+        print(f"| {name} | {'/'.join(str(b) for b in runs[0]['batches'])} "
+              f"| {mean_spread([t[1] if t else None for t in reached])} "
+              f"| {mean_spread([t[0] if t else None for t in reached])} "
+              f"| {mean_spread([t[2] if t else None for t in reached])} "
+              f"| {mean_spread([r['updates'] for r in runs])} "
+              f"| {statistics.mean(r['final_val_loss'] for r in runs):.4f} "
+              f"| {100 * statistics.mean(r['test_accuracy'] for r in runs):.2f}% |")
+    for name, runs in results.items():
+        for r in runs if not name.startswith("_") else []:
+            for line in r["summary"]:
+                print(f"{name}: {line}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+#include "schedule/batch_growth.h"
+
+#include <cmath>
+
+#include "core/text.h"
+
+namespace bigbatch {
+
+bool tally_update_cost(BatchGrowthState& state, int64_t step, const UpdateTiming& timing) {
+  if (state.update_cost >= 0 || step <= kCostWarmupUpdates || !timing.whole_window ||
+      timing.samples <= 0) {
+    return false;
+  }
+  UpdateCostTally& t = state.tally;
+  ++t.updates;
+  t.samples += timing.samples;
+  t.gradient_seconds += timing.gradient_seconds;
+  t.update_seconds += timing.update_seconds;
+  if (t.updates < kCostCalibrationUpdates)
+    return false;
+  const double per_sample = t.gradient_seconds / double(t.samples);
+  const double per_update = t.update_seconds / double(t.updates);
+  state.update_cost = per_sample > 0 ? per_update / per_sample : 0;
+  return true;
+}
+
+double goodput_gain(double batch, double noise_scale, double update_cost) {
+  const double b = batch;
+  const double r = update_cost;
+  return 2 * (1 + b / noise_scale) * (r + b) / ((1 + 2 * b / noise_scale) * (r + 2 * b));
+}
+
+double goodput_optimal_batch(double noise_scale, double update_cost) {
+  return std::sqrt(noise_scale * update_cost);
+}
+
+BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleSummary& noise,
+                        double update_cost) {
+  BatchCheck check;
+  check.batch = batch;
+  check.proposed = 2 * batch;
+  check.noise = noise;
+  check.update_cost = update_cost;
+  const BatchTradeoff now = batch_tradeoff(double(batch), noise.value);
+  const BatchTradeoff doubled = batch_tradeoff(double(check.proposed), noise.value);
+  check.updates_factor = doubled.steps_factor / now.steps_factor;
+  check.samples_factor = doubled.samples_factor / now.samples_factor;
+  if (check.proposed > rule.max_global_batch) {
+    check.reason = "--max-global-batch " + std::to_string(rule.max_global_batch) + " is reached";
+    return check;
+  }
+  if (check.proposed > rule.dataset_size) {
+    check.reason = std::to_string(check.proposed) + " is more than the " +
+                   std::to_string(rule.dataset_size) + " training samples";
+    return check;
+  }
+  if (rule.must_divide && rule.dataset_size % check.proposed != 0) {
+    check.reason = "--strict-batch: " + std::to_string(check.proposed) + " does not divide the " +
+                   std::to_string(rule.dataset_size) + " training samples";
+    return check;
+  }
+  if (!(noise.low > 0)) {
+    check.reason = "the noise scale's band reaches down to 0: too uncertain to grow on";
+    return check;
+  }
+  check.goodput_gain = goodput_gain(double(batch), noise.low, update_cost);
+  check.grow = check.goodput_gain >= 1 + rule.threshold;
+  if (!check.grow) {
+    check.reason = "doubling predicts " + format_fixed(check.goodput_gain, 3) +
+                   "x the goodput, under the " + format_fixed(1 + rule.threshold, 3) + "x it takes";
+  }
+  return check;
+}
+
+std::string replay_schedule(int64_t start_batch, const std::vector<BatchDecision>& decisions) {
+  std::string text = "0:" + std::to_string(start_batch);
+  for (const BatchDecision& d : decisions)
+    text += " " + std::to_string(d.samples_seen) + "s:" + std::to_string(d.to_batch);
+  return text;
+}
+
+}  // namespace bigbatch

@@ -1,0 +1,89 @@
+#pragma once
+// --global-batch auto's arithmetic: when doubling the global batch pays, from the gradient
+// noise scale and the measured cost of an update (McCandlish et al. 2018, eq. 2.11 and
+// appendix D; Pollux's goodput, Qiao et al. OSDI 2021). Torch-free and clock-free: the run
+// schedule (schedule/run_schedule.h, AutoBatchSchedule) feeds it the timings and the noise, and
+// every decision follows from BatchGrowthState (checkpointed) and the noise scale's averages.
+//
+// With B_noise the noise scale, reaching a loss takes E = E_min (1 + B / B_noise) samples, so
+// training progresses per sample in proportion to 1 / (1 + B / B_noise). An update of B samples
+// costs beta B + gamma seconds (micro-steps per sample; the finish, all-reduce and optimizer once
+// per update); with r = gamma / beta, the update's cost in samples of compute, the goodput —
+// progress per second — is
+//   G(B) ~ B / ((1 + B / B_noise) (r + B)),
+// largest at B* = sqrt(r B_noise) (McCandlish's appendix D). Doubling pays when
+// G(2B) / G(B) >= 1 + threshold, evaluated at the low end of the noise scale's two-standard-error
+// band: a noisy estimate waits instead of growing. One process accumulating on one device pays
+// little per update (r small), so it grows only while B is far below B_noise's square root
+// scale; ranks whose all-reduce is slow grow further.
+//
+//   GrowthRule rule{/*max_global_batch=*/4096, /*threshold=*/0.05};
+//   BatchCheck check = judge_growth(rule, 256, noise_summary, /*update_cost=*/40);
+//   if (check.grow) ...  // check.proposed == 512
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "state/batch_growth_state.h"
+#include "stats/gradient_noise.h"
+
+namespace bigbatch {
+
+// --global-batch auto's limits, as resolved against the data.
+struct GrowthRule {
+  int64_t max_global_batch = 0;
+  double threshold = 0.05;  // the least predicted goodput gain that is worth a doubling
+  // --update-cost: an update's fixed cost in samples of compute, given (none: measured).
+  std::optional<double> update_cost;
+  int64_t dataset_size = 0;  // a batch never grows past the training set
+  bool must_divide = false;  // --strict-batch: only batches that divide the training set
+};
+
+// The run's first updates pay for allocation and warm-up: their timings are not the update's
+// cost. The cost is then the mean over the next kCostCalibrationUpdates whole windows.
+inline constexpr int64_t kCostWarmupUpdates = 2;
+inline constexpr int64_t kCostCalibrationUpdates = 16;
+// Updates between two checks of the batch (and after a doubling before the next check).
+inline constexpr int64_t kGrowthCheckEvery = 20;
+
+// One update's timings, for the cost.
+struct UpdateTiming {
+  int64_t samples = 0;
+  double gradient_seconds = 0;  // the micro-steps
+  double update_seconds = 0;    // finishing the gradients (all-reduce included) and applying them
+  bool whole_window = true;     // false when a resumed window's first micro-steps ran earlier
+};
+
+// Adds an update (the run's `step`-th) to the tally until the cost is known, then fixes
+// state.update_cost. Returns whether the cost became known with this update.
+bool tally_update_cost(BatchGrowthState& state, int64_t step, const UpdateTiming& timing);
+
+// G(2B) / G(B) for the goodput model above.
+double goodput_gain(double batch, double noise_scale, double update_cost);
+// The batch with the largest goodput: sqrt(update_cost x noise_scale).
+double goodput_optimal_batch(double noise_scale, double update_cost);
+
+// A check of the batch: the proposal (double it) and what is predicted of it.
+struct BatchCheck {
+  int64_t step = 0;
+  int64_t samples_seen = 0;
+  int64_t batch = 0;
+  int64_t proposed = 0;
+  NoiseScaleSummary noise;
+  double update_cost = 0;
+  double goodput_gain = 0;    // at the band's low end
+  double updates_factor = 0;  // S(2B) / S(B) at the estimate: the updates a loss takes
+  double samples_factor = 0;  // E(2B) / E(B) at the estimate: the samples it takes
+  bool grow = false;
+  std::string reason;  // why the batch stays, when it does
+};
+
+// Whether `batch` should double now.
+BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleSummary& noise,
+                        double update_cost);
+
+// The decision log as the --global-batch-schedule that replays it: "0:64 12800s:128".
+std::string replay_schedule(int64_t start_batch, const std::vector<BatchDecision>& decisions);
+
+}  // namespace bigbatch

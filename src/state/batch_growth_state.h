@@ -1,0 +1,45 @@
+#pragma once
+// What --global-batch auto has measured and decided so far (schedule/batch_growth.h): saved in
+// every checkpoint with the rest of TrainingProgress, so a resumed run continues the same
+// decisions, and its decision log replays as an ordinary --global-batch-schedule.
+#include <cstdint>
+#include <vector>
+
+namespace bigbatch {
+
+// One doubling of the global batch, with the measurements it was decided from.
+struct BatchDecision {
+  int64_t step = 0;          // updates done when it was decided; the next one is at `to_batch`
+  int64_t samples_seen = 0;  // where the new batch starts (a --global-batch-schedule threshold)
+  int64_t from_batch = 0;
+  int64_t to_batch = 0;
+  // The noise scale's estimate and its two-standard-error band at the decision, in samples
+  // (a language model's tokens over its mean tokens per sample).
+  double noise_low = 0;
+  double noise_scale = 0;
+  double noise_high = 0;
+  double update_cost = 0;   // an update's fixed cost, in samples' worth of compute
+  double goodput_gain = 0;  // predicted at the band's low end: goodput(to) / goodput(from)
+};
+
+// The timings an update's cost is fitted from: micro-steps (paid per sample) against the rest
+// of the update (gradient finish, all-reduce, optimizer: paid once per update).
+struct UpdateCostTally {
+  int64_t updates = 0;
+  int64_t samples = 0;
+  double gradient_seconds = 0;
+  double update_seconds = 0;
+};
+
+struct BatchGrowthState {
+  UpdateCostTally tally;
+  // The update's fixed cost in samples' compute once measured (or given by --update-cost);
+  // negative until then. Fixed once known, so every later decision follows from the
+  // checkpointed state alone.
+  double update_cost = -1;
+  int64_t last_check_step = 0;           // the update at which the batch was last checked
+  double last_gain = 0;                  // that check's predicted goodput gain (0: none yet)
+  std::vector<BatchDecision> decisions;  // oldest first
+};
+
+}  // namespace bigbatch

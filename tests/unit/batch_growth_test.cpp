@@ -1,0 +1,261 @@
+// --global-batch auto: the goodput arithmetic against its closed form, the rule's limits, the
+// update cost's calibration, and the schedule driven update by update on a problem whose noise
+// scale is known exactly — where it must stop at the batch the closed form says, and where its
+// decision log, replayed as a ramp, takes the same batches at the same rates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "schedule/batch_growth.h"
+#include "schedule/run_schedule.h"
+
+namespace bigbatch {
+namespace {
+
+// Progress per second at batch b, up to a constant (schedule/batch_growth.h).
+double goodput(double b, double noise, double cost) {
+  return b / ((1 + b / noise) * (cost + b));
+}
+
+NoiseScaleSummary exact_noise(double value) {
+  NoiseScaleSummary n;
+  n.value = n.low = n.high = value;
+  n.updates = 100;
+  return n;
+}
+
+TEST(BatchGrowth, GoodputGainIsTheRatioOfTheModel) {
+  for (const double b : {8.0, 64.0, 300.0, 4096.0}) {
+    for (const double noise : {50.0, 1000.0}) {
+      for (const double cost : {0.0, 3.0, 200.0}) {
+        EXPECT_NEAR(goodput_gain(b, noise, cost),
+                    goodput(2 * b, noise, cost) / goodput(b, noise, cost), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(BatchGrowth, FreeUpdatesNeverPayForABiggerBatch) {
+  // Accumulation on one device with nothing paid per update: a bigger batch only costs samples.
+  for (const double b : {1.0, 16.0, 1024.0})
+    EXPECT_LT(goodput_gain(b, 1000, 0), 1);
+}
+
+TEST(BatchGrowth, DoublingPaysBelowTheOptimumAndNotPastIt) {
+  const double noise = 2000, cost = 50;
+  const double best = goodput_optimal_batch(noise, cost);  // sqrt(1e5) = 316.2
+  EXPECT_NEAR(best, std::sqrt(1e5), 1e-9);
+  EXPECT_GT(goodput_gain(best / 2 * 0.99, noise, cost), 1);
+  EXPECT_LT(goodput_gain(best * 1.01, noise, cost), 1);
+  // The optimum is where the derivative of the goodput vanishes.
+  const double h = 1e-3;
+  EXPECT_NEAR(goodput(best + h, noise, cost), goodput(best - h, noise, cost), 1e-12);
+}
+
+TEST(BatchGrowth, JudgeGrowsOnlyPastTheThresholdAtTheBandsLowEnd) {
+  GrowthRule rule;
+  rule.max_global_batch = 4096;
+  rule.dataset_size = 60000;
+  // noise 1000, cost 100: 128 -> 256 predicts 1.150x.
+  BatchCheck check = judge_growth(rule, 128, exact_noise(1000), 100);
+  EXPECT_TRUE(check.grow);
+  EXPECT_EQ(check.proposed, 256);
+  EXPECT_NEAR(check.goodput_gain, goodput(256, 1000, 100) / goodput(128, 1000, 100), 1e-12);
+  EXPECT_NEAR(check.updates_factor, (1 + 1000.0 / 256) / (1 + 1000.0 / 128), 1e-12);
+  EXPECT_NEAR(check.samples_factor, (1 + 256 / 1000.0) / (1 + 128 / 1000.0), 1e-12);
+  // 256 -> 512 predicts 0.966x: it stays, and says why.
+  check = judge_growth(rule, 256, exact_noise(1000), 100);
+  EXPECT_FALSE(check.grow);
+  EXPECT_NE(check.reason.find("0.966x the goodput, under the 1.050x"), std::string::npos);
+  // The same estimate with a wide band: its low end decides.
+  NoiseScaleSummary wide = exact_noise(1000);
+  wide.low = 150;
+  wide.high = 5000;
+  EXPECT_FALSE(judge_growth(rule, 128, wide, 100).grow);
+  wide.low = 0;
+  EXPECT_NE(judge_growth(rule, 16, wide, 100).reason.find("too uncertain"), std::string::npos);
+  // A higher threshold waits for more.
+  rule.threshold = 0.2;
+  EXPECT_FALSE(judge_growth(rule, 128, exact_noise(1000), 100).grow);
+}
+
+TEST(BatchGrowth, JudgeKeepsToTheLimits) {
+  GrowthRule rule;
+  rule.max_global_batch = 128;
+  rule.dataset_size = 1000;
+  EXPECT_NE(judge_growth(rule, 128, exact_noise(1e6), 1e6).reason.find("--max-global-batch 128"),
+            std::string::npos);
+  rule.max_global_batch = 4096;
+  EXPECT_NE(judge_growth(rule, 512, exact_noise(1e6), 1e6).reason.find("1000 training samples"),
+            std::string::npos);
+  rule.must_divide = true;
+  EXPECT_NE(judge_growth(rule, 64, exact_noise(1e6), 1e6).reason.find("--strict-batch"),
+            std::string::npos);
+  rule.dataset_size = 1024;
+  EXPECT_TRUE(judge_growth(rule, 64, exact_noise(1e6), 1e6).grow);
+}
+
+TEST(BatchGrowth, TheCostIsTimedAfterTheWarmupOverWholeWindows) {
+  BatchGrowthState state;
+  const UpdateTiming timing{64, /*gradient_seconds=*/0.64, /*update_seconds=*/0.05, true};
+  EXPECT_FALSE(tally_update_cost(state, 1, {64, 9.0, 9.0, true}));  // warm-up: not counted
+  EXPECT_FALSE(tally_update_cost(state, 2, {64, 9.0, 9.0, true}));
+  EXPECT_FALSE(tally_update_cost(state, 3, {64, 9.0, 9.0, false}));  // a resumed window's rest
+  for (int64_t step = 3; step < 3 + kCostCalibrationUpdates - 1; ++step)
+    EXPECT_FALSE(tally_update_cost(state, step, timing));
+  EXPECT_LT(state.update_cost, 0);
+  EXPECT_TRUE(tally_update_cost(state, 3 + kCostCalibrationUpdates - 1, timing));
+  // 0.05 s per update against 0.01 s per sample: an update costs 5 samples.
+  EXPECT_NEAR(state.update_cost, 5.0, 1e-9);
+  EXPECT_FALSE(tally_update_cost(state, 40, {64, 1.0, 100.0, true}));  // fixed once known
+  EXPECT_NEAR(state.update_cost, 5.0, 1e-9);
+}
+
+TEST(BatchGrowth, TheLogReplaysAsARamp) {
+  const std::vector<BatchDecision> log = {{40, 1280, 32, 64, 0, 0, 0, 0, 0},
+                                          {60, 2560, 64, 128, 0, 0, 0, 0, 0}};
+  EXPECT_EQ(replay_schedule(32, {}), "0:32");
+  EXPECT_EQ(replay_schedule(32, log), "0:32 1280s:64 2560s:128");
+  EXPECT_EQ(GlobalBatchSchedule::parse(replay_schedule(32, log)).to_string(),
+            replay_schedule(32, log));
+}
+
+// --- The schedule, update by update -----------------------------------------------------------
+
+constexpr int64_t kSamples = 100000;
+
+LrSchedule constant_rate(double lr, int64_t reference) {
+  LrScheduleConfig c;
+  c.base_lr = lr;
+  c.kind = ScheduleKind::Constant;
+  c.reference_batch = reference;
+  c.global_batch = reference;
+  c.scaling = LrScaling::Linear;
+  c.total_updates = 1000000;
+  return LrSchedule(c);
+}
+
+AutoBatchSchedule auto_from_32(double update_cost) {
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  GrowthRule rule;
+  rule.max_global_batch = 4096;
+  rule.dataset_size = kSamples;
+  rule.update_cost = update_cost;
+  return AutoBatchSchedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
+                           constant_rate(0.01, 32), RunBounds{1, 100000}, /*reference_batch=*/32,
+                           rule);
+}
+
+// Exact squared norms of a problem whose |G|^2 and tr(Sigma) are known: every estimate is the
+// truth, so the band is the value.
+void measure(NoiseScaleTracker& noise, double batch, double gradient_sq, double trace) {
+  const double small = batch / 2;
+  noise.add({small, gradient_sq + trace / small, batch, gradient_sq + trace / batch});
+}
+
+struct Walk {
+  TrainingProgress at;
+  std::vector<int64_t> batches;  // per update
+  std::vector<double> rates;
+  std::vector<BatchCheck> checks;
+};
+
+// `updates` updates of a run under `schedule`, the fit loop's order of calls.
+Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from = {}) {
+  NoiseScaleTracker noise;
+  noise.restore(from.at.noise);
+  Walk w = std::move(from);
+  for (int64_t i = 0; i < updates; ++i) {
+    schedule.plan_update(w.at);
+    const int64_t global = schedule.plan().global_batch_size;
+    measure(noise, double(global), 1.0, noise_scale);
+    w.rates.push_back(schedule.rate(w.at, {global, &noise}).lr);
+    w.batches.push_back(global);
+    ++w.at.step;
+    ++w.at.update_in_epoch;
+    w.at.samples_seen += global;
+    w.at.items_seen += global;
+    w.at.position_in_epoch += global;
+    w.at.global_batch = global;
+    w.at.noise = noise.state();
+    if (auto check = schedule.observe(w.at, {{global, 0.1, 0.01, true}, &noise}))
+      w.checks.push_back(*check);
+  }
+  return w;
+}
+
+TEST(AutoBatchSchedule, GrowsToTheBatchTheGoodputModelPicks) {
+  // B_noise 1000, an update worth 100 samples: the optimum is sqrt(1e5) = 316, so doubling
+  // from 32 pays up to 256 and not to 512.
+  AutoBatchSchedule schedule = auto_from_32(100);
+  const Walk w = walk(schedule, 200, 1000);
+  ASSERT_EQ(w.at.growth.decisions.size(), 3u);
+  EXPECT_EQ(schedule.plan().global_batch_size, 256);
+  EXPECT_EQ(schedule.plan().accumulation_steps, 8);  // the micro-batch stays
+  EXPECT_EQ(w.at.growth.decisions[0].step, kGrowthCheckEvery);
+  EXPECT_EQ(w.at.growth.decisions[0].samples_seen, 32 * kGrowthCheckEvery);
+  EXPECT_NEAR(w.at.growth.decisions[0].noise_scale, 1000, 1e-6);
+  EXPECT_FALSE(w.checks.back().grow);
+  EXPECT_EQ(w.checks.back().proposed, 512);
+  // The rate follows the linear rule from the reference batch of 32.
+  EXPECT_NEAR(w.rates.back(), 0.01 * 256 / 32, 1e-15);
+  const std::string summary = schedule.summary(w.at);
+  EXPECT_NE(summary.find("32 -> 64 -> 128 -> 256"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("--global-batch-schedule \"0:32 640s:64 1920s:128 4480s:256\""),
+            std::string::npos)
+      << summary;
+}
+
+TEST(AutoBatchSchedule, StaysPutWhenUpdatesCostNothing) {
+  AutoBatchSchedule schedule = auto_from_32(0);
+  const Walk w = walk(schedule, 100, 1000);
+  EXPECT_TRUE(w.at.growth.decisions.empty());
+  EXPECT_EQ(schedule.plan().global_batch_size, 32);
+  EXPECT_EQ(w.checks.size(), 5u);  // every kGrowthCheckEvery updates
+  EXPECT_NE(schedule.summary(w.at).find("stayed at 32: doubling predicted"), std::string::npos);
+}
+
+TEST(AutoBatchSchedule, ItsLogReplaysAsTheSameRampAtTheSameRates) {
+  AutoBatchSchedule grown = auto_from_32(100);
+  const Walk w = walk(grown, 200, 1000);
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  RampSchedule replay(plan, plan_epoch(plan, kSamples, LastWindow::Keep), constant_rate(0.01, 32),
+                      RunBounds{1, 100000},
+                      GlobalBatchSchedule::parse(replay_schedule(32, w.at.growth.decisions)), 32);
+  const Walk r = walk(replay, 200, 1000);
+  EXPECT_EQ(r.batches, w.batches);
+  EXPECT_EQ(r.rates, w.rates);
+}
+
+TEST(AutoBatchSchedule, AResumedRunContinuesTheSameDecisions) {
+  AutoBatchSchedule whole = auto_from_32(100);
+  const Walk uninterrupted = walk(whole, 200, 1000);
+  // Stopped after 70 updates (past two doublings), restored into a fresh schedule.
+  AutoBatchSchedule first = auto_from_32(100);
+  const Walk before = walk(first, 70, 1000);
+  AutoBatchSchedule resumed = auto_from_32(100);
+  EXPECT_TRUE(resumed.restore(before.at));
+  EXPECT_EQ(resumed.plan().global_batch_size, before.batches.back());
+  const Walk after = walk(resumed, 130, 1000, before);
+  EXPECT_EQ(after.batches, uninterrupted.batches);
+  EXPECT_EQ(after.rates, uninterrupted.rates);
+  EXPECT_EQ(after.at.growth.decisions.size(), uninterrupted.at.growth.decisions.size());
+}
+
+TEST(AutoBatchSchedule, ADamagedLogIsNamed) {
+  AutoBatchSchedule schedule = auto_from_32(100);
+  Walk w = walk(schedule, 70, 1000);
+  TrainingProgress damaged = w.at;
+  damaged.growth.decisions[1].to_batch = 512;
+  EXPECT_NE(schedule.inconsistency(damaged).find("progress.growth.decisions[1] goes 64 -> 512"),
+            std::string::npos);
+  damaged = w.at;
+  damaged.growth.decisions[1].samples_seen = damaged.samples_seen + 1;
+  EXPECT_NE(schedule.inconsistency(damaged).find("decisions[1] is at sample"), std::string::npos);
+  AutoBatchSchedule fresh = auto_from_32(100);
+  EXPECT_FALSE(fresh.restore(damaged));  // left for the trainer's check to name
+  EXPECT_EQ(schedule.inconsistency(w.at), "");
+}
+
+}  // namespace
+}  // namespace bigbatch
