@@ -81,6 +81,27 @@ OptionSpec optional_int_option(std::string name, std::string help,
   return s;
 }
 
+// "N|auto": a whole number, or auto (the value then measured or decided by the run).
+OptionSpec int_or_auto_option(std::string name, std::string help,
+                              std::optional<int64_t> TrainConfig::*field,
+                              bool TrainConfig::*is_auto, unsigned commands) {
+  OptionSpec s{name, std::move(help), "N|auto", commands, nullptr, nullptr};
+  s.set = [name, field, is_auto](TrainConfig& c, const std::string& text) {
+    c.*is_auto = trim(text) == "auto";
+    (c.*field).reset();
+    if (!(c.*is_auto))
+      c.*field = to_int(name, text);
+  };
+  s.get = [field, is_auto](const TrainConfig& c) -> std::optional<ConfigValue> {
+    if (c.*is_auto)
+      return std::string("auto");
+    if (!(c.*field))
+      return std::nullopt;
+    return *(c.*field);
+  };
+  return s;
+}
+
 OptionSpec double_option(std::string name, std::string help, double TrainConfig::*field,
                          unsigned commands = kTrainCommand) {
   OptionSpec s{name, std::move(help), "X", commands, nullptr, nullptr};
@@ -222,31 +243,13 @@ std::vector<OptionSpec> build_table() {
                          "hold out N training samples for validation (images: the last N; text: "
                          "N documents or blocks chosen by the seed, default 2% up to 1000)",
                          &TrainConfig::val_size, data));
-  {
-    OptionSpec s{"global-batch",
-                 "effective batch per update (micro x accumulation x ranks); auto: start at "
-                 "micro x accumulation (default 2 in one process, 1 over ranks) x ranks and "
-                 "double it while the measured noise scale and update cost say it pays "
-                 "(--max-global-batch, --growth-threshold, --update-cost)",
-                 "N|auto",
-                 both,
-                 nullptr,
-                 nullptr};
-    s.set = [](TrainConfig& c, const std::string& text) {
-      c.global_batch_auto = trim(text) == "auto";
-      c.global_batch.reset();
-      if (!c.global_batch_auto)
-        c.global_batch = to_int("global-batch", text);
-    };
-    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
-      if (c.global_batch_auto)
-        return std::string("auto");
-      if (!c.global_batch)
-        return std::nullopt;
-      return *c.global_batch;
-    };
-    t.push_back(s);
-  }
+  t.push_back(int_or_auto_option(
+      "global-batch",
+      "effective batch per update (micro x accumulation x ranks); auto: start at micro x "
+      "accumulation (default 2 in one process, 1 over ranks) x ranks and double it while the "
+      "measured noise scale and update cost say it pays (--max-global-batch, --growth-threshold, "
+      "--update-cost)",
+      &TrainConfig::global_batch, &TrainConfig::global_batch_auto, both));
   t.push_back(int_option("max-global-batch",
                          "--global-batch auto: the largest global batch it may grow to (0: 64 "
                          "times the start, at most the training set)",
@@ -294,29 +297,10 @@ std::vector<OptionSpec> build_table() {
     };
     t.push_back(s);
   }
-  {
-    OptionSpec s{"micro-batch",
-                 "samples per forward/backward pass on one rank; auto: the fastest size whose "
-                 "measured peak fits --memory-budget",
-                 "N|auto",
-                 both,
-                 nullptr,
-                 nullptr};
-    s.set = [](TrainConfig& c, const std::string& text) {
-      c.micro_batch_auto = trim(text) == "auto";
-      c.micro_batch.reset();
-      if (!c.micro_batch_auto)
-        c.micro_batch = to_int("micro-batch", text);
-    };
-    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
-      if (c.micro_batch_auto)
-        return std::string("auto");
-      if (!c.micro_batch)
-        return std::nullopt;
-      return *c.micro_batch;
-    };
-    t.push_back(s);
-  }
+  t.push_back(int_or_auto_option("micro-batch",
+                                 "samples per forward/backward pass on one rank; auto: the "
+                                 "fastest size whose measured peak fits --memory-budget",
+                                 &TrainConfig::micro_batch, &TrainConfig::micro_batch_auto, both));
   t.push_back(optional_int_option("accum-steps", "micro-steps accumulated per update",
                                   &TrainConfig::accum_steps, both));
   t.push_back(int_option("micro-batch-tokens",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -16,6 +17,40 @@ void TrainConfig::complete_older_run() {
   }
 }
 
+namespace {
+
+// The prefix an existing path given bare to --dataset wants, by what it holds ("" when the
+// name is not an existing path, or has a prefix already).
+std::string dataset_prefix_for(const std::string& dataset) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (dataset == "fashion-mnist" || dataset.find(':') != std::string::npos ||
+      !fs::exists(dataset, error))
+    return {};
+  const auto ends_with = [&](const std::string& suffix) {
+    return dataset.size() >= suffix.size() &&
+           dataset.compare(dataset.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (!fs::is_directory(dataset, error)) {
+    if (ends_with(".npz"))
+      return "npy:";
+    if (ends_with(".jsonl"))
+      return "jsonl:";
+    if (ends_with(".bin") || ends_with(".npy"))
+      return "tokens:";
+    return "text:";
+  }
+  if (fs::exists(fs::path(dataset) / "x_train.npy", error))
+    return "npy:";
+  for (const auto& entry : fs::directory_iterator(dataset, error)) {
+    if (entry.path().filename().string().find("-idx3-ubyte") != std::string::npos)
+      return "idx:";
+  }
+  return "text:";
+}
+
+}  // namespace
+
 void TrainConfig::validate() const {
   if (is_custom(model)) {
     // A C++ program's own model (train/custom_problem.h).
@@ -23,6 +58,14 @@ void TrainConfig::validate() const {
     check_config(!torchscript_path(model).empty(), "--model " + model + " names no file",
                  "e.g. --model torchscript:model.pt, saved by torch.jit.script(m).save()");
   } else {
+    // A file given as a name: say how a file is given.
+    const bool file_like = model.find('/') != std::string::npos ||
+                           (model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0);
+    check_config(!file_like,
+                 "--model " + model +
+                     " is not a built-in model, and a TorchScript file is given "
+                     "with its prefix",
+                 "use --model torchscript:" + model);
     builtin_model_names().parse(model);  // throws, naming the models there are
   }
   check_config(!hidden.empty(), "--hidden is empty", "give layer widths such as --hidden 512,256");
@@ -74,6 +117,11 @@ void TrainConfig::validate() const {
       "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
       "gain already follows a larger batch",
       "use one of them: a ramp with --lr-scaling linear or sqrt, or adascale at one batch");
+  if (const std::string prefix = dataset_prefix_for(dataset); !prefix.empty()) {
+    throw Error(ErrorKind::Config,
+                "dataset '" + dataset + "' is a path without the prefix that says how to read it",
+                "use --dataset " + prefix + dataset);
+  }
   check_config(dataset == "fashion-mnist" || dataset.rfind("idx:", 0) == 0 || is_npy_dataset() ||
                    is_sequence_dataset() || is_custom(dataset),
                "dataset '" + dataset + "' is not known",

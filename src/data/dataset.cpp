@@ -285,11 +285,23 @@ void check_split_shapes(const DatasetSplits& splits, const std::string& director
 
 }  // namespace
 
+bool TensorDataset::targets_look_like_classes() const {
+  if (!is_regression() || targets.dim() != 1 || targets.numel() == 0)
+    return false;
+  const torch::Tensor t = targets.to(torch::kFloat64);
+  const double least = t.min().item<double>(), most = t.max().item<double>();
+  return least >= 0 && most <= 1000 && torch::equal(t, t.round());
+}
+
 DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
                                NpyTargets targets) {
   // A directory of NAME.npy files, or one .npz archive of the same names.
   const bool archive =
       directory.size() > 4 && directory.compare(directory.size() - 4, 4, ".npz") == 0;
+  if (!archive && !path_exists(directory)) {
+    throw Error(ErrorKind::Data, "npy directory '" + directory + "' does not exist",
+                "give the directory holding x_train.npy and y_train.npy, e.g. --dataset npy:data");
+  }
   const NpzArchive members = archive ? read_npz_file(directory) : NpzArchive{};
   const auto where = [&](const std::string& stem) {
     return archive ? directory + ":" + stem + ".npy" : directory + "/" + stem + ".npy";
@@ -351,6 +363,11 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
                          shape_text(splits.train.inputs) + " with " +
                          std::to_string(splits.train.outputs()) + " regression target(s) from " +
                          directory;
+    if (splits.train.targets_look_like_classes()) {
+      splits.description +=
+          " (floats that are whole numbers from 0: if they are class labels, save y_train as "
+          "integers, y.astype('int64'), to classify)";
+    }
     return splits;
   }
   int64_t classes = 0;

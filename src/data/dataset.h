@@ -60,6 +60,9 @@ struct TensorDataset {
   // Regression: float targets, [N] (one value per sample) or [N, K].
   bool is_regression() const { return targets.defined() && targets.is_floating_point(); }
   // The width of a model's output for this data: its classes, or its regression targets.
+  // Regression targets that read like class labels: one column of whole numbers from 0, few
+  // distinct (float labels, as pandas saves them, train as regression).
+  bool targets_look_like_classes() const;
   int64_t outputs() const {
     return is_regression() ? (targets.dim() == 1 ? 1 : targets.size(1)) : classes;
   }

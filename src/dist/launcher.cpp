@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -114,6 +115,16 @@ int exit_code_for(int status) {
   return 1;
 }
 
+// This process's own executable, from the kernel (empty if it cannot say).
+std::string own_executable() {
+  std::string path(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  if (n <= 0)
+    return {};
+  path.resize(static_cast<size_t>(n));
+  return path;
+}
+
 pid_t spawn(const LaunchOptions& options, Worker& worker, int64_t threads_per_worker) {
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -171,8 +182,15 @@ void signal_all(std::vector<Worker>& workers, int signal_number) {
 
 }  // namespace
 
-int run_launcher(const LaunchOptions& options) {
-  options.validate();
+int run_launcher(const LaunchOptions& given) {
+  given.validate();
+  // `-- bigbatch train ...` runs the launcher's own build, on PATH or not: the workers and the
+  // launcher are one version (as torchrun's workers run its Python). Resolved before forking.
+  LaunchOptions options = given;
+  if (options.command.front() == "bigbatch") {
+    if (const std::string self = own_executable(); !self.empty())
+      options.command.front() = self;
+  }
   struct sigaction action {};
   action.sa_handler = on_signal;
   ::sigemptyset(&action.sa_mask);

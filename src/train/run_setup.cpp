@@ -79,8 +79,12 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
       throw Error(ErrorKind::Model,
                   "model '" + model.path() + "' " + seen + "; regressing on these targets needs " +
                       "outputs [batch, " + std::to_string(outputs) + "]",
-                  "end the module with nn.Linear(features, " + std::to_string(outputs) +
-                      ") (docs/your-model.md)");
+                  data.targets_look_like_classes()
+                      ? "if these are class labels, save them as integers (y.astype('int64')): "
+                        "float labels are regression targets; otherwise end the module with "
+                        "nn.Linear(features, 1) (docs/your-model.md)"
+                      : "end the module with nn.Linear(features, " + std::to_string(outputs) +
+                            ") (docs/your-model.md)");
     }
   } else {
     const int64_t classes = data.targets.max().item<int64_t>() + 1;

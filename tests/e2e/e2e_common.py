@@ -14,6 +14,7 @@ reads e2e_common.BINARY at the time it runs, never a copy taken at import.
 """
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 BINARY = None
@@ -55,6 +57,38 @@ def records(run_dir):
 
 def update_records(run_dir):
     return [r for r in records(run_dir) if "loss" in r and "event" not in r]
+
+
+def checkpoints(run_dir):
+    root = os.path.join(run_dir, "checkpoints")
+    return sorted(d for d in os.listdir(root) if d.startswith("step_")) if os.path.isdir(root) else []
+
+
+def wait_for_checkpoint(run_dir, process, timeout=120):
+    """Whether `process` wrote a checkpoint into `run_dir` before ending or the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if checkpoints(run_dir):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_and_resume(args, run_dir, kills=3, seed=0, pause=(0.5, 2.0)):
+    """`train ARGS --out RUN_DIR`, killed (-9) a random `pause` after a checkpoint exists and
+    resumed, `kills` times (fewer if it ends first); returns the last process's exit code."""
+    rng = random.Random(seed)
+    process = start("train", *args, "--out", run_dir)
+    for _ in range(kills):
+        if not wait_for_checkpoint(run_dir, process):
+            break
+        time.sleep(rng.uniform(*pause))
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+        process = start("train", "--resume", run_dir)
+    process.communicate(timeout=300)
+    return process.returncode
 
 
 def free_port():

@@ -6,12 +6,10 @@ bit-identical, plan shows it, and what cannot work is refused in one line.
 import functools
 import json
 import os
-import random
 import re
-import time
 
 import e2e_common
-from e2e_common import CliTestCase, main, read, records, start, update_records
+from e2e_common import CliTestCase, checkpoints, kill_and_resume, main, read, records, update_records
 
 # 4096 samples, micro-batch 16: the automatic batch starts at 16 x 2 = 32.
 ARGS = ["--model", "mlp", "--hidden", "64", "--train-subset", "4096", "--micro-batch", "16", "--epochs", "2",
@@ -92,23 +90,9 @@ class AutoBatchTest(CliTestCase):
         run("train", *args, "--out", whole, check=True)
         self.assertGreater(len({r["global_batch"] for r in update_records(whole)}), 1)
         run_dir = self.path("killed")
-        rng = random.Random(5)
-        process = start("train", *args, "--out", run_dir)
-        for _ in range(3):
-            deadline = time.monotonic() + 120
-            while process.poll() is None and time.monotonic() < deadline and \
-                    not os.path.isdir(os.path.join(run_dir, "checkpoints")):
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.2, 1.0))
-            if process.poll() is None:
-                process.kill()
-            process.communicate()
-            process = start("train", "--resume", run_dir)
-        process.communicate(timeout=300)
-        self.assertEqual(process.returncode, 0)
+        self.assertEqual(kill_and_resume(args, run_dir, seed=5, pause=(0.2, 1.0)), 0)
         self.assertEqual(weights(run_dir), weights(whole))
-        state = json.loads(read(os.path.join(run_dir, "checkpoints", sorted(
-            os.listdir(os.path.join(run_dir, "checkpoints")))[-1], "state.json")))
+        state = json.loads(read(os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")))
         self.assertEqual([d["to_batch"] for d in state["progress"]["growth"]["decisions"]],
                          [c["proposed"] for c in records(whole)
                           if c.get("event") == "batch_check" and c["grow"]])

@@ -108,6 +108,9 @@ class BadInputCorpus(CliTestCase):
     def test_flag_unknown_model(self):
         self.expect(self.train("--model", "resnet"), "config", "model 'resnet' is not known")
 
+    def test_flag_model_given_as_a_file(self):
+        self.expect(self.train("--model", "/tmp/net.pt"), "config", "use --model torchscript:/tmp/net.pt")
+
     def test_flag_unknown_optimizer(self):
         self.expect(self.train("--optimizer", "lion"), "config", "optimizer 'lion' is not known")
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 
 import e2e_common
-from e2e_common import CliTestCase, free_port, main, read, start
+from e2e_common import CliTestCase, checkpoints, free_port, kill_and_resume, main, read, start
 from e2e_common import records as metrics
 
 # cnn on 4000 samples at 128: 31 full updates and one of 32 per epoch, ~5 s of training.
@@ -31,11 +31,6 @@ def comparable(records):
     return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
 
 
-def checkpoints(run_dir):
-    root = os.path.join(run_dir, "checkpoints")
-    return sorted(d for d in os.listdir(root) if d.startswith("step_")) if os.path.isdir(root) else []
-
-
 class CheckpointTest(CliTestCase):
     PREFIX = "bigbatch_ckpt_"
 
@@ -50,12 +45,7 @@ class CheckpointTest(CliTestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def wait_for_checkpoint(self, run_dir, process, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and process.poll() is None:
-            if checkpoints(run_dir):
-                return True
-            time.sleep(0.05)
-        return False
+        return e2e_common.wait_for_checkpoint(run_dir, process, timeout)
 
     def assert_same_as_reference(self, run_dir):
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
@@ -518,18 +508,7 @@ class CheckpointTest(CliTestCase):
         whole = self.path("ramp-whole")
         run("train", *args, "--out", whole, check=True)
         run_dir = self.path("ramp-killed")
-        rng = random.Random(11)
-        process = start("train", *args, "--out", run_dir)
-        for _ in range(3):
-            if not self.wait_for_checkpoint(run_dir, process):
-                break
-            time.sleep(rng.uniform(0.5, 2.0))
-            if process.poll() is None:
-                process.kill()
-            process.communicate()
-            process = start("train", "--resume", run_dir)
-        process.communicate(timeout=300)
-        self.assertEqual(process.returncode, 0)
+        self.assertEqual(kill_and_resume(args, run_dir, seed=11), 0)
         self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
                          read(os.path.join(whole, "weights.safetensors"), "rb"))
         self.assertEqual(comparable(metrics(run_dir)), comparable(metrics(whole)))

@@ -232,6 +232,16 @@ class LauncherTest(DistributedTestCase):
         self.assertIn("[rank 1] out 1/2 1 29500", result.stdout)
         self.assertIn("[rank 1] err 1", result.stderr)
 
+    def test_bigbatch_as_the_command_is_the_launchers_own_build_on_path_or_not(self):
+        # As the README writes it: `bigbatch launch ... -- bigbatch train`, with no bigbatch on PATH.
+        env = dict(os.environ, PATH="/usr/bin:/bin")
+        out = self.path("own")
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", "bigbatch",
+                     *train_args("mlp", out, "--micro-batch", "32", "--epochs", "1"), env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("world 2", result.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "weights.safetensors")))
+
     def test_a_failing_worker_stops_the_others_and_is_named(self):
         start = time.monotonic()
         result = run("launch", "--nproc", "3", "--", "/bin/sh", "-c",

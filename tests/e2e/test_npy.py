@@ -270,7 +270,21 @@ class BadNpyTest(NpyTestCase):
         self.assert_one_line_error(self.train(directory, "--model", "cnn"), "config",
                                    "cnn convolves images", "--model mlp")
         self.assert_one_line_error(run("train", "--dataset", "npy:", *QUICK), "config", "names no directory")
+        self.assert_one_line_error(self.train(self.path("missing")), "data",
+                                   f"npy directory '{self.path('missing')}' does not exist")
+        # The directory given bare: the prefix it needs is named.
+        self.assert_one_line_error(run("train", "--dataset", directory, *QUICK, "--out", self.path("bad")), "config",
+                                   f"use --dataset npy:{directory}")
         self.assertFalse(os.path.exists(self.path("bad")))
+
+    def test_float_labels_that_read_as_classes_say_how_to_classify(self):
+        # pandas hands out float64 labels: they train as a regression, and the start line says so.
+        x = np.random.default_rng(3).normal(size=(64, 4)).astype("float32")
+        directory = self.arrays("float-labels", x_train=x, y_train=(np.arange(64) % 10).astype("float64"))
+        result = self.train(directory)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("if they are class labels, save y_train as integers, y.astype('int64'), to classify",
+                      result.stderr)
 
 
 if __name__ == "__main__":
