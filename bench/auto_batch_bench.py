@@ -5,14 +5,14 @@ metrics.jsonl, L* is the validation loss the best fixed run reaches at 80% of th
 budget, and every run is scored by the updates, samples and wall-clock it took to reach L*
 (interpolated between evaluations), its final validation loss and its test accuracy.
 
-Fixed batches each get a 3-point rate grid (the linear rule's rate from --lr at the start
-batch, times each --lr-grid factor) and keep their best; the ramp doubles at a third and two
+Fixed batches each get a 3-point rate grid (the --lr-scaling rule's rate from --lr at the
+start batch, times each --lr-grid factor) and keep their best (by final validation loss); the ramp doubles at a third and two
 thirds of the budget; the automatic batch runs with its timed update cost and with each
 --update-cost given. Several seeds: mean and spread. Nothing here is timed against a threshold:
 it prints what happened.
 
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
-       [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-grid 0.5 1 2]
+       [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--seeds 42 1 2] [--threads 2] [--json FILE]
 """
 import argparse
@@ -37,10 +37,15 @@ def train(binary, out, common, extra):
     start = time.perf_counter()
     result = subprocess.run([binary, "train", *common, *extra, "--out", out], capture_output=True, text=True,
                             env=ENV)
-    if result.returncode != 0:
+    diverged = "error[diverged]" in result.stderr
+    if result.returncode != 0 and not diverged:
         raise SystemExit(f"bigbatch train {' '.join(common + extra)} failed:\n{result.stderr}")
     wall = time.perf_counter() - start
     rs = records(out)
+    if diverged:  # a rate the grid tried and the model did not take: scored as never reaching L*
+        return {"evaluations": [], "train_seconds": [], "updates": 0, "samples": 0,
+                "final_val_loss": float("inf"), "test_accuracy": 0.0, "batches": [], "wall": wall,
+                "summary": ["diverged"]}
     held = [r for r in rs if "val_loss" in r]
     updates = [r for r in rs if "loss" in r and "event" not in r]
     # Training time (the updates alone, not evaluation) up to each update: the records' sum.
@@ -93,18 +98,22 @@ def main():
     p.add_argument("--train-subset", type=int, default=0, help="0: all of the training split")
     p.add_argument("--fixed", type=int, nargs="+", default=[32, 128, 512, 2048])
     p.add_argument("--lr", type=float, default=0.05, help="the rate at the starting batch (micro x 2)")
+    p.add_argument("--lr-scaling", default="sqrt", help="the rule from the starting batch to larger ones")
     p.add_argument("--lr-grid", type=float, nargs="+", default=[0.5, 1, 2])
     p.add_argument("--update-costs", nargs="+", default=["auto", "2000"])
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--eval-every", default="1000u", help="at the start batch; the same cadence for every run")
+    p.add_argument("--eval-every", default="5000s",
+                   help="in samples: the same data between evaluations at any batch, growing or not")
     p.add_argument("--json")
     a = p.parse_args()
     binary = os.path.join(os.path.abspath(a.build), "bigbatch")
     start_batch = 2 * a.micro_batch
     common = ["--model", a.model, "--hidden", a.hidden, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
-              "--threads", str(a.threads), "--progress", "off", "--lr-scaling", "linear",
-              "--lr-ref-batch", str(start_batch), "--micro-batch", str(a.micro_batch)]
+              "--threads", str(a.threads), "--progress", "off", "--micro-batch", str(a.micro_batch)]
+    # The rule from the starting batch: fixed batches get its rate (times the grid's factors)
+    # at their batch; the ramp and the automatic batch follow it as they grow.
+    rule = ["--lr-scaling", a.lr_scaling, "--lr-ref-batch", str(start_batch)]
     if a.train_subset:
         common += ["--train-subset", str(a.train_subset)]
     workdir = tempfile.mkdtemp(prefix="bigbatch_auto_bench_")
@@ -116,32 +125,32 @@ def main():
             best = None
             for factor in a.lr_grid:
                 run = train(binary, os.path.join(workdir, f"s{seed}-fixed{batch}-x{factor}"), seeded,
-                            ["--global-batch", str(batch), "--lr", str(a.lr * factor), "--eval-every",
-                             f"{max(1, int(a.eval_every[:-1]) * start_batch // batch)}u"
-                             if a.eval_every.endswith("u") else a.eval_every])
+                            [*rule, "--global-batch", str(batch), "--lr", str(a.lr * factor), "--eval-every",
+                             a.eval_every])
                 run["lr_factor"] = factor
                 if best is None or run["final_val_loss"] < best["final_val_loss"]:
                     best = run
             fixed[f"fixed {batch}"] = best
-        budget = next(iter(fixed.values()))["samples"]
+        budget = max(r["samples"] for r in fixed.values())
         ramp = f"0:{start_batch} {budget // 3}s:{2 * start_batch} {2 * budget // 3}s:{4 * start_batch}"
         others = {"ramp x2 at 1/3, 2/3": train(binary, os.path.join(workdir, f"s{seed}-ramp"), seeded,
-                                                ["--global-batch-schedule", ramp, "--lr", str(a.lr),
+                                                [*rule, "--global-batch-schedule", ramp, "--lr", str(a.lr),
                                                  "--eval-every", a.eval_every])}
         for cost in a.update_costs:
             others[f"auto (update cost {cost})"] = train(
                 binary, os.path.join(workdir, f"s{seed}-auto-{cost}"), seeded,
-                ["--global-batch", "auto", "--lr", str(a.lr), "--update-cost", cost, "--eval-every", a.eval_every])
+                [*rule, "--global-batch", "auto", "--lr", str(a.lr), "--update-cost", cost, "--eval-every",
+                 a.eval_every])
         runs = {**fixed, **others}
         # L*: the validation loss the best fixed run reaches at 80% of the budget.
         target = min(loss_at_samples(r, 0.8 * budget) for r in fixed.values()
-                     if loss_at_samples(r, 0.8 * budget) is not None)
+                     if r["evaluations"] and loss_at_samples(r, 0.8 * budget) is not None)
         for name, run in runs.items():
             run["to_target"] = reach(run, target)
             results.setdefault(name, []).append(run)
         results.setdefault("_targets", []).append(target)
     print(f"{a.model} ({a.hidden}), {a.epochs} epochs, micro-batch {a.micro_batch}, lr {a.lr} @ {start_batch} "
-          f"(linear), grid x{a.lr_grid}, seeds {a.seeds}, bigbatch {libtorch_version(a.build)}")
+          f"({a.lr_scaling}), grid x{a.lr_grid}, seeds {a.seeds}, bigbatch {libtorch_version(a.build)}")
     print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
     print("| run | batches | updates to L* | samples to L* | train s to L* | updates | final val loss | test acc |")
     print("|---|---|---|---|---|---|---|---|")
@@ -150,9 +159,11 @@ def main():
         values = [v for v in values if v is not None]
         if not values:
             return "not reached"
+        def number(v):
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
         if len(values) == 1:
-            return f"{values[0]:,.0f}" if values[0] >= 100 else f"{values[0]:.3g}"
-        return f"{statistics.mean(values):,.0f} ± {statistics.stdev(values):,.0f}"
+            return number(values[0])
+        return f"{number(statistics.mean(values))} ± {number(statistics.stdev(values))}"
 
     for name, runs in results.items():
         if name.startswith("_"):

@@ -262,7 +262,19 @@ ResolvedRun resolve_batches_and_rates(const TrainConfig& config, int64_t dataset
 ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t world_size,
                         double items_per_sample) {
   ResolvedRun run = resolve_batches_and_rates(config, dataset_size, world_size, items_per_sample);
-  if (!config.eval_every.is_zero()) {
+  if (!config.eval_every.is_zero() && run.ramp &&
+      config.eval_every.unit() != Interval::Unit::Updates) {
+    const Interval& every = config.eval_every;
+    double samples = every.value();
+    if (every.unit() == Interval::Unit::Epochs)
+      samples *= double(dataset_size);
+    if (every.unit() == Interval::Unit::Tokens) {
+      if (items_per_sample <= 0)
+        every.to_updates(run.plan, run.epoch);  // throws: tokens need token rows
+      samples /= items_per_sample;
+    }
+    run.eval_every_samples = std::max<int64_t>(1, static_cast<int64_t>(std::llround(samples)));
+  } else if (!config.eval_every.is_zero()) {
     // Converted at the first plan, like the warmup: an interval in tokens needs token rows.
     run.eval_every_updates =
         std::max<int64_t>(1, config.eval_every.to_updates(run.plan, run.epoch));

@@ -52,6 +52,10 @@ struct ResolvedRun {
   std::optional<GrowthRule> auto_batch = std::nullopt;
   // --eval-every in updates (0: off): updates whose count is a multiple of it are evaluated.
   int64_t eval_every_updates = 0;
+  // --eval-every in samples, epochs or tokens under a batch that changes (a ramp, the automatic
+  // batch), in samples (0: off): the update in which samples_seen passes a multiple of it is
+  // evaluated, so the points are the same amounts of data whatever batches the run takes.
+  int64_t eval_every_samples = 0;
 };
 
 // `items_per_sample`: token rows' mean target tokens per sample (intervals in tokens); 0 for

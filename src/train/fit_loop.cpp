@@ -120,7 +120,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
     observer->on_update(run_, report);
   check_divergence();
   bool stop = step.stats.stop_requested;
-  if (evaluation_due()) {
+  if (evaluation_due(at.samples_seen - step.stats.counts.samples)) {
     evaluate_on_interval();
     // A signal during it stops here (a single process; ranks stop together, at an update).
     stop = stop || (run_.job.world_size == 1 && interrupts_.requested());
@@ -357,12 +357,18 @@ nlohmann::json FitLoop::evaluate_splits() {
 }
 
 // Every eval_every_updates-th update, counted from the run's start (a resumed run keeps the
-// positions), except where an epoch's end or the run's evaluates anyway.
-bool FitLoop::evaluation_due() const {
+// positions), or the update that passes a multiple of eval_every_samples (a batch that
+// changes), except where an epoch's end or the run's evaluates anyway. `samples_before`: the
+// samples seen before the update just counted.
+bool FitLoop::evaluation_due(int64_t samples_before) const {
+  const TrainingProgress& at = run_.at;
   const int64_t every = run_.resolved.eval_every_updates;
+  const int64_t every_samples = run_.resolved.eval_every_samples;
+  const bool due =
+      (every > 0 && at.step % every == 0) ||
+      (every_samples > 0 && at.samples_seen / every_samples > samples_before / every_samples);
   // The run's end records (and evaluates) the epoch where it stops: not twice.
-  return every > 0 && run_.at.step % every == 0 && !epoch_used_up() &&
-         !run_.schedule->complete(run_.at);
+  return due && !epoch_used_up() && !run_.schedule->complete(at);
 }
 
 void FitLoop::evaluate_on_interval() {

@@ -51,7 +51,7 @@ class FitLoop {
   void record_epoch(bool ends_inside);
   // --eval-every: whether this update ends an interval (and no epoch end evaluates it anyway),
   // and the evaluation there, with its record and the target's check.
-  bool evaluation_due() const;
+  bool evaluation_due(int64_t samples_before) const;
   void evaluate_on_interval();
   // The held-out splits' figures at the current step (rank 0), evaluated once per step.
   nlohmann::json evaluate_splits();

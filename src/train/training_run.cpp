@@ -160,6 +160,42 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
       "; 'bigbatch fit' shows the table)");
 }
 
+// Class labels that training cannot learn from: held-out classes it never sees, and a class
+// count (the largest label + 1) that is mostly empty — a label file of another dataset, or a
+// subset cut along the labels. Said, not refused: the data may mean it.
+void warn_about_class_coverage(const DatasetSplits& data, Console& console) {
+  const TensorDataset& train = data.train;
+  if (train.is_tokens() || train.is_regression() || train.classes <= 0 || train.size() == 0)
+    return;
+  const auto present = [&](const TensorDataset& split) {
+    return torch::bincount(split.targets.to(torch::kInt64), {}, train.classes).gt(0);
+  };
+  const torch::Tensor trained = present(train);
+  const int64_t seen = trained.sum().item<int64_t>();
+  if (seen * 2 < train.classes) {
+    console.say("warning: the training labels use " + std::to_string(seen) + " of " +
+                std::to_string(train.classes) +
+                " classes (the largest label + 1); the model learns only those: check that the "
+                "label files belong to these images");
+  }
+  for (const auto& [name, split] :
+       {std::pair{"validation", &data.validation}, {"test", &data.test}}) {
+    if (split->size() == 0)
+      continue;
+    const torch::Tensor unseen = present(*split).logical_and(trained.logical_not()).nonzero();
+    if (unseen.numel() == 0)
+      continue;
+    std::vector<std::string> shown;
+    for (int64_t i = 0; i < std::min<int64_t>(unseen.size(0), 5); ++i)
+      shown.push_back(std::to_string(unseen[i][0].item<int64_t>()));
+    console.say("warning: the " + std::string(name) + " split has " +
+                std::to_string(unseen.size(0)) + (unseen.size(0) == 1 ? " class" : " classes") +
+                " that training never sees (" + join(shown, ", ") +
+                (unseen.size(0) > 5 ? ", ..." : "") +
+                "): its accuracy cannot reach 100%; check the labels or the split");
+  }
+}
+
 void announce_run(const TrainingRun& r, bool flushing_denormals, Console& console) {
   const ResolvedRun& run = r.resolved;
   const TrainConfig& config = r.config;
@@ -174,6 +210,7 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
       (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept"));
   if (!r.data.description.empty())
     console.say("data: " + r.data.description);
+  warn_about_class_coverage(r.data, console);
   console.say(
       "batch plan: global batch " + run.plan.describe() + " (" +
       (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
@@ -213,6 +250,11 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                 count_of(run.schedule.config().warmup_updates, "update") + ", " +
                 to_string(run.schedule.config().kind) + " schedule over " +
                 count_of(run.total_updates, "update"));
+  }
+  if (run.eval_every_samples > 0) {
+    console.say("evaluation: every " + std::to_string(run.eval_every_samples) +
+                " samples (--eval-every " + config.eval_every.to_string() +
+                ", counted in samples as the batch changes) and at each epoch's end");
   }
   if (run.eval_every_updates > 0) {
     console.say("evaluation: every " + std::to_string(run.eval_every_updates) +

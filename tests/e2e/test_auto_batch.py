@@ -97,6 +97,21 @@ class AutoBatchTest(CliTestCase):
                          [c["proposed"] for c in records(whole)
                           if c.get("event") == "batch_check" and c["grow"]])
 
+    def test_evaluations_in_samples_stay_at_the_same_data_as_the_batch_grows(self):
+        out = self.path("evaluated")
+        result = run("train", *AUTO, "--update-cost", "2000", "--eval-every", "1000s", "--out", out, check=True)
+        self.assertIn("evaluation: every 1000 samples (--eval-every 1000s, counted in samples", result.stderr)
+        batch_at = {r["step"]: r["global_batch"] for r in update_records(out)}
+        self.assertGreater(len(set(batch_at.values())), 1)
+        evaluated = [r for r in records(out) if r.get("event") == "evaluation"]
+        # Each in the update that passes a multiple of 1000 samples (none at an epoch's end, which evaluates
+        # anyway): the multiples below the run's 8192 samples, but 4096's and 8192's.
+        passed = [r["samples_seen"] // 1000 for r in evaluated]
+        for r in evaluated:
+            before = r["samples_seen"] - batch_at[r["step"]]
+            self.assertGreater(r["samples_seen"] // 1000, before // 1000, r)
+        self.assertEqual(sorted(set(range(1, 9)) - {4, 8}), [p for p in passed if p not in (4, 8)])
+
     def test_plan_shows_the_start_and_the_limit(self):
         plan = json.loads(run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                               "--json", check=True).stdout)

@@ -362,6 +362,15 @@ class BadInputCorpus(CliTestCase):
             write_gz(path, blob)
         return directory
 
+    def test_idx_labels_that_training_never_sees_are_warned_about(self):
+        # Training labels of 1 of 256 classes, test labels of 10 others: it trains, and says so.
+        directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [255] * 256))
+        result = e2e_common.run(*self.train(data=directory), timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("warning: the training labels use 1 of 256 classes", result.stderr)
+        self.assertIn("warning: the test split has 10 classes that training never sees (0, 1, 2, 3, 4, ...)",
+                      result.stderr)
+
     def test_idx_missing_directory(self):
         self.expect(self.train(data=os.path.join(self.dir, "nowhere")), "data", "not found")
 
