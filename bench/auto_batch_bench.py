@@ -132,15 +132,20 @@ def main():
                     best = run
             fixed[f"fixed {batch}"] = best
         budget = max(r["samples"] for r in fixed.values())
+        # The ramp and the automatic batch start from the rate tuned for the starting batch.
+        start = fixed.get(f"fixed {start_batch}")
+        lr = a.lr * (start["lr_factor"] if start else 1.0)
         ramp = f"0:{start_batch} {budget // 3}s:{2 * start_batch} {2 * budget // 3}s:{4 * start_batch}"
         others = {"ramp x2 at 1/3, 2/3": train(binary, os.path.join(workdir, f"s{seed}-ramp"), seeded,
-                                                [*rule, "--global-batch-schedule", ramp, "--lr", str(a.lr),
+                                                [*rule, "--global-batch-schedule", ramp, "--lr", str(lr),
                                                  "--eval-every", a.eval_every])}
         for cost in a.update_costs:
             others[f"auto (update cost {cost})"] = train(
                 binary, os.path.join(workdir, f"s{seed}-auto-{cost}"), seeded,
-                [*rule, "--global-batch", "auto", "--lr", str(a.lr), "--update-cost", cost, "--eval-every",
+                [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--eval-every",
                  a.eval_every])
+        for run in others.values():
+            run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}
         # L*: the validation loss the best fixed run reaches at 80% of the budget.
         target = min(loss_at_samples(r, 0.8 * budget) for r in fixed.values()
@@ -150,26 +155,30 @@ def main():
             results.setdefault(name, []).append(run)
         results.setdefault("_targets", []).append(target)
     print(f"{a.model} ({a.hidden}), {a.epochs} epochs, micro-batch {a.micro_batch}, lr {a.lr} @ {start_batch} "
-          f"({a.lr_scaling}), grid x{a.lr_grid}, seeds {a.seeds}, bigbatch {libtorch_version(a.build)}")
+          f"({a.lr_scaling}), grid x{a.lr_grid} (ramp and auto: the start batch's best), seeds {a.seeds}, "
+          f"bigbatch {libtorch_version(a.build)}")
     print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
-    print("| run | batches | updates to L* | samples to L* | train s to L* | updates | final val loss | test acc |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | batches | lr x | updates to L* | samples to L* | train s to L* | updates | final val loss | "
+          "test acc |")
+    print("|---|---|---|---|---|---|---|---|---|")
 
     def mean_spread(values):
-        values = [v for v in values if v is not None]
-        if not values:
+        reached = [v for v in values if v is not None]
+        if not reached:
             return "not reached"
+
         def number(v):
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        if len(values) == 1:
-            return number(values[0])
-        return f"{number(statistics.mean(values))} ± {number(statistics.stdev(values))}"
+            return "0" if abs(v) < 1e-6 else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        text = number(reached[0]) if len(reached) == 1 else \
+            f"{number(statistics.mean(reached))} ± {number(statistics.stdev(reached))}"
+        return text if len(reached) == len(values) else f"{text} ({len(reached)} of {len(values)} seeds)"
 
     for name, runs in results.items():
         if name.startswith("_"):
             continue
         reached = [r["to_target"] for r in runs]
         print(f"| {name} | {'/'.join(str(b) for b in runs[0]['batches'])} "
+              f"| {'/'.join(str(r.get('lr_factor', '')) for r in runs)} "
               f"| {mean_spread([t[1] if t else None for t in reached])} "
               f"| {mean_spread([t[0] if t else None for t in reached])} "
               f"| {mean_spread([t[2] if t else None for t in reached])} "

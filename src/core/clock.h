@@ -10,12 +10,8 @@ namespace bigbatch {
 
 using SteadyClock = std::chrono::steady_clock;
 
-inline double seconds_between(SteadyClock::time_point start, SteadyClock::time_point end) {
-  return std::chrono::duration<double>(end - start).count();
-}
-
 inline double seconds_since(SteadyClock::time_point start) {
-  return seconds_between(start, SteadyClock::now());
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
 }  // namespace bigbatch

@@ -51,8 +51,12 @@ inline constexpr int64_t kGrowthCheckEvery = 20;
 struct UpdateTiming {
   int64_t samples = 0;
   double gradient_seconds = 0;  // the micro-steps
-  double update_seconds = 0;    // finishing the gradients (all-reduce included) and applying them
-  bool whole_window = true;     // false when a resumed window's first micro-steps ran earlier
+  // The rest of the update: finishing the gradients (all-reduce included), applying them, and
+  // the loop's own work for it (the window, its record and display).
+  double update_seconds = 0;
+  // false when the update is not a fair sample of the cost: a resumed window's first
+  // micro-steps ran in an earlier process, or the update also evaluated.
+  bool whole_window = true;
 };
 
 // Adds an update (the run's `step`-th) to the tally until the cost is known, then fixes

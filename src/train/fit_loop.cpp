@@ -105,10 +105,6 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   epoch_peak_bytes_ = std::max(epoch_peak_bytes_, peak_bytes);
   const double seconds = seconds_since(update_start);
   count_update(window, step, seconds);
-  const UpdateTiming timing{window.rank_size, step.gradient_seconds, step.update_seconds,
-                            whole_window};
-  if (const auto check = run_.schedule->observe(at, {timing, &noise_}))
-    tell(batch_check_event(*check));
   const UpdateReport report{step,
                             seconds,
                             seconds_since(train_start_),
@@ -120,11 +116,21 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
     observer->on_update(run_, report);
   check_divergence();
   bool stop = step.stats.stop_requested;
-  if (evaluation_due(at.samples_seen - step.stats.counts.samples)) {
+  const bool evaluated = evaluation_due(at.samples_seen - step.stats.counts.samples);
+  if (evaluated) {
     evaluate_on_interval();
     // A signal during it stops here (a single process; ranks stop together, at an update).
     stop = stop || (run_.job.world_size == 1 && interrupts_.requested());
   }
+  // What the update cost besides its micro-steps is everything else it took: finishing and
+  // applying the gradients, assembling the window, its records and display (an update that
+  // evaluated is not timed). Told before a checkpoint, so that the checkpoint holds what the
+  // regime measured and decided.
+  const UpdateTiming timing{window.rank_size, step.gradient_seconds,
+                            seconds_since(update_start) - step.gradient_seconds,
+                            whole_window && !evaluated};
+  if (const auto check = run_.schedule->observe(at, {timing, &noise_}))
+    tell(batch_check_event(*check));
   // A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
   // not evaluate that epoch twice.
   if (!epoch_used_up() && (stop || checkpoints_.due()))

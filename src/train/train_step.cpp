@@ -71,8 +71,7 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
     return result;
   if (request.synchronize)
     request.synchronize();
-  const auto gradients_done = SteadyClock::now();
-  result.gradient_seconds = seconds_between(start, gradients_done);
+  result.gradient_seconds = seconds_since(start);
   if (request.stop_requested && request.stop_requested())
     engine.request_stop();
   // Every value below is reduced over the ranks, so every rank judges and rates alike.
@@ -96,9 +95,6 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
   }
   if (request.window_bn)
     request.window_bn->end(/*applied=*/!result.stats.skipped());
-  if (request.synchronize)
-    request.synchronize();
-  result.update_seconds = seconds_since(gradients_done);
   return result;
 }
 

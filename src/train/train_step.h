@@ -60,7 +60,7 @@ struct StepRequest {
   // Called once the gradients are final, before the optimizer step (verify reads them).
   std::function<void()> on_final_gradients;
   // Waits for the device (a GPU runs asynchronously): set, the micro-steps' time is theirs
-  // and not the update's (StepResult's timings).
+  // and not the rest of the update's (StepResult::gradient_seconds).
   std::function<void()> synchronize;
 };
 
@@ -69,10 +69,8 @@ struct StepResult {
   UpdateStats stats;       // valid when completed
   UpdateRate rate;
   int64_t padded_tokens = 0;  // token rows: positions computed, padding included
-  // Where the update's time went: the micro-steps (paid per sample), and finishing and
-  // applying the gradients (all-reduce, clipping, optimizer: paid once per update).
+  // The micro-steps' time (paid per sample; the rest of the update is paid once per update).
   double gradient_seconds = 0;
-  double update_seconds = 0;
 };
 
 // Runs the update. An out-of-memory error inside the micro-steps (c10::OutOfMemoryError)
