@@ -468,6 +468,43 @@ void check_ranks_agree(GradientReducer& reducer, const std::function<RankDescrip
               hint);
 }
 
+// A resume that changes the run's length (--epochs, --max-updates) re-plans the learning-rate
+// schedule over the new length, so the rate jumps where the old plan had decayed: said at the
+// start, against the plan in the run's config.toml (before it is rewritten).
+void say_replanned_schedule(const TrainingRun& r, Console& console) {
+  const std::string path = r.run_dir + "/config.toml";
+  if (!r.job.is_main() || !path_exists(path))
+    return;
+  TrainConfig planned;
+  std::unique_ptr<RunSchedule> before;
+  try {
+    load_toml_config(planned, path);
+    planned.complete_older_run();
+    if (planned.epochs == r.config.epochs && planned.max_updates == r.config.max_updates)
+      return;
+    before = make_run_schedule(resolve_run(planned, r.data.train.size(), r.job.world_size,
+                                           items_per_sample(r.data.train)));
+  } catch (const Error&) {
+    return;  // a plan that no longer resolves has nothing to compare
+  }
+  const LrScheduleConfig& was = before->lr_schedule().config();
+  const LrScheduleConfig& now = r.schedule->lr_schedule().config();
+  if (was.total_updates == now.total_updates)
+    return;
+  before->restore(r.at);
+  const double rate_was = before->rate(r.at, {}).lr;
+  const double rate_now = r.schedule->rate(r.at, {}).lr;
+  console.say("the run's length changed (" + std::to_string(planned.epochs) + " -> " +
+              std::to_string(r.config.epochs) + " epochs" +
+              (planned.max_updates != r.config.max_updates ? ", --max-updates changed" : "") +
+              "): its " + to_string(now.kind) + " schedule is re-planned over " +
+              count_of(now.total_updates, "update") + " where the run planned " +
+              count_of(was.total_updates, "update") + ", so update " +
+              std::to_string(r.at.step + 1) + " trains at " + format_significant(rate_now, 4) +
+              " where the plan had " + format_significant(rate_was, 4) +
+              (r.at.step > 0 ? "; to keep the plan, resume without changing its length" : ""));
+}
+
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
   const TrainConfig& config = r.config;
   RunSchedule& schedule = *r.schedule;
@@ -512,6 +549,7 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
     return;
   }
   abandon_newer_history(r, console, /*move=*/true);
+  say_replanned_schedule(r, console);
   if (r.job.is_main()) {
     r.write_description();
     // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.

@@ -281,6 +281,20 @@ class CheckpointTest(CliTestCase):
         after = {name: read(os.path.join(root, name), "rb") for root, _, files in os.walk(run_dir) for name in files}
         self.assertEqual(after, before)
 
+    def test_a_longer_resume_says_the_schedule_is_replanned(self):
+        # Issue 35: --resume RUN --epochs 4 re-plans the cosine over the new length, so the rate jumps from
+        # the decayed end back up; the start says so, with both rates.
+        run_dir = self.path("longer")
+        shutil.copytree(self.reference, run_dir)
+        result = run("train", "--resume", run_dir, "--epochs", "4")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stderr, r"the run's length changed \(3 -> 4 epochs\): its cosine schedule is "
+                                        r"re-planned over 128 updates where the run planned 96 updates, so update 97 trains "
+                                        r"at [0-9.e-]+ where the plan had 0; to keep the plan, resume without")
+        # Resumed as planned, nothing is said.
+        again = run("train", "--resume", run_dir)
+        self.assertNotIn("re-planned", again.stderr)
+
     def assert_resume_error(self, run_dir, *extra, fragment):
         self.assert_error(run("train", "--resume", run_dir, *extra), fragment)
 
