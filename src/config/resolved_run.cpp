@@ -161,10 +161,6 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
 // LR schedule are those of staying at the start: both count samples, so growing moves neither.
 ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_size,
                                    int64_t world_size, double items_per_sample) {
-  if (config.global_batch) {
-    throw Error(ErrorKind::Config, "--global-batch is given twice: a number and auto",
-                "keep one of them");
-  }
   if (world_size > 1 && !config.update_cost) {
     throw Error(ErrorKind::Config,
                 "--global-batch auto on " + std::to_string(world_size) +

@@ -80,6 +80,7 @@ void TrainConfig::validate() const {
       std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
           "; the micro-batch (--micro-batch) stays the same in every step");
   if (global_batch_auto) {
+    check_config(!global_batch, "--global-batch is both a number and auto", "keep one of them");
     check_config(global_batch_schedule.empty(),
                  "--global-batch auto and --global-batch-schedule both choose the batch",
                  "use one: auto measures when to double, the schedule is written by hand");

@@ -295,8 +295,9 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
             "x it takes (an update costs " + format_significant(growth.update_cost, 4) +
             " samples of compute)";
     } else if (growth.last_check_step > 0) {
-      why = "the last check could not judge or could not double (its batch_check record in "
-            "metrics.jsonl says why)";
+      why =
+          "the last check could not judge or could not double (its batch_check record in "
+          "metrics.jsonl says why)";
     } else if (2 * start_batch_ > rule_.max_global_batch) {
       why = "--max-global-batch " + std::to_string(rule_.max_global_batch) + " allows no doubling";
     } else {
