@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "stats/loss_spikes.h"
@@ -27,10 +28,6 @@ constexpr const char* kCheckpointParts[] = {"weights.safetensors", "optimizer.pt
                                             "rng.safetensors", "window.safetensors"};
 
 // libtorch's messages carry a backtrace after the first line.
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
 [[noreturn]] void bad_checkpoint(const std::string& dir, const std::string& what,
                                  const std::string& hint) {
   throw Error(ErrorKind::Format, "checkpoint '" + dir + "' " + what, hint);
@@ -484,15 +481,26 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   // A language model's shape explains a different dataset size (its rows are cut by seq_len).
   for (const std::string key :
        {"model", "model_file", "seq_len", "sequences", "eot_id", "tokenizer", "vocabulary",
-        "layers", "d_model", "heads", "dataset", "dataset_size", "global_batch_size", "optimizer",
-        "seed", "shuffle", "hidden"}) {
+        "layers", "d_model", "heads", "dataset", "dataset_size", "training_data",
+        "global_batch_size", "optimizer", "seed", "shuffle", "hidden"}) {
     if (!identity.contains(key))
       continue;
     // Checkpoints from before the tokenizer and vocabulary were recorded were byte-tokenised
-    // (vocabulary 257, the only choice then): nothing to compare.
-    if ((key == "tokenizer" || key == "vocabulary") && !saved.contains(key))
+    // (vocabulary 257, the only choice then): nothing to compare. Older checkpoints did not
+    // record their data's digest either.
+    if ((key == "tokenizer" || key == "vocabulary" || key == "training_data") &&
+        !saved.contains(key))
       continue;
     const auto& value = identity[key];
+    if (key == "training_data" && saved[key] != value) {
+      bad_checkpoint(dir,
+                     "was written on other training data: '" + identity.value("dataset", "") +
+                         "' has the same samples' count and shape, but their contents changed "
+                         "(digest " +
+                         saved[key].dump() + ", now " + value.dump() + ")",
+                     "resume on the data the run trained on (restore the files), or start a new "
+                     "run on this data");
+    }
     if (!saved.contains(key) || saved[key] != value) {
       bad_checkpoint(dir,
                      "was written with " + key + " = " +

@@ -85,6 +85,11 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
     }
     load_toml_config(config, config_path);
     weights = options.source + "/weights.safetensors";
+    // The module as the run wrote it back, not the file it started from: that file may have
+    // moved, or been replaced by another valid module that would evaluate other code.
+    const std::string written = options.source + "/model.pt";
+    if (is_torchscript_model(config.model) && path_exists(written))
+      config.model = "torchscript:" + written;
   }
   config.complete_older_run();  // the run's own normalisation, never a new measurement
   if (!options.weights.empty())
@@ -185,11 +190,17 @@ std::string run_predict(const PredictOptions& options) {
   if (options.input.empty() || options.output.empty())
     throw Error(ErrorKind::Usage, "predict needs --input X.npy and --output Y.npy",
                 "e.g. --input x_new.npy --output probabilities.npy");
-  check_output_file(options.output, "--output");
+  check_output_file(options.output, "--output", {options.input});
   configure_cpu(config, resolve_thread_count(config.threads));
   const NpyArray array = read_npy_file(options.input);
   TensorDataset inputs;
   inputs.inputs = npy_inputs(array, options.input);
+  if (inputs.inputs.size(0) == 0) {
+    throw Error(ErrorKind::Data,
+                "'" + options.input + "' holds no samples (its shape is " +
+                    c10::str(inputs.inputs.sizes()) + ")",
+                "give an array with one sample per row");
+  }
   const bool idx_trained = !config.is_npy_dataset();
   if (array.type == NpyType::U8 && idx_trained) {
     const PixelNormalisation pixels = idx_pixels(config);  // as the run's images were prepared

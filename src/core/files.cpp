@@ -46,25 +46,85 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-void check_output_file(const std::string& path, const std::string& what) {
-  const std::string dir = parent_directory(path);
+namespace {
+
+// What kind of file stands at `info`, in words, for a refusal.
+const char* file_kind(const struct stat& info) {
+  if (S_ISCHR(info.st_mode))
+    return "a character device";
+  if (S_ISBLK(info.st_mode))
+    return "a block device";
+  if (S_ISFIFO(info.st_mode))
+    return "a named pipe";
+  if (S_ISSOCK(info.st_mode))
+    return "a socket";
+  if (S_ISDIR(info.st_mode))
+    return "a directory";
+  return "not a regular file";
+}
+
+// A file is replaced by renaming a complete new one onto it: right for a regular file, wrong
+// for a device, a pipe or a socket (renaming onto /dev/null would replace the system's).
+void refuse_irregular_target(const std::string& path, const std::string& target,
+                             const std::string& what) {
   struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw Error(ErrorKind::Io, what + " '" + path + "': the directory '" + dir + "' does not exist",
-                "create it first, or give a path in an existing directory");
-  }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw Error(ErrorKind::Io,
-                what + " '" + path + "': the directory '" + dir + "' is not writable",
-                "choose a directory you can write to");
-  }
-  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+  if (::stat(target.c_str(), &info) != 0 || S_ISREG(info.st_mode))
+    return;
+  if (S_ISDIR(info.st_mode)) {
     throw Error(ErrorKind::Io, what + " '" + path + "' is a directory",
                 "give a file name, e.g. " + path + "/weights.safetensors");
   }
+  throw Error(ErrorKind::Io,
+              what + " '" + path + "' is " + file_kind(info) + ", not a regular file",
+              "give the path of a regular file: bigbatch writes a complete new file and renames "
+              "it into place");
 }
 
-void atomic_write_file(const std::string& path, const std::string& content) {
+}  // namespace
+
+std::string write_target(const std::string& path) {
+  // The link's chain followed by hand: the file it names need not exist yet, and
+  // std::filesystem's canonical forms resolve only what exists.
+  std::filesystem::path target(path);
+  std::error_code error;
+  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(target, error); ++hops) {
+    const std::filesystem::path next = std::filesystem::read_symlink(target, error);
+    if (error)
+      break;
+    target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();
+  }
+  return target.string();
+}
+
+void check_output_file(const std::string& path, const std::string& what,
+                       const std::vector<std::string>& inputs) {
+  const std::string target = write_target(path);
+  const std::string dir = parent_directory(target);
+  const std::string shown =
+      "'" + path + "'" + (target == path ? std::string() : " (a link to '" + target + "')");
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::Io, what + " " + shown + ": the directory '" + dir + "' does not exist",
+                "create it first, or give a path in an existing directory");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::Io, what + " " + shown + ": the directory '" + dir + "' is not writable",
+                "choose a directory you can write to");
+  }
+  refuse_irregular_target(path, target, what);
+  for (const std::string& input : inputs) {
+    std::error_code error;
+    if (!input.empty() && std::filesystem::equivalent(target, input, error) && !error) {
+      throw Error(ErrorKind::Io, what + " '" + path + "' is the input '" + input + "' itself",
+                  "write to another file: the input would be overwritten");
+    }
+  }
+}
+
+void atomic_write_file(const std::string& requested, const std::string& content) {
+  // Through a symbolic link to the file it names: the link stays, its target is replaced.
+  const std::string path = write_target(requested);
+  refuse_irregular_target(requested, path, "output file");
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)

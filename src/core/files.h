@@ -1,12 +1,14 @@
 #pragma once
 // File-system helpers with the guarantees the run directory needs: a file is either the old
 // version or the complete new one, never half-written (write to a temporary name, fsync,
-// rename, fsync the directory). Failures are bigbatch::Error (Io) naming the path and cause.
+// rename, fsync the directory); through a symbolic link its target is written, and a device,
+// pipe or socket is never replaced. Failures are bigbatch::Error (Io) naming the path and cause.
 //
 //   atomic_write_file(run_dir + "/config.toml", text);
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace bigbatch {
 
@@ -50,9 +52,14 @@ class DirectoryLock {
 
 // The directory part of a path ("runs/a/weights.st" -> "runs/a"; "w.st" -> ".").
 std::string parent_directory(const std::string& path);
-// Refuses, before any work is done for it, an output file that could not be written: its
-// directory missing, not a directory or not writable, or the path itself a directory. `what`
-// names it in the error ("--save-weights").
-void check_output_file(const std::string& path, const std::string& what);
+// Where writing `path` lands: the file a symbolic link names (its chain followed; the link is
+// kept), else the path itself. atomic_write_file writes there.
+std::string write_target(const std::string& path);
+// Refuses, before any work is done for it, an output file that could not or must not be
+// written: its directory missing, not a directory or not writable; the path a directory, a
+// device, a pipe or a socket (a rename would replace it); or the same file as one of `inputs`.
+// `what` names it in the error ("--save-weights").
+void check_output_file(const std::string& path, const std::string& what,
+                       const std::vector<std::string>& inputs = {});
 
 }  // namespace bigbatch

@@ -62,6 +62,10 @@ std::vector<std::string> split(const std::string& text, char separator) {
   return parts;
 }
 
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
 std::string join(const std::vector<std::string>& parts, const std::string& separator) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -17,6 +17,8 @@ std::optional<double> parse_double(const std::string& text);
 std::string trim(const std::string& text);
 std::vector<std::string> split(const std::string& text, char separator);
 std::string join(const std::vector<std::string>& parts, const std::string& separator);
+// Up to the first newline: a library message without the backtrace that follows it.
+std::string first_line(const std::string& text);
 
 // 12345 -> "12.3k"; 2500000 -> "2.5M".
 std::string human_count(double value);

@@ -77,7 +77,9 @@ Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end) {
                     batch.inputs.data_ptr<int64_t>(), batch.targets.data_ptr<int64_t>());
     return batch;
   }
-  return {data.inputs.slice(0, begin, end), data.targets.slice(0, begin, end),
+  // Copies, never views: a module that writes into its inputs in place (x.mul_(0.5)) must
+  // change its batch, not the dataset later epochs and evaluations read, as with a DataLoader.
+  return {data.inputs.slice(0, begin, end).clone(), data.targets.slice(0, begin, end).clone(),
           data.items(begin, end)};
 }
 

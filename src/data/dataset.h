@@ -118,7 +118,7 @@ struct Batch {
   int64_t size() const { return targets.size(0); }
 };
 
-// Rows [begin, end) of `data` as a batch (evaluation).
+// Rows [begin, end) of `data` as a batch of its own memory (evaluation, probes).
 Batch batch_of(const TensorDataset& data, int64_t begin, int64_t end);
 
 // Token rows (data/token_rows.h) as a dataset over `vocabulary` ids (the byte tokenizer's by

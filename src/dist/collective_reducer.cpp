@@ -12,9 +12,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "core/text.h"
@@ -53,10 +61,6 @@ constexpr int64_t kTotalsSlots = kSmallInverseItems + 1;
 // Sample and item counts travel in the gradients' float32 bucket; integers are exact below 2^24.
 constexpr double kMaxExactItems = 16777216.0;
 
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
 std::chrono::milliseconds to_milliseconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -65,13 +69,86 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
-std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& master_addr) {
+// The names of this host's network interfaces, for an error that must list them.
+std::vector<std::string> interface_names() {
+  std::vector<std::string> names;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0)
+    return names;
+  for (const ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (std::find(names.begin(), names.end(), entry->ifa_name) == names.end())
+      names.emplace_back(entry->ifa_name);
+  }
+  ::freeifaddrs(list);
+  return names;
+}
+
+// GLOO_SOCKET_IFNAME names the interface Gloo's connections use. One that this host lacks would
+// fail only inside Gloo's set-up, in words that blame the rendezvous: said here, first.
+void check_socket_interface(const DistEnvironment& env) {
+  const char* name = std::getenv("GLOO_SOCKET_IFNAME");
+  if (name == nullptr)
+    return;
+  if (*name != '\0' && ::if_nametoindex(name) != 0)
+    return;
+  throw Error(ErrorKind::Distributed,
+              "rank " + std::to_string(env.rank) + ": GLOO_SOCKET_IFNAME=" + name +
+                  " names no network interface of this host (it has: " +
+                  join(interface_names(), ", ") + ")",
+              "set it to the interface that reaches MASTER_ADDR " + env.master_addr +
+                  ", or unset it: bigbatch then uses the one on the route there");
+}
+
+// This host's address on the route to `host`: a UDP socket connected there (which sends
+// nothing) is bound by the kernel to the interface its packets would leave by.
+std::optional<std::string> local_address_towards(const std::string& host, int64_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return std::nullopt;
+  std::optional<std::string> address;
+  for (const addrinfo* a = found; a != nullptr && !address; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      const void* raw =
+          local.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr)
+        address = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
+// Where this rank's Gloo connections live: the interface GLOO_SOCKET_IFNAME names; loopback for a
+// job on one machine; else the address on the route to MASTER_ADDR. Gloo's own default (the
+// address the host name resolves to) is often loopback (/etc/hosts), which peers on other hosts
+// cannot reach: they would wait out the timeout several times over, then blame the rendezvous.
+std::shared_ptr<::gloo::transport::Device> make_gloo_device(const DistEnvironment& env,
+                                                            std::string& address) {
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
+    address = std::string("interface ") + interface;
     return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
   }
-  // A job whose rendezvous is on loopback runs on one machine: keep all traffic there.
-  if (is_loopback(master_addr))
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (is_loopback(env.master_addr)) {
+    address = "127.0.0.1";
+    return c10d::ProcessGroupGloo::createDeviceForHostname(address);
+  }
+  if (const auto local = local_address_towards(env.master_addr, env.master_port)) {
+    address = *local;
+    return c10d::ProcessGroupGloo::createDeviceForHostname(address);
+  }
+  address = "this host's default address";
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
@@ -79,6 +156,7 @@ class CollectiveReducer final : public GradientReducer {
  public:
   CollectiveReducer(const DistEnvironment& env, const CollectiveOptions& options)
       : env_(env), options_(options) {
+    check_socket_interface(env);
     try {
       c10d::TCPStoreOptions store_options;
       store_options.port = static_cast<uint16_t>(env.master_port);
@@ -89,12 +167,16 @@ class CollectiveReducer final : public GradientReducer {
       store_options.waitWorkers = false;
       store_options.timeout = to_milliseconds(options.timeout_seconds);
       store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      std::string address;
+      auto device = make_gloo_device(env, address);
+      // Where each rank is, read back when one stops answering.
+      store_->set(address_key(env.rank), std::vector<uint8_t>(address.begin(), address.end()));
       store_->set(joined_key(env.rank), std::vector<uint8_t>{1});
       if (env.rank == 0)
         wait_for_every_rank();
       auto gloo_options =
           c10d::ProcessGroupGloo::Options::create(to_milliseconds(options.timeout_seconds));
-      gloo_options->devices.push_back(make_gloo_device(env.master_addr));
+      gloo_options->devices.push_back(device);
       gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
           store_, static_cast<int>(env.rank), static_cast<int>(env.world_size), gloo_options);
     } catch (const Error&) {
@@ -113,12 +195,49 @@ class CollectiveReducer final : public GradientReducer {
   [[noreturn]] void peer_failed(const std::string& collective, const std::exception& e) const {
     throw Error(ErrorKind::Distributed,
                 "rank " + std::to_string(env_.rank) + ": " + collective +
-                    " failed: " + first_line(e.what()),
-                "another rank exited or stopped responding (timeout " +
+                    " failed: " + first_line(e.what()) + "; " + lost_peers(),
+                "another rank exited, stopped responding or lost its network (timeout " +
                     std::to_string(int(options_.timeout_seconds)) + " s); see its output");
   }
 
+  // Which ranks stopped answering, as far as the rendezvous can tell within a few seconds: each
+  // rank that sees a collective fail says so there; those that do not within the wait are the
+  // lost ones, named with the address they joined from. Gloo's own message names only the
+  // neighbour on its ring, which may be alive and waiting on the same lost rank.
+  std::string lost_peers() const {
+    const auto wait = std::chrono::milliseconds(kLostPeerWaitMs);
+    try {
+      store_->setTimeout(wait);
+      store_->set(failed_key(env_.rank), std::vector<uint8_t>{1});
+      std::vector<std::string> keys;
+      for (int64_t rank = 0; rank < env_.world_size; ++rank)
+        keys.push_back(failed_key(rank));
+      try {
+        store_->wait(keys, wait);
+        return "every rank saw it fail (no rank is missing)";
+      } catch (const std::exception&) {
+      }
+      std::vector<std::string> lost;
+      for (int64_t rank = 0; rank < env_.world_size; ++rank) {
+        if (store_->check({failed_key(rank)}))
+          continue;
+        const std::vector<uint8_t> at = store_->get(address_key(rank));
+        lost.push_back(std::to_string(rank) + " (at " + std::string(at.begin(), at.end()) + ")");
+      }
+      return "rank(s) " + join(lost, ", ") + " stopped answering";
+    } catch (const std::exception&) {
+      // The rendezvous lives in rank 0: it cannot be reached at all.
+      return "rank 0 and the rendezvous at " + env_.master_addr + ":" +
+             std::to_string(env_.master_port) + " (MASTER_ADDR) cannot be reached from here";
+    }
+  }
+
+  static constexpr int kLostPeerWaitMs = 3000;
   static std::string joined_key(int64_t rank) { return "bigbatch/joined/" + std::to_string(rank); }
+  static std::string address_key(int64_t rank) {
+    return "bigbatch/address/" + std::to_string(rank);
+  }
+  static std::string failed_key(int64_t rank) { return "bigbatch/failed/" + std::to_string(rank); }
 
   // Rank 0: every rank has reached the store within the timeout, or the error names those that
   // did not (a rank that exited before joining, or was never started).

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "io/zip_archive.h"
 #include "memory/tracking_allocator.h"
 
 namespace bigbatch {
@@ -331,6 +332,18 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
   // BIGBATCH_TORCHSCRIPT_OPTIMIZE=1 turns it on, for measuring (bench/scripted_bench.py).
   const char* optimize = std::getenv("BIGBATCH_TORCHSCRIPT_OPTIMIZE");
   torch::jit::setGraphExecutorOptimize(optimize != nullptr && std::string(optimize) == "1");
+  // PyTorch's loader reads its zip without checking the members' CRC-32s: a file damaged on
+  // disk or in transfer would load and train with whatever the damage made of it.
+  try {
+    check_zip_intact(read_text_file(path));
+  } catch (const ZipError& e) {
+    const std::string what = e.what();
+    if (what.rfind("is not a zip archive", 0) != 0) {  // not a zip: the loader says what it is
+      throw Error(ErrorKind::Model, "model file '" + path + "' " + what,
+                  "it changed after PyTorch saved it: save it again with "
+                  "torch.jit.script(model).save(...) or copy it again");
+    }
+  }
   torch::jit::Module module;
   try {
     module = torch::jit::load(path);
@@ -372,6 +385,33 @@ ScriptedModelImpl* as_scripted(torch::nn::Module& model) {
 bool computes_own_loss(torch::nn::Module& model) {
   const auto* scripted = as_scripted(model);
   return scripted && scripted->computes_loss();
+}
+
+void backward_through(torch::nn::Module& model, const torch::Tensor& loss,
+                      const torch::Tensor& seed) {
+  try {
+    if (seed.defined())
+      loss.backward(seed);
+    else
+      loss.backward();
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the trainer backs off
+  } catch (const c10::Error& e) {
+    const ScriptedModelImpl* scripted = as_scripted(model);
+    const std::string message = error_summary(e);
+    // Autograd's version check: forward saved a tensor for backward, then wrote into it. The
+    // batch is the module's own copy, so only the module can have written it.
+    if (scripted == nullptr ||
+        message.find("modified by an inplace operation") == std::string::npos)
+      throw;
+    throw Error(ErrorKind::Model,
+                "model '" + scripted->path() +
+                    "' wrote in place into a tensor its backward needs (its inputs or targets, "
+                    "e.g. y.fill_(0) or tokens.zero_() after use): " +
+                    message,
+                "compute out of place, or on a copy (x = x.clone()), as PyTorch requires of the "
+                "same module (docs/your-model.md)");
+  }
 }
 
 }  // namespace bigbatch

@@ -84,5 +84,10 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path);
 ScriptedModelImpl* as_scripted(torch::nn::Module& model);
 // A scripted model with its own loss: no logits, so no accuracy to report.
 bool computes_own_loss(torch::nn::Module& model);
+// loss.backward(seed), or loss.backward() when `seed` is undefined. A scripted module that wrote
+// in place into a tensor autograd saved for backward (its targets or token ids after use)
+// breaks PyTorch's contract: a model error naming it, not an internal one.
+void backward_through(torch::nn::Module& model, const torch::Tensor& loss,
+                      const torch::Tensor& seed = {});
 
 }  // namespace bigbatch

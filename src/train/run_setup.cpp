@@ -37,23 +37,42 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
 
 namespace {
 
+// What training needs of the module's result: gradients that reach its parameters.
+void check_differentiable(const ScriptedModelImpl& model, const torch::Tensor& result,
+                          const std::string& what) {
+  if (result.requires_grad())
+    return;
+  throw Error(ErrorKind::Model,
+              "model '" + model.path() + "' returned " + what +
+                  " with no gradient path to its trainable parameters",
+              "compute it from the module's parameters without .detach(), torch.no_grad() or "
+              ".item() (docs/your-model.md)");
+}
+
 // A user's module meets the data here, before anything is written: one forward pass on two
-// samples, in eval mode (no dropout: no random numbers drawn) and without gradients.
+// samples, in eval mode (no dropout: no random numbers drawn), with gradients so that a result
+// detached from the parameters is named now, not as an internal error in the first backward.
 void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data) {
+  bool trainable = false;
+  for (const torch::Tensor& parameter : model.parameters())
+    trainable = trainable || parameter.requires_grad();
+  if (!trainable) {
+    throw Error(ErrorKind::Model,
+                "model '" + model.path() + "' has parameters, but none requires a gradient",
+                "leave requires_grad on for what should train (no requires_grad_(False) on "
+                "every parameter) and script it again");
+  }
   const Batch probe = batch_of(data, 0, std::min<int64_t>(2, data.size()));
+  const torch::AutoGradMode gradients(true);  // whatever mode the caller is in
   const bool training = model.is_training();
   model.eval();
   if (model.computes_loss()) {  // its own loss: the tuple's form is checked by forward_loss
-    torch::NoGradGuard no_grad;
-    model.forward_loss(probe.inputs, probe.targets);
+    const torch::Tensor loss = model.forward_loss(probe.inputs, probe.targets).loss_sum;
     model.train(training);
+    check_differentiable(model, loss, "a loss");
     return;
   }
-  torch::Tensor logits;
-  {
-    torch::NoGradGuard no_grad;
-    logits = model.forward(probe.inputs);
-  }
+  const torch::Tensor logits = model.forward(probe.inputs);
   model.train(training);
   const std::string seen = "forward() returned " + c10::str(logits.sizes()) + " for inputs " +
                            c10::str(probe.inputs.sizes());
@@ -102,6 +121,7 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
     throw Error(ErrorKind::Model, "model '" + model.path() + "' returned integer logits",
                 "return the floating-point logits before any argmax");
   }
+  check_differentiable(model, logits, "outputs");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "models/scripted_model.h"
+
 namespace bigbatch {
 
 std::string ThreadChoice::describe() const {
@@ -31,7 +33,9 @@ ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Ta
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
   torch::nn::Sequential probe_model(probe);
-  auto step = [&] { task.loss(probe_model, batch, Precision::Fp32).loss_sum.backward(); };
+  auto step = [&] {
+    backward_through(*probe_model, task.loss(probe_model, batch, Precision::Fp32).loss_sum);
+  };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;
   std::vector<int64_t> candidates = {1, max_threads};

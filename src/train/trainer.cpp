@@ -128,6 +128,8 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
       } catch (const std::exception& report_error) {
         console.say(std::string("report not written: ") + report_error.what());
       }
+    } else {
+      run.discard_unstarted();  // failed in its first update: as if never started
     }
     throw;
   }

@@ -172,7 +172,14 @@ void warn_about_class_coverage(const DatasetSplits& data, Console& console) {
   };
   const torch::Tensor trained = present(train);
   const int64_t seen = trained.sum().item<int64_t>();
-  if (seen * 2 < train.classes) {
+  if (seen == 1) {
+    const int64_t only = trained.nonzero()[0][0].item<int64_t>();
+    console.say("warning: the training labels use 1 of " + std::to_string(train.classes) +
+                (train.classes == 1 ? " class" : " classes") + " (every label is " +
+                std::to_string(only) +
+                "): the model can only learn to answer it; check the label file (or, for "
+                "regression, save the targets as floating point)");
+  } else if (seen * 2 < train.classes) {
     console.say("warning: the training labels use " + std::to_string(seen) + " of " +
                 std::to_string(train.classes) +
                 " classes (the largest label + 1); the model learns only those: check that the "
@@ -381,19 +388,14 @@ RankDescription describe_configuration(const TrainConfig& requested) {
   return out;
 }
 
-RankDescription describe_data_and_model(const TrainConfig& requested, const DatasetSplits& data,
-                                        torch::nn::Module& model) {
+// The training samples' contents, as digests named by what they cover: what a rank compares
+// with rank 0, and what a resume compares with its checkpoint.
+RankDescription training_data_digests(const TensorDataset& train) {
   RankDescription out;
-  if (is_torchscript_model(requested.model))
-    out.emplace_back("model file", file_digest(torchscript_path(requested.model)));
-  const auto digest = [](const torch::Tensor& t) {
-    const torch::Tensor c = t.contiguous();
-    return data_digest(c.data_ptr(), c.nbytes());
-  };
-  if (data.train.is_tokens()) {
+  if (train.is_tokens()) {
     // Every training row's tokens, read as a batch reads them, and where each row lies.
-    const TokenRows& rows = *data.train.rows;
-    out.emplace_back("training samples", std::to_string(data.train.size()) + " rows of " +
+    const TokenRows& rows = *train.rows;
+    out.emplace_back("training samples", std::to_string(train.size()) + " rows of " +
                                              std::to_string(rows.width) + " tokens");
     DataDigest tokens;
     std::vector<int64_t> row(size_t(rows.width) + 1);
@@ -407,12 +409,26 @@ RankDescription describe_data_and_model(const TrainConfig& requested, const Data
     out.emplace_back("training rows",
                      data_digest(rows.starts.data(), rows.starts.size() * sizeof(int64_t)) +
                          data_digest(rows.lengths.data(), rows.lengths.size() * sizeof(int64_t)));
-  } else {
-    out.emplace_back("training samples", std::to_string(data.train.size()) + " of shape " +
-                                             c10::str(data.train.inputs.sizes().slice(1)));
-    out.emplace_back("training inputs", digest(data.train.inputs));
-    out.emplace_back("training targets", digest(data.train.targets));
+    return out;
   }
+  const auto digest = [](const torch::Tensor& t) {
+    const torch::Tensor c = t.contiguous();
+    return data_digest(c.data_ptr(), c.nbytes());
+  };
+  out.emplace_back("training samples", std::to_string(train.size()) + " of shape " +
+                                           c10::str(train.inputs.sizes().slice(1)));
+  out.emplace_back("training inputs", digest(train.inputs));
+  out.emplace_back("training targets", digest(train.targets));
+  return out;
+}
+
+RankDescription describe_data_and_model(const TrainConfig& requested, const DatasetSplits& data,
+                                        torch::nn::Module& model) {
+  RankDescription out;
+  if (is_torchscript_model(requested.model))
+    out.emplace_back("model file", file_digest(torchscript_path(requested.model)));
+  for (auto& entry : training_data_digests(data.train))
+    out.push_back(std::move(entry));
   out.emplace_back("validation samples", std::to_string(data.validation.size()));
   out.emplace_back("test samples", std::to_string(data.test.size()));
   for (const auto& named : model.named_parameters())
@@ -631,6 +647,73 @@ void tune_threads(TrainingRun& r, Console& console) {
     atomic_write_file(r.run_dir + "/config.toml", render_toml_config(r.config));
 }
 
+// The part of set_up_training after the run directory exists: what fails here removes it.
+void finish_set_up(TrainingRun& r, Console& console) {
+  TrainConfig& config = r.config;
+  {
+    // Every rank starts from rank 0's weights, whatever its seed or file did.
+    std::vector<torch::Tensor> state;
+    for (auto& named : model_state(*r.model))
+      state.push_back(named.second);
+    torch::NoGradGuard no_grad;
+    r.reducer->broadcast_from_first_rank(state);
+  }
+  const double bn_momentum =
+      prepare_for_training(r.model, config, r.resolved.plan.accumulation_steps);
+  announce_batch_norm(r, bn_momentum, console);
+  if (r.resolved.total_updates == 0)
+    return;  // --max-updates 0: the initial weights are the result
+
+  r.optimizer = build_optimizer(r, console);
+  r.identity = checkpoint_identity(config.model, config.hidden, config.dataset, r.data.train.size(),
+                                   r.resolved.plan.global_batch_size, config.seed, config.shuffle,
+                                   to_string(config.optimizer));
+  if (is_sequence_model(config.model)) {
+    // A language model's shape and samples: a resume under others is another run.
+    r.identity["seq_len"] = config.seq_len;
+    r.identity["layers"] = config.layers;
+    r.identity["d_model"] = config.d_model;
+    r.identity["heads"] = config.heads;
+    r.identity["sequences"] = to_string(config.sequences);
+    if (config.eot_id >= 0)
+      r.identity["eot_id"] = config.eot_id;
+    r.identity["vocabulary"] = r.data.train.vocabulary;
+    const std::string model = config.sentencepiece_model();
+    r.identity["tokenizer"] = model.empty() ? config.tokenizer : file_digest(model);
+  }
+  if (is_torchscript_model(config.model)) {
+    // The module's code and initial weights: a resume under another file is another run.
+    r.identity["model_file"] = file_digest(torchscript_path(config.model));
+  }
+  // The samples themselves: data changed in place keeps its path and size.
+  std::string data_digest_text;
+  for (const auto& [name, value] : training_data_digests(r.data.train)) {
+    if (name != "training samples")  // a count and a shape, which the other keys hold
+      data_digest_text += (data_digest_text.empty() ? "" : " ") + value;
+  }
+  r.identity["training_data"] = data_digest_text;
+  if (r.resuming) {
+    // Before anything of the run is read back or rewritten: a run still training there would
+    // otherwise be mixed with this one.
+    if (r.job.is_main()) {
+      r.directory_lock = std::make_unique<DirectoryLock>(r.run_dir);
+      if (const int64_t removed = remove_checkpoint_leftovers(r.run_dir)) {
+        console.say("removed " + std::to_string(removed) + " unfinished checkpoint director" +
+                    (removed == 1 ? "y" : "ies") + " left by an interrupted run");
+      }
+    }
+    abandon_newer_history(r, console, /*move=*/false);
+    resume_from_checkpoint(r, console);
+    if (r.finished)
+      return;
+  }
+  if (r.job.is_main())
+    r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
+
+  build_engine(r, console);
+  tune_threads(r, console);
+}
+
 }  // namespace
 
 JobPlace read_job_place() {
@@ -648,6 +731,24 @@ ResolvedRun TrainingRun::resolved_now() const {
   now.plan = schedule->plan();
   now.epoch = schedule->epoch();
   return now;
+}
+
+void TrainingRun::discard_unstarted() {
+  if (resuming || !job.is_main() || directory_lock == nullptr || at.step > 0)
+    return;
+  std::error_code ignored;
+  const std::filesystem::path dir(run_dir);
+  // remove() takes a directory only when it is empty: checkpoints keep the run.
+  std::filesystem::remove(dir / "checkpoints", ignored);
+  if (std::filesystem::exists(dir / "checkpoints", ignored))
+    return;
+  metrics.reset();
+  for (const char* file : {"metrics.jsonl", "config.toml", "plan.txt"})
+    std::filesystem::remove(dir / file, ignored);
+  directory_lock.reset();
+  std::filesystem::remove(dir / ".lock", ignored);
+  if (made_run_dir)
+    std::filesystem::remove(dir, ignored);  // only when nothing else is in it
 }
 
 void TrainingRun::write_description() const {
@@ -732,64 +833,16 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
   if (r.job.is_main() && !r.resuming) {
+    r.made_run_dir = !path_exists(r.run_dir);
     r.directory_lock = prepare_run_directory(r.run_dir);
     r.write_description();
   }
-  {
-    // Every rank starts from rank 0's weights, whatever its seed or file did.
-    std::vector<torch::Tensor> state;
-    for (auto& named : model_state(*r.model))
-      state.push_back(named.second);
-    torch::NoGradGuard no_grad;
-    r.reducer->broadcast_from_first_rank(state);
+  try {
+    finish_set_up(r, console);
+  } catch (...) {
+    r.discard_unstarted();
+    throw;
   }
-  const double bn_momentum =
-      prepare_for_training(r.model, config, r.resolved.plan.accumulation_steps);
-  announce_batch_norm(r, bn_momentum, console);
-  if (r.resolved.total_updates == 0)
-    return r;  // --max-updates 0: the initial weights are the result
-
-  r.optimizer = build_optimizer(r, console);
-  r.identity = checkpoint_identity(config.model, config.hidden, config.dataset, r.data.train.size(),
-                                   r.resolved.plan.global_batch_size, config.seed, config.shuffle,
-                                   to_string(config.optimizer));
-  if (is_sequence_model(config.model)) {
-    // A language model's shape and samples: a resume under others is another run.
-    r.identity["seq_len"] = config.seq_len;
-    r.identity["layers"] = config.layers;
-    r.identity["d_model"] = config.d_model;
-    r.identity["heads"] = config.heads;
-    r.identity["sequences"] = to_string(config.sequences);
-    if (config.eot_id >= 0)
-      r.identity["eot_id"] = config.eot_id;
-    r.identity["vocabulary"] = r.data.train.vocabulary;
-    const std::string model = config.sentencepiece_model();
-    r.identity["tokenizer"] = model.empty() ? config.tokenizer : file_digest(model);
-  }
-  if (is_torchscript_model(config.model)) {
-    // The module's code and initial weights: a resume under another file is another run.
-    r.identity["model_file"] = file_digest(torchscript_path(config.model));
-  }
-  if (r.resuming) {
-    // Before anything of the run is read back or rewritten: a run still training there would
-    // otherwise be mixed with this one.
-    if (r.job.is_main()) {
-      r.directory_lock = std::make_unique<DirectoryLock>(r.run_dir);
-      if (const int64_t removed = remove_checkpoint_leftovers(r.run_dir)) {
-        console.say("removed " + std::to_string(removed) + " unfinished checkpoint director" +
-                    (removed == 1 ? "y" : "ies") + " left by an interrupted run");
-      }
-    }
-    abandon_newer_history(r, console, /*move=*/false);
-    resume_from_checkpoint(r, console);
-    if (r.finished)
-      return r;
-  }
-  if (r.job.is_main())
-    r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
-
-  build_engine(r, console);
-  tune_threads(r, console);
   return r;
 }
 

@@ -70,6 +70,8 @@ struct TrainingRun {
   // update and the run's length.
   std::unique_ptr<RunSchedule> schedule;
   std::string run_dir;
+  // This start made the run directory itself (it did not exist before).
+  bool made_run_dir = false;
   bool resuming = false;
   // A resumed run that had already finished (its final weights written, nothing left to
   // train under the resolved length): set up no further and changed nothing.
@@ -105,6 +107,11 @@ struct TrainingRun {
   ResolvedRun resolved_now() const;
   // Writes config.toml and plan.txt (rank 0).
   void write_description() const;
+  // A new run that fails before its first update and wrote no checkpoint (a module that breaks
+  // its contract in the first backward, a bad thread probe): removes what its start wrote, and
+  // the directory when this start made it, so the same --out can be used again. Anything else
+  // is kept.
+  void discard_unstarted();
 };
 
 // Resolves and builds the run. Bad input is a bigbatch::Error before anything is written: a

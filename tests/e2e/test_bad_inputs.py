@@ -367,9 +367,17 @@ class BadInputCorpus(CliTestCase):
         directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [255] * 256))
         result = e2e_common.run(*self.train(data=directory), timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("warning: the training labels use 1 of 256 classes", result.stderr)
+        self.assertIn("warning: the training labels use 1 of 256 classes (every label is 255): the model can "
+                      "only learn to answer it", result.stderr)
         self.assertIn("warning: the test split has 10 classes that training never sees (0, 1, 2, 3, 4, ...)",
                       result.stderr)
+        # Every label 0: one class, which the class count alone cannot show.
+        shutil.rmtree(self.out)
+        directory = self.broken_dataset("train-labels-idx1-ubyte", idx_bytes([256], [0] * 256))
+        result = e2e_common.run(*self.train(data=directory), timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("warning: the training labels use 1 of", result.stderr)
+        self.assertIn("(every label is 0)", result.stderr)
 
     def test_idx_missing_directory(self):
         self.expect(self.train(data=os.path.join(self.dir, "nowhere")), "data", "not found")

@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_common  # noqa: E402
 from e2e_common import CliTestCase, main, records, run  # noqa: E402
 
 
@@ -76,6 +77,33 @@ class EvaluateTest(CliTestCase):
         np.save(x, images[:, :27, :27])
         self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", out), "data",
                                    "samples of shape [1, 27, 27]", "[1, 28, 28]")
+        # Outputs that must not be written: the input itself (under any name), a device, a
+        # pipe; a link is written through, and stays a link.
+        before = e2e_common.read(x, "rb")
+        alias = os.path.join(self.dir, "alias.npy")
+        os.symlink(x, alias)
+        for output, fragment in ((x, "is the input"), (alias, "is the input"),
+                                 ("/dev/null", "'/dev/null' is a character device, not a regular file")):
+            with self.subTest(output=output):
+                self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", output), "io",
+                                           fragment)
+        self.assertEqual(e2e_common.read(x, "rb"), before)
+        self.assertTrue(os.path.exists("/dev/null") and not os.path.isfile("/dev/null"))
+        pipe = os.path.join(self.dir, "pipe")
+        os.mkfifo(pipe)
+        self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", pipe), "io",
+                                   "is a named pipe")
+        np.save(x, images[:100])
+        target = os.path.join(self.dir, "target.npy")
+        link = os.path.join(self.dir, "link.npy")
+        os.symlink(target, link)
+        self.assertEqual(run("predict", self.run_dir, "--input", x, "--output", link).returncode, 0)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(np.load(target).shape, (100, 10))
+        # No samples at all: said, not an internal error.
+        np.save(x, images[:0])
+        self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", out), "data",
+                                   "holds no samples")
 
     def test_the_device_is_the_commands_choice(self):
         # Issue 19: evaluate, predict and sample compute where --device says, not where the run

@@ -49,6 +49,26 @@ class NpyTrainTest(NpyTestCase):
         print(f"\nfashion-mnist as npy vs IDX, 16 updates: max weight difference {diff:.3g}")
         self.assertLess(diff, 1e-5)
 
+    def test_a_resume_on_data_changed_in_place_is_refused(self):
+        # Same path, same shape and size, other values: the checkpoint's digest of the training
+        # samples tells them apart (issue 36).
+        rng = np.random.default_rng(1)
+        x, y = rng.random((256, 12)).astype("float32"), rng.integers(0, 4, 256).astype("int64")
+        directory = self.arrays("changing", x_train=x, y_train=y)
+        out = self.path("changing_run")
+        result = run("train", "--dataset", f"npy:{directory}", "--model", "mlp", "--hidden", "16", *QUICK,
+                     "--epochs", "2", "--checkpoint-every", "2u", "--max-updates", "3", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        x[0, 0] += 1
+        self.arrays("changing", x_train=x, y_train=y)
+        self.assert_one_line_error(run("train", "--resume", out, "--max-updates", "8"), "format",
+                                   "was written on other training data", "same samples' count and shape",
+                                   "resume on the data the run trained on")
+        x[0, 0] -= 1
+        self.arrays("changing", x_train=x, y_train=y)
+        result = run("train", "--resume", out, "--max-updates", "8")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
     def test_every_dtype_and_the_optional_splits(self):
         rng = np.random.default_rng(0)
         for x_dtype in ("float32", "float64", "uint8"):

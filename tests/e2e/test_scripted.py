@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import torch
 
@@ -71,6 +72,8 @@ class ScriptedTrainTest(ScriptedTestCase):
         flags = ["--model", f"torchscript:{local}", *images("--micro-batch", "16", "--schedule", "constant")]
         whole = self.path("whole")
         self.assertEqual(run("train", *flags, "--out", whole).returncode, 0)
+        evaluated = run("evaluate", whole, "--json")
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr)
         part = self.path("part")
         result = run("train", *flags, "--max-updates", "4", "--checkpoint-every", "2u", "--out", part)
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -82,6 +85,14 @@ class ScriptedTrainTest(ScriptedTestCase):
         # The same path, another module: another run.
         shutil.copy(os.path.join(MODELS, "cnn_bn.pt"), local)
         self.assert_one_line_error(run("train", "--resume", part), "format", "model_file")
+        # evaluate uses the run's own module (RUN/model.pt), not the file training started from:
+        # replaced by another valid module, then deleted, it changes nothing.
+        for state in ("replaced", "deleted"):
+            if state == "deleted":
+                os.remove(local)
+            again = run("evaluate", whole, "--json")
+            self.assertEqual(again.returncode, 0, again.stderr)
+            self.assertEqual(json.loads(again.stdout)["accuracy"], json.loads(evaluated.stdout)["accuracy"], state)
 
     def test_init_weights_and_a_tied_language_model_on_text(self):
         corpus = self.path("corpus")
@@ -107,6 +118,50 @@ class ScriptedTrainTest(ScriptedTestCase):
         reloaded = read_safetensors(os.path.join(again, "weights.safetensors"))
         for name, tensor in trained.items():
             self.assertTrue(torch.equal(tensor, reloaded[name]), name)
+
+    def test_a_module_that_writes_into_its_batch_changes_that_batch_only(self):
+        # Two epochs with evaluations between them: inputs shifted in place must change the
+        # module's own batch only, never the training, validation or test data that later
+        # epochs and evaluations read: the same as the module written out of place.
+        flags = images("--epochs", "2", "--val-size", "100", "--eval-every", "5u", "--micro-batch", "32")
+        results = []
+        for name in ("shifts_in_place.pt", "shifts.pt"):
+            out = self.path(name)
+            result = run("train", "--model", module(name), *flags, "--out", out)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            evaluations = [{k: v for k, v in r.items() if k.endswith(("_loss", "_accuracy")) or k == "step"}
+                           for r in e2e_common.records(out) if "val_loss" in r]
+            results.append((read_safetensors(os.path.join(out, "weights.safetensors")), evaluations))
+        (a, evaluations_a), (b, evaluations_b) = results
+        self.assertEqual(sorted(a), sorted(b))
+        for key in a:
+            self.assertTrue(torch.equal(a[key], b[key]), key)
+        self.assertGreater(len(evaluations_a), 2)
+        self.assertEqual(evaluations_a, evaluations_b)
+        # Writing into what backward needs (labels, token ids) breaks autograd, as it would in
+        # PyTorch: named as the module's fault, not an internal error; the twin that does not
+        # write trains.
+        corpus = self.path("corpus")
+        with open(corpus, "w") as f:
+            f.write("\n%\n".join(("lorem ipsum %d " % i) * (1 + i % 5) for i in range(60)) + "\n")
+        text = ["--dataset", f"text:{corpus}", "--seq-len", "48", "--global-batch", "16", "--micro-batch", "4",
+                "--val-size", "8", "--epochs", "1", "--threads", "1", "--progress", "off"]
+        for writes, reads, flags in (("clears_targets.pt", "keeps_targets.pt", images("--micro-batch", "32")),
+                                     ("clears_tokens.pt", "keeps_tokens.pt", text)):
+            with self.subTest(writes):
+                result = run("train", "--model", module(writes), *flags, "--out", self.path(writes))
+                self.assert_one_line_error(result, "model", "wrote in place into a tensor its backward needs",
+                                           "modified by an inplace operation", "x = x.clone()")
+                # Failed in its first update: the start's files are gone, the --out is free.
+                self.assertFalse(os.path.exists(self.path(writes)))
+                # The same through the thread count's probe (--threads 0: measured).
+                at = flags.index("--threads")
+                result = run("train", "--model", module(writes), *flags[:at], *flags[at + 2:], "--threads", "0",
+                             "--out", self.path(writes))
+                self.assert_one_line_error(result, "model", "wrote in place into a tensor its backward needs")
+                self.assertFalse(os.path.exists(self.path(writes)))
+                result = run("train", "--model", module(reads), *flags, "--out", self.path(reads))
+                self.assertEqual(result.returncode, 0, result.stderr)
 
     def test_out_of_memory_inside_the_module_backs_off(self):
         # The interpreter rewraps the budget's out-of-memory error; it must still back off.
@@ -210,6 +265,27 @@ class BadModelTest(ScriptedTestCase):
         self.assert_one_line_error(self.train("--model", module("cnn_bn.pt"), "--bn-mode", "window"), "config",
                                    "--bn-mode window", "micro")
         self.assert_one_line_error(self.train("--model", "torchscript:"), "config", "names no file")
+        # Contracts training needs: parameters that take gradients, and results that reach them.
+        self.assert_one_line_error(self.train("--model", module("frozen.pt")), "model",
+                                   "none requires a gradient", "requires_grad")
+        self.assert_one_line_error(self.train("--model", module("detached.pt")), "model",
+                                   "returned outputs with no gradient path", ".detach()")
+        self.assert_one_line_error(self.train("--model", module("detached_loss.pt")), "model",
+                                   "returned a loss with no gradient path", ".detach()")
+        # A file damaged after PyTorch saved it: 64 bytes inverted inside the weights' member.
+        blob = bytearray(e2e_common.read(os.path.join(MODELS, "mlp.pt"), "rb"))
+        with zipfile.ZipFile(os.path.join(MODELS, "mlp.pt")) as archive:
+            info = max(archive.infolist(), key=lambda i: i.compress_size)  # the first layer's weights
+        local_extra = int.from_bytes(blob[info.header_offset + 28:info.header_offset + 30], "little")
+        start = info.header_offset + 30 + len(info.filename.encode()) + local_extra + info.compress_size // 2
+        for i in range(start, start + 64):
+            blob[i] ^= 0xFF
+        damaged = self.path("damaged.pt")
+        with open(damaged, "wb") as f:
+            f.write(bytes(blob))
+        self.assert_one_line_error(self.train("--model", f"torchscript:{damaged}"), "model",
+                                   f"member '{info.filename}' is damaged (its CRC-32 does not match)",
+                                   "save it again")
         self.assert_one_line_error(self.train("--model", module("mean_loss.pt")), "model",
                                    "returned one tensor", "cannot be made the mean over the whole update",
                                    "return (loss_sum, item_count)")

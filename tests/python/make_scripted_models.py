@@ -131,6 +131,75 @@ class ReturnsTuple(nn.Module):
         return y, y
 
 
+class Shifted(nn.Module):
+    """Shifts its inputs before the network: in place (x.mul_(0.5).add_(1)) or not. Both must
+    train alike: a module writing into its batch must never reach the dataset's memory."""
+
+    def __init__(self, net: nn.Module, in_place: bool):
+        super().__init__()
+        self.net = net
+        self.in_place = in_place
+
+    def forward(self, x):
+        if self.in_place:
+            x.mul_(0.5).add_(1)
+            return self.net(x)
+        return self.net(x * 0.5 + 1)
+
+
+class ClearsTargets(nn.Module):
+    """Its own loss, then y.fill_(0) after use (when `clears`): the next epoch's labels must not
+    change."""
+
+    def __init__(self, net: nn.Module, clears: bool):
+        super().__init__()
+        self.net = net
+        self.clears = clears
+
+    def forward(self, x, y):
+        loss = nn.functional.cross_entropy(self.net(x), y, reduction="sum")
+        count = y.numel()
+        if self.clears:
+            y.fill_(0)
+        return loss, count
+
+
+class ClearsTokens(nn.Module):
+    """A language model that zeroes its token batch after reading it (when `clears`)."""
+
+    def __init__(self, lm: nn.Module, clears: bool):
+        super().__init__()
+        self.lm = lm
+        self.clears = clears
+
+    def forward(self, tokens):
+        logits = self.lm(tokens)
+        if self.clears:
+            tokens.zero_()
+        return logits
+
+
+class Detached(nn.Module):
+    """Outputs (or, with targets, a loss) cut from the parameters: nothing could train."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)).detach()
+
+
+class DetachedLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x, y):
+        loss = nn.functional.cross_entropy(self.fc(x.flatten(1)), y, reduction="sum")
+        return loss.detach(), y.numel()
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -150,6 +219,19 @@ def main():
     save(WrongArguments(), "wrong_arguments.pt")
     save(Throws(), "throws.pt")
     save(ReturnsTuple(), "returns_tuple.pt")
+    for in_place in (True, False):
+        torch.manual_seed(1)  # the same weights in both
+        save(Shifted(mlp(), in_place), "shifts_in_place.pt" if in_place else "shifts.pt")
+    for clears in (True, False):
+        torch.manual_seed(2)
+        save(ClearsTargets(mlp(), clears), "clears_targets.pt" if clears else "keeps_targets.pt")
+        torch.manual_seed(3)
+        save(ClearsTokens(TinyLm(), clears), "clears_tokens.pt" if clears else "keeps_tokens.pt")
+    frozen = mlp()
+    frozen.requires_grad_(False)
+    save(frozen, "frozen.pt")
+    save(Detached(), "detached.pt")
+    save(DetachedLoss(), "detached_loss.pt")
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         torch.save(mlp().state_dict(), f)  # a state_dict, not a scripted module
     return 0
