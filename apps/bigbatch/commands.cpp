@@ -147,6 +147,23 @@ int run_reporting_errors(Subcommand& command) {
   }
 }
 
+// A flag that takes one value, given more than once: the last wins, and is said to.
+void warn_about_repeated_flags(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (!command->parsed())
+      continue;
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->get_type_size_max() < 1 || option->get_items_expected_max() != 1 ||
+          option->count() < 2)
+        continue;
+      const CLI::results_t& values = option->results();
+      std::fprintf(stderr, "bigbatch: warning: %s is given %zu times (%s): the last, %s, is used\n",
+                   option->get_name().c_str(), values.size(), join(values, ", ").c_str(),
+                   values.back().c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -154,6 +171,9 @@ int run(int argc, char** argv) {
       "bigbatch: train with any effective batch, exactly (micro-batches x accumulation x ranks)"};
   app.require_subcommand(1);
   app.formatter(std::make_shared<WrappingFormatter>());  // before the subcommands inherit it
+  // A single-value flag given twice takes its last value, as in most command lines (a script's
+  // `$BASE --lr X` overrides), and says so: warn_about_repeated_flags.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", "bigbatch 0.1.0");
 
   // The worker command after `--` is the launcher's, verbatim: it never reaches CLI11, which
@@ -239,6 +259,7 @@ int run(int argc, char** argv) {
   }
   Subcommand* command = parsed();
   BB_INTERNAL_ASSERT(command != nullptr, "a subcommand is required");
+  warn_about_repeated_flags(app);
   return run_reporting_errors(*command);
 }
 

@@ -115,7 +115,7 @@ void register_options(CLI::App& command, unsigned mask, FlagValues& values,
       values.handles[spec.name] = command.add_flag(flag, values.switches[spec.name], spec.help);
     } else {
       // A flag given twice takes its last value, as in most command lines (and as a flag
-      // overriding --config does).
+      // overriding --config does); the command line warns that it was repeated.
       const std::string note = default_note(spec);
       values.handles[spec.name] =
           command

@@ -53,7 +53,10 @@ class LaunchCommand final : public Subcommand {
       throw CLI::ValidationError(
           "--rdzv-endpoint", "must be HOST:PORT (e.g. 127.0.0.1:29500), got '" + endpoint + "'");
     }
-    options_.master_addr = endpoint.substr(0, colon);
+    std::string host = endpoint.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);  // torchrun's bracketed IPv6: [::1]:29500
+    options_.master_addr = host;
     options_.master_port = *port;
   }
 

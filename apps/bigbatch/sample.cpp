@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "commands/sample.h"
+#include "core/text.h"
 #include "subcommand.h"
 
 namespace bigbatch::cli {
@@ -24,9 +25,18 @@ class SampleCommand final : public Subcommand {
                      "softmax temperature: lower is surer, higher more varied (default 0.8)");
     app().add_option("--top-k", options_.top_k,
                      "draw among the K most likely tokens only (default 0: all)");
-    app().add_option("--seed", options_.seed,
-                     "the draw's seed: the same seed, the same text "
-                     "(default 42)");
+    app().add_option_function<std::string>(
+        "--seed",
+        [this](const std::string& text) {
+          // As train's --seed: 0 to 2^63 - 1, never a negative number wrapped round.
+          const auto value = parse_int(text);
+          if (!value || *value < 0) {
+            throw CLI::ValidationError(
+                "--seed", "must be an integer from 0 to 9223372036854775807, got '" + text + "'");
+          }
+          options_.seed = static_cast<uint64_t>(*value);
+        },
+        "the draw's seed: the same seed, the same text (default 42)");
     app().add_option("--device", options_.device,
                      "cpu (default), cuda, cuda:N or auto: where the model computes (the draws, "
                      "on the CPU, give the same text on any device)");

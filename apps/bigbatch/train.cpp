@@ -44,6 +44,9 @@ std::string final_summary(const TrainResult& result) {
     return "held-out loss " + format_fixed(result.val_loss, 4) + " per token" + bits + "," +
            trained + " (" + count_of(result.items_seen, "token") + "); " + time_summary(result);
   }
+  if (!result.tested) {  // no test split, or a resume that had nothing left to evaluate
+    return std::string("no test split evaluated") + trained + "; " + time_summary(result);
+  }
   if (result.is_regression) {
     return "test RMSE " + format_significant(result.test_rmse, 4) + " (loss " +
            format_significant(result.test_loss, 4) + ": squared error per sample)" + trained +

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -594,6 +595,61 @@ std::string node_to_text(const toml::node& node, const OptionSpec& spec) {
               "use a number, string, boolean or a list of them");
 }
 
+// A TOML value in words, for a refusal: "the string '2'", "the float 1000.0".
+std::string describe_node(const toml::node& node) {
+  if (auto v = node.as_string())
+    return "the string '" + v->get() + "'";
+  if (auto v = node.as_floating_point())
+    return "the float " + format_double(v->get());
+  if (auto v = node.as_integer())
+    return "the integer " + std::to_string(v->get());
+  if (auto v = node.as_boolean())
+    return std::string("the boolean ") + (v->get() ? "true" : "false");
+  if (node.is_array())
+    return "a list";
+  return "a table";
+}
+
+// TOML values have types, and the option's value has one: a value of another type would be
+// coerced through its text (`epochs = '2'`, `no-shuffle = 1`, `hidden = [1e3]`), hiding a
+// mistake. Strings take any scalar (intervals, sizes and names are read from their text).
+void check_toml_type(const toml::node& node, const OptionSpec& spec, const ConfigValue& value) {
+  const auto refuse = [&](const toml::node& seen, const std::string& wanted,
+                          const std::string& example) {
+    throw Error(ErrorKind::Config,
+                "key '" + spec.name + "' is " + describe_node(seen) + ", but it takes " + wanted,
+                "write it as " + example);
+  };
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean())
+            refuse(node, "true or false", spec.name + " = true");
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          if (!node.is_integer())
+            refuse(node, "an integer", spec.name + " = " + std::to_string(v));
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!node.is_number())
+            refuse(node, "a number", spec.name + " = " + format_double(v));
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          std::vector<std::string> shown;
+          for (const int64_t x : v)
+            shown.push_back(std::to_string(x));
+          const std::string example = spec.name + " = [" + join(shown, ", ") + "]";
+          if (const auto* array = node.as_array()) {
+            for (const auto& element : *array) {
+              if (!element.is_integer())
+                refuse(element, "integers", example);
+            }
+          } else if (!node.is_integer()) {
+            refuse(node, "integers", example);
+          }
+        }
+      },
+      value);
+}
+
 }  // namespace
 
 const std::vector<OptionSpec>& option_table() {
@@ -657,6 +713,8 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
     }
     try {
       apply_option(config, *spec, node_to_text(node, *spec));
+      if (const std::optional<ConfigValue> value = spec->get(config))
+        check_toml_type(node, *spec, *value);
     } catch (const Error& e) {
       throw Error(ErrorKind::Config, "config file '" + path + "': " + e.problem(), e.hint());
     }

@@ -161,6 +161,21 @@ void TrainConfig::validate() const {
                "--eot-id cuts the stream into documents, which --sequences packed joins again",
                "drop --eot-id to pack, or use --sequences documents");
   check_config(!text_field.empty(), "--text-field is empty", "e.g. --text-field text");
+  // Flags of another kind of data would be ignored without a word, as if they had worked.
+  check_config(
+      text_field == "text" || is_jsonl_dataset(),
+      "--text-field names the field of jsonl:FILE's records, but dataset '" + dataset +
+          "' is not jsonl:FILE",
+      "drop --text-field" + std::string(is_text_dataset() ? " (text files' documents are cut by "
+                                                            "--doc-separator)"
+                                                          : ""));
+  check_config(doc_separator == "%" || (is_text_dataset() && !is_jsonl_dataset()),
+               "--doc-separator cuts text:PATH files into documents, but dataset '" + dataset +
+                   "' is not text:PATH",
+               "drop --doc-separator" + std::string(is_jsonl_dataset()
+                                                        ? " (a JSONL file's documents are its "
+                                                          "records)"
+                                                        : ""));
   check_config(task != TaskKind::Lm || is_sequence_dataset(),
                "--task lm needs token sequences, but dataset '" + dataset + "' holds images",
                "use --dataset text:PATH or tokens:PATH, or --task classify");
@@ -214,6 +229,16 @@ void TrainConfig::validate() const {
       "give --global-batch and --micro-batch-tokens");
   check_config(seq_len >= 2, "--seq-len must be at least 2, got " + std::to_string(seq_len),
                "e.g. --seq-len 256");
+  // The position table and every batch buffer have a row per position, sized before any data
+  // is read: a mistyped length would allocate for minutes, then fail.
+  constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+  check_config(seq_len <= kMaxSeqLen,
+               "--seq-len " + std::to_string(seq_len) + " is more than the " +
+                   std::to_string(kMaxSeqLen) +
+                   " positions bigbatch allots (the position table and each batch buffer hold a "
+                   "row per position)",
+               "give the longest row you need, e.g. --seq-len 1024: longer documents are cut, "
+               "and packed blocks are --seq-len tokens");
   check_config(!doc_separator.empty(), "--doc-separator is empty",
                "give the separator line, e.g. --doc-separator %, or blank or line");
   check_config(layers >= 1, "--layers must be at least 1", "e.g. --layers 4");

@@ -1,7 +1,11 @@
 #include "report/metrics_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -10,15 +14,15 @@ namespace bigbatch {
 
 MetricsWriter::MetricsWriter(const std::string& path)
     : path_(path),
-      file_(std::fopen(path.c_str(), "a")),
+      fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)),
       last_flush_(std::chrono::steady_clock::now()) {
-  if (!file_) {
+  if (fd_ < 0) {
     throw Error(ErrorKind::Io, "cannot open metrics file '" + path + "': " + std::strerror(errno),
                 "check that the run directory is writable");
   }
   // Appending continues a resumed run's file: its length so far counts.
-  if (std::fseek(file_, 0, SEEK_END) == 0)
-    flushed_bytes_ = std::max<int64_t>(0, std::ftell(file_));
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  flushed_bytes_ = std::max<int64_t>(0, static_cast<int64_t>(end));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -27,7 +31,7 @@ MetricsWriter::~MetricsWriter() {
   } catch (const Error& error) {
     std::fprintf(stderr, "bigbatch: error[%s]: %s\n", to_string(error.kind()), error.what());
   }
-  std::fclose(file_);
+  ::close(fd_);
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
@@ -41,17 +45,33 @@ void MetricsWriter::flush() {
   last_flush_ = std::chrono::steady_clock::now();
   if (pending_.empty())
     return;
-  // One call for the whole batch: the stream passes a block this size straight to the file.
-  const bool written = std::fwrite(pending_.data(), 1, pending_.size(), file_) == pending_.size() &&
-                       std::fflush(file_) == 0;
-  if (written)
-    flushed_bytes_ += static_cast<int64_t>(pending_.size());
-  pending_.clear();
-  if (!written) {
-    throw Error(ErrorKind::Io,
-                "cannot append to metrics file '" + path_ + "': " + std::strerror(errno),
-                "check the free disk space");
+  // One call for the whole batch (more only when the kernel takes part of it).
+  size_t written = 0;
+  int error = 0;
+  while (written < pending_.size()) {
+    const ssize_t n = ::write(fd_, pending_.data() + written, pending_.size() - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    written += static_cast<size_t>(n);
   }
+  if (error == 0) {
+    flushed_bytes_ += static_cast<int64_t>(pending_.size());
+    pending_.clear();
+    return;
+  }
+  pending_.clear();
+  // A disk that filled mid-batch left part of a line: cut the file back to its last whole line,
+  // so that it stays a file of records whatever happens next.
+  if (::ftruncate(fd_, static_cast<off_t>(flushed_bytes_)) != 0) {
+    // Nothing more can be done; the resume's cut to its checkpoint's length still applies.
+  }
+  throw Error(ErrorKind::Io,
+              "cannot append to metrics file '" + path_ + "': " + std::strerror(error),
+              "check the free disk space");
 }
 
 }  // namespace bigbatch

@@ -149,6 +149,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.val_has_bits_per_byte = loop.last_validation().has_bits_per_byte;
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
+  result.tested = loop.last_test().items > 0;
   result.has_accuracy = run.task().scores_predictions();
   result.is_regression = run.task().is_regression();
   result.test_rmse = loop.last_test().rmse;

@@ -22,6 +22,7 @@ struct TrainResult {
   bool language_model = false;
   double test_loss = 0;
   double test_accuracy = 0;
+  bool tested = false;  // a test split was evaluated (there is one, and the run reached its end)
   bool has_accuracy = true;  // false for a module with its own loss, and for a regression
   bool is_regression = false;
   bool already_finished = false;  // a resumed run that had nothing left: nothing was changed

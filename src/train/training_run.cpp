@@ -835,9 +835,10 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   if (r.job.is_main() && !r.resuming) {
     r.made_run_dir = !path_exists(r.run_dir);
     r.directory_lock = prepare_run_directory(r.run_dir);
-    r.write_description();
   }
   try {
+    if (r.directory_lock && !r.resuming)
+      r.write_description();  // a full disk fails here: the directory is removed again
     finish_set_up(r, console);
   } catch (...) {
     r.discard_unstarted();

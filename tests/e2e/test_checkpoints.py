@@ -476,6 +476,24 @@ class CheckpointTest(CliTestCase):
             self.assert_checkpoints_complete(run_dir)
             leftovers = [d for d in os.listdir(os.path.join(run_dir, "checkpoints")) if d.startswith(".tmp")]
             self.assertEqual(leftovers, [])
+            # metrics.jsonl ends with a whole record: a write cut short by the full disk is cut back.
+            text = read(os.path.join(run_dir, "metrics.jsonl"))
+            self.assertTrue(text.endswith("\n"), text[-200:])
+            for line in text.splitlines():
+                json.loads(line)
+            # A new run on a disk with no room left fails at its start and leaves nothing.
+            filler = os.open(os.path.join(mount_point, "filler"), os.O_WRONLY | os.O_CREAT)
+            try:
+                while True:
+                    os.write(filler, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(filler)
+            fresh = os.path.join(mount_point, "fresh")
+            self.assert_one_line_error(run("train", *small, "--out", fresh), "io", "No space left on device")
+            self.assertFalse(os.path.exists(fresh))
+            os.remove(os.path.join(mount_point, "filler"))
             # The surviving checkpoint resumes (on a disk with room).
             rescued = self.path("rescued")
             shutil.copytree(run_dir, rescued)

@@ -152,6 +152,17 @@ class TrainTest(CliTestCase):
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--rdzv-endpoint: must be HOST:PORT", bad.stderr)
         self.assertNotIn("did you mean", bad.stderr)  # a known flag with a bad value
+        # torchrun's bracketed IPv6 form: the brackets are not part of the address.
+        result = run("launch", "--nproc", "1", "--rdzv-endpoint", "[::1]:29558", "--", "/bin/sh", "-c",
+                     "echo $MASTER_ADDR:$MASTER_PORT", check=True)
+        self.assertIn("::1:29558", result.stdout)
+        self.assertNotIn("[", result.stdout.replace("[rank 0]", ""))
+
+    def test_a_flag_given_twice_takes_the_last_and_says_so(self):
+        result = run("plan", "--model", "mlp", "--dataset-size", "6000", "--global-batch", "64", "--lr", "0.1",
+                     "--lr", "0.2", "--json", check=True)
+        self.assertIn("bigbatch: warning: --lr is given 2 times (0.1, 0.2): the last, 0.2, is used", result.stderr)
+        self.assertAlmostEqual(json.loads(result.stdout)["base_lr"], 0.2)
 
     def test_thread_counts_beyond_the_cpus_are_capped_and_said(self):
         # Issue 21: OMP_NUM_THREADS=100000 printed nothing for 420 s; 1000 made a 0.1 s job 53 s.

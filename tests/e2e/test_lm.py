@@ -77,6 +77,14 @@ class TrainLmTest(LmTestCase):
         self.assert_one_line_error(run("sample", self.path("nowhere")), "io", "not a finished run directory")
         self.assert_one_line_error(run("sample", out, "--temperature", "0"), "config",
                                    "--temperature must be positive")
+        for seed in ("-1", "18446744073709551616", "x"):
+            with self.subTest(seed=seed):
+                self.assert_one_line_error(run("sample", out, "--seed", seed), "usage",
+                                           "--seed: must be an integer from 0 to 9223372036854775807")
+        # Given twice: the last one draws, and the repeat is said.
+        twice = run("sample", out, "--prompt", "x", "--prompt", "the quick", "--tokens", "40", "--seed", "7")
+        self.assertEqual(twice.stdout, first.stdout)
+        self.assertIn("warning: --prompt is given 2 times", twice.stderr)
 
     def test_packed_blocks_and_resume_bit_identical(self):
         flags = ["--dataset", f"text:{self.corpus}", *TINY_GPT, "--sequences", "packed",

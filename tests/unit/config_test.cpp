@@ -49,6 +49,60 @@ TEST_F(ConfigFileTest, KeysMirrorTheFlags) {
   EXPECT_FALSE(config.nesterov);
 }
 
+TEST_F(ConfigFileTest, ValuesOfAnotherTypeAreRefusedNotCoerced) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"epochs = '2'\n", "key 'epochs' is the string '2', but it takes an integer"},
+      {"epochs = 2.0\n", "key 'epochs' is the float 2, but it takes an integer"},
+      {"no-shuffle = 1\n", "key 'no-shuffle' is the integer 1, but it takes true or false"},
+      {"hidden = [1e3]\n", "key 'hidden' is the float 1000, but it takes integers"},
+      {"lr = '0.1'\n", "key 'lr' is the string '0.1', but it takes a number"},
+  };
+  for (const auto& [text, fragment] : cases) {
+    write(text);
+    const std::string message = error_of();
+    EXPECT_NE(message.find(fragment), std::string::npos) << text << ": " << message;
+    EXPECT_NE(message.find("write it as"), std::string::npos) << message;
+  }
+  // What each type takes: an integer for a rate, "auto" for a batch, one integer for a list.
+  write("lr = 1\nglobal-batch = 'auto'\neval-every = '500u'\nhidden = 64\nno-shuffle = true\n");
+  TrainConfig config;
+  load_toml_config(config, path_);
+  EXPECT_DOUBLE_EQ(config.lr, 1.0);
+  EXPECT_TRUE(config.global_batch_auto);
+  EXPECT_EQ(config.hidden, (std::vector<int64_t>{64}));
+  EXPECT_FALSE(config.shuffle);
+}
+
+TEST(ConfigValidate, FlagsOfAnotherKindOfDataAreRefusedNotIgnored) {
+  const auto problem = [](const TrainConfig& config) -> std::string {
+    try {
+      config.validate();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainConfig text;
+  text.model = "gpt";
+  text.dataset = "text:corpus.txt";
+  text.text_field = "body";
+  EXPECT_NE(problem(text).find("--text-field names the field of jsonl:FILE's records"),
+            std::string::npos);
+  TrainConfig jsonl;
+  jsonl.model = "gpt";
+  jsonl.dataset = "jsonl:docs.jsonl";
+  jsonl.doc_separator = "blank";
+  EXPECT_NE(problem(jsonl).find("--doc-separator cuts text:PATH files into documents"),
+            std::string::npos);
+  EXPECT_NE(problem(jsonl).find("its records"), std::string::npos);
+  jsonl.doc_separator = "%";
+  jsonl.text_field = "body";
+  EXPECT_EQ(problem(jsonl), "");
+  TrainConfig images;
+  images.doc_separator = "blank";
+  EXPECT_NE(problem(images).find("is not text:PATH"), std::string::npos);
+}
+
 TEST_F(ConfigFileTest, UnknownKeySuggestsTheClosest) {
   write("lerning-rate = 0.1\n");
   EXPECT_NE(error_of().find("unknown key 'lerning-rate'"), std::string::npos);
