@@ -16,10 +16,12 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -130,6 +132,60 @@ std::optional<std::string> local_address_towards(const std::string& host, int64_
   return address;
 }
 
+// Whether a new TCP connection to host:port opens within `timeout`.
+bool accepts_connections(const std::string& host, int64_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return false;
+  bool open = false;
+  for (const addrinfo* a = found; a != nullptr && !open; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      open = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd waiting{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof error;
+      open = ::poll(&waiting, 1, static_cast<int>(timeout.count())) == 1 &&
+             ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return open;
+}
+
+// The first address of interface `name` (IPv4 first), for naming where a rank is.
+std::string interface_address(const std::string& name) {
+  std::string found;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0)
+    return name;
+  for (const ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || name != entry->ifa_name)
+      continue;
+    const int family = entry->ifa_addr->sa_family;
+    if (family != AF_INET && (family != AF_INET6 || !found.empty()))
+      continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = family == AF_INET
+                          ? static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in*>(entry->ifa_addr)->sin_addr)
+                          : static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr)->sin6_addr);
+    if (::inet_ntop(family, raw, text, sizeof text) != nullptr)
+      found = text;
+    if (family == AF_INET)
+      break;
+  }
+  ::freeifaddrs(list);
+  return found.empty() ? name : found + " (" + name + ")";
+}
+
 // Where this rank's Gloo connections live: the interface GLOO_SOCKET_IFNAME names; loopback for a
 // job on one machine; else the address on the route to MASTER_ADDR. Gloo's own default (the
 // address the host name resolves to) is often loopback (/etc/hosts), which peers on other hosts
@@ -137,7 +193,7 @@ std::optional<std::string> local_address_towards(const std::string& host, int64_
 std::shared_ptr<::gloo::transport::Device> make_gloo_device(const DistEnvironment& env,
                                                             std::string& address) {
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME")) {
-    address = std::string("interface ") + interface;
+    address = interface_address(interface);
     return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
   }
   if (is_loopback(env.master_addr)) {
@@ -206,6 +262,13 @@ class CollectiveReducer final : public GradientReducer {
   // neighbour on its ring, which may be alive and waiting on the same lost rank.
   std::string lost_peers() const {
     const auto wait = std::chrono::milliseconds(kLostPeerWaitMs);
+    const std::string unreachable = "rank 0 and the rendezvous at " + env_.master_addr + ":" +
+                                    std::to_string(env_.master_port) +
+                                    " (MASTER_ADDR) cannot be reached from here";
+    // The store's own client waits on a dead link far past its timeout (libtorch 2.x): a new
+    // connection tells first whether the rendezvous can be reached at all.
+    if (!accepts_connections(env_.master_addr, env_.master_port, wait))
+      return unreachable;
     try {
       store_->setTimeout(wait);
       store_->set(failed_key(env_.rank), std::vector<uint8_t>{1});
@@ -217,18 +280,25 @@ class CollectiveReducer final : public GradientReducer {
         return "every rank saw it fail (no rank is missing)";
       } catch (const std::exception&) {
       }
-      std::vector<std::string> lost;
+      // The ranks that did not answer, grouped by where they joined from.
+      std::vector<std::pair<std::string, std::vector<std::string>>> lost;
       for (int64_t rank = 0; rank < env_.world_size; ++rank) {
         if (store_->check({failed_key(rank)}))
           continue;
-        const std::vector<uint8_t> at = store_->get(address_key(rank));
-        lost.push_back(std::to_string(rank) + " (at " + std::string(at.begin(), at.end()) + ")");
+        const std::vector<uint8_t> bytes = store_->get(address_key(rank));
+        const std::string at(bytes.begin(), bytes.end());
+        auto place = std::find_if(lost.begin(), lost.end(),
+                                  [&](const auto& group) { return group.first == at; });
+        if (place == lost.end())
+          place = lost.insert(lost.end(), {at, {}});
+        place->second.push_back(std::to_string(rank));
       }
-      return "rank(s) " + join(lost, ", ") + " stopped answering";
+      std::vector<std::string> groups;
+      for (const auto& [at, ranks] : lost)
+        groups.push_back(join(ranks, ", ") + " at " + at);
+      return "rank(s) " + join(groups, " and ") + " stopped answering";
     } catch (const std::exception&) {
-      // The rendezvous lives in rank 0: it cannot be reached at all.
-      return "rank 0 and the rendezvous at " + env_.master_addr + ":" +
-             std::to_string(env_.master_port) + " (MASTER_ADDR) cannot be reached from here";
+      return unreachable;  // the rendezvous lives in rank 0
     }
   }
 
