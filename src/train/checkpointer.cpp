@@ -25,6 +25,10 @@ Checkpointer::Checkpointer(TrainingRun& run)
 bool Checkpointer::due() const {
   if (run_.at.bad_in_a_row > 0)
     return false;
+  // A micro-step cadence whose checkpoint falls on a window's end is written there, at the
+  // update boundary, so that the cadence keeps its period.
+  if (cadence_.micro_steps > 0 && micro_steps_since_ >= cadence_.micro_steps)
+    return true;
   if (cadence_updates_ > 0 && run_.at.step - last_step_ >= cadence_updates_)
     return true;
   return cadence_.seconds > 0 && seconds_since(last_time_) >= cadence_.seconds;

@@ -436,6 +436,11 @@ class CheckpointTest(CliTestCase):
         # Checkpointing itself changes nothing.
         self.assertEqual(read(os.path.join(plain, "weights.safetensors"), "rb"),
                          read(os.path.join(checkpointed, "weights.safetensors"), "rb"))
+        # The cadence keeps its period: every 5 micro-steps of the 8 per update, one that falls on
+        # a window's end written at that update boundary (it used to wait a micro-step and
+        # restart the period from there).
+        expected = [f"step_{m // 8:06d}" + (f"_{m % 8:04d}" if m % 8 else "") for m in range(5, 80, 5)]
+        self.assertEqual([c for c in checkpoints(checkpointed) if int(c.split("_")[1]) < 10], expected)
         inside = [c for c in checkpoints(checkpointed) if c.count("_") == 2]
         self.assertGreater(len(inside), 20)
         for i, name in enumerate(random.Random(3).sample(inside, 3)):
