@@ -11,14 +11,22 @@ namespace bigbatch {
 
 void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
                           size_t line) {
-  // bigbatch writes numbers, booleans and nulls, and names (strings) under these keys only.
+  // Names (strings) under these keys, and numbers (or null) under the keys the report, the
+  // resume and the sweep read. Any other key is ignored whatever it holds: a newer version's
+  // field must not make an older bigbatch refuse the file.
   static const char* const kTextKeys[] = {"event",     "metric", "error",
                                           "condition", "device", "reason"};
+  static const char* const kNumberKeys[] = {"step",     "samples_seen", "epoch",
+                                            "loss",     "lr",           "train_loss",
+                                            "val_loss", "test_loss",    "train_seconds"};
+  const auto listed = [](const auto& keys, const std::string& key) {
+    return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
+  };
   for (const auto& [key, value] : record.items()) {
-    const bool text_key =
-        std::find(std::begin(kTextKeys), std::end(kTextKeys), key) != std::end(kTextKeys);
-    if (value.is_number() || value.is_boolean() || value.is_null() ||
-        (text_key && value.is_string()))
+    const bool text_key = listed(kTextKeys, key);
+    const bool number_key = listed(kNumberKeys, key);
+    if ((text_key && value.is_string()) || (number_key && (value.is_number() || value.is_null())) ||
+        (!text_key && !number_key))
       continue;
     throw Error(ErrorKind::Format,
                 "metrics file '" + metrics_path + "' line " + std::to_string(line) + ": \"" + key +
@@ -31,14 +39,28 @@ void check_metrics_record(const nlohmann::json& record, const std::string& metri
 
 RunRecords read_run_records(const std::string& metrics_path) {
   RunRecords records;
-  size_t number = 0;
-  for (const auto& line : split(read_text_file(metrics_path, kMaxMetricsFileBytes), '\n')) {
-    ++number;
+  const std::vector<std::string> lines =
+      split(read_text_file(metrics_path, kMaxMetricsFileBytes), '\n');
+  size_t last = lines.size();  // the last line that holds anything
+  while (last > 0 && trim(lines[last - 1]).empty())
+    --last;
+  for (size_t number = 1; number <= last; ++number) {
+    const std::string& line = lines[number - 1];
     if (trim(line).empty())
       continue;
     auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object())
-      continue;  // a line cut short by a crash
+    if (record.is_discarded() && number == last)
+      continue;  // the last line, cut short by a crash
+    if (record.is_discarded() || !record.is_object()) {
+      throw Error(ErrorKind::Format,
+                  "metrics file '" + metrics_path + "' line " + std::to_string(number) + " is " +
+                      (record.is_discarded() ? std::string("not JSON (NaN and Infinity are not "
+                                                           "JSON numbers)")
+                                             : std::string("a JSON ") + record.type_name()) +
+                      ", not a record",
+                  "the file was changed by hand or by another program: restore it, or delete "
+                  "that line");
+    }
     check_metrics_record(record, metrics_path, number);
     if (record.contains("event")) {
       if (record["event"] == "evaluation")

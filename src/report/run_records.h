@@ -1,6 +1,8 @@
 #pragma once
 // A run's metrics.jsonl read back, sorted by kind of line: what the run report and the sweep
-// summary are built from. Lines cut short by a crash are skipped.
+// summary are built from. The last line, when a crash cut it short, is skipped; any other line
+// that is not a JSON object is refused. Fields bigbatch does not know are ignored (a newer
+// version's records).
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -20,8 +22,9 @@ struct RunRecords {
   std::vector<nlohmann::json> held_out() const;
 };
 
-// Throws bigbatch::Error (Format) naming the file, the line and the field when a line that
-// parses holds a value of a type bigbatch never writes (a string step, an object as a loss).
+// Throws bigbatch::Error (Format) naming the file and the line when a line other than the last
+// is not a JSON object (an array, NaN), and the field when one bigbatch reads holds a value of
+// another type (a string step, an object as a loss).
 RunRecords read_run_records(const std::string& metrics_path);
 
 // The check read_run_records makes of each line (`line` counts from 1).

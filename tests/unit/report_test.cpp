@@ -410,5 +410,29 @@ TEST_F(RunReportTest, NoMetricsIsAClearError) {
   }
 }
 
+TEST_F(RunReportTest, WhatCannotBeARecordIsRefusedAndUnknownFieldsAreIgnored) {
+  const std::string path = (dir_ / "metrics.jsonl").string();
+  const auto problem = [&](const std::string& text) -> std::string {
+    atomic_write_file(path, text);
+    try {
+      read_run_records(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string good = "{\"step\":1,\"loss\":2.0}\n";
+  // A newer version's field, even a string or a list: ignored.
+  EXPECT_EQ(problem(good + "{\"step\":2,\"loss\":1.5,\"optimizer_note\":\"x\",\"new\":[1]}\n"), "");
+  // The last line cut short by a crash: skipped.
+  EXPECT_EQ(problem(good + "{\"step\":2,\"lo"), "");
+  EXPECT_NE(problem("[1, 2]\n" + good).find("line 1 is a JSON array, not a record"),
+            std::string::npos);
+  EXPECT_NE(problem("{\"step\":1,\"loss\":NaN}\n" + good).find("line 1 is not JSON"),
+            std::string::npos);
+  EXPECT_NE(problem(good + "{\"step\":\"two\",\"loss\":1.0}\n").find("\"step\" is a string"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bigbatch
