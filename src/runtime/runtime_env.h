@@ -44,7 +44,11 @@ bool reset_peak_rss();
 int64_t available_memory_bytes();
 
 // Keeps large activation buffers out of mmap/munmap churn (PERF_NOTES: 3.3k -> 5.3k
-// samples/s for a CNN at micro 64). Process-wide, idempotent.
+// samples/s for a CNN at micro 64). Process-wide, idempotent. A threshold the user set
+// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES) is left as given.
 void tune_malloc();
+// Whether the environment sets a malloc parameter: `variable` (MALLOC_MMAP_THRESHOLD_) or the
+// GLIBC_TUNABLES entry `tunable` (glibc.malloc.mmap_threshold).
+bool malloc_parameter_given(const char* variable, const char* tunable);
 
 }  // namespace bigbatch

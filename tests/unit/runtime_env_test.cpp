@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -16,6 +17,19 @@ std::unique_ptr<char[]> resident_block(int64_t bytes) {
   auto block = std::make_unique<char[]>(static_cast<size_t>(bytes));
   std::memset(block.get(), 1, static_cast<size_t>(bytes));
   return block;
+}
+
+TEST(MallocTuningTest, AThresholdTheUserSetIsLeftAsGiven) {
+  ::unsetenv("MALLOC_MMAP_THRESHOLD_");
+  ::unsetenv("GLIBC_TUNABLES");
+  EXPECT_FALSE(malloc_parameter_given("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"));
+  ::setenv("MALLOC_MMAP_THRESHOLD_", "1048576", 1);
+  EXPECT_TRUE(malloc_parameter_given("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"));
+  ::unsetenv("MALLOC_MMAP_THRESHOLD_");
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=4194304", 1);
+  EXPECT_TRUE(malloc_parameter_given("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"));
+  EXPECT_FALSE(malloc_parameter_given("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"));
+  ::unsetenv("GLIBC_TUNABLES");
 }
 
 TEST(PeakRssTest, ResetForgetsAFreedPeakAndSeesTheNextOne) {
