@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "flags.h"
 #include "report/plan_report.h"
 #include "subcommand.h"
@@ -28,8 +29,20 @@ class PlanCommand final : public Subcommand {
     add_config_option(app(), config_path_,
                       "TOML file of train's keys (a run's config.toml too): plan what "
                       "'train --config FILE' would run");
-    app().add_option("--dataset-size", dataset_size_,
-                     "samples per epoch, instead of loading the dataset to count them");
+    app().add_option_function<std::string>(
+        "--dataset-size",
+        [this](const std::string& text) {
+          // A whole count: 1e20 or 6e4 would otherwise be a conversion error in CLI11's words.
+          const auto value = parse_int(text);
+          if (!value || *value < 0) {
+            throw CLI::ValidationError("--dataset-size",
+                                       "must be a whole number of samples from 0 to "
+                                       "9223372036854775807 (e.g. 60000), got '" +
+                                           text + "'");
+          }
+          dataset_size_ = *value;
+        },
+        "samples per epoch, instead of loading the dataset to count them");
     app().add_option("--world-size", world_size_, "data-parallel ranks (default 1)");
     app().add_option("--tokens-per-sample", tokens_per_sample_,
                      "with --dataset-size, for a language model: mean target tokens per sample "

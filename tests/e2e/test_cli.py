@@ -92,6 +92,10 @@ class PlanTest(CliTestCase):
                           "larger than the dataset")
         self.assert_error(run("plan", "--warmup", "12"), "has no unit")
         self.assert_error(run("plan", "--micro-batch", "many"))
+        for size in ("1e20", "-5", "6e4"):
+            with self.subTest(size=size):
+                self.assert_one_line_error(run("plan", "--dataset-size", size), "usage",
+                                           "--dataset-size: must be a whole number of samples", f"got '{size}'")
 
 
 class TrainTest(CliTestCase):
