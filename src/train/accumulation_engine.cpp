@@ -46,7 +46,7 @@ void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
   if (options_.per_micro_batch_mean_for_tests) {
-    backward(loss * (1.0 / double(items)), {});
+    backward_through(*model_, loss * (1.0 / double(items)));
   } else if (expected_items_ > 0) {
     // The window's size is known: seeding backward with 1 / count instead of 1 makes it
     // produce the mean gradient directly, which saves a pass over every gradient at the end.
@@ -56,18 +56,14 @@ void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
       backward_seed_ = torch::full({}, 1.0 / double(expected_items_), loss.options());
       seed_items_ = expected_items_;
     }
-    backward(loss, backward_seed_);
+    backward_through(*model_, loss, backward_seed_);
   } else {
-    backward(loss, {});
+    backward_through(*model_, loss);
   }
   if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0)
     read_first_gradient(items);
   // The assembler refills this batch's host buffer for the micro-step after next.
   feed_.release_host();
-}
-
-void AccumulationEngine::backward(const torch::Tensor& loss, const torch::Tensor& seed) {
-  backward_through(*model_, loss, seed);
 }
 
 void AccumulationEngine::read_first_gradient(int64_t items) {

@@ -133,8 +133,6 @@ class AccumulationEngine {
  private:
   WindowTotals local_totals() const;
   void read_first_gradient(int64_t items);
-  // backward_through the model (models/scripted_model.h).
-  void backward(const torch::Tensor& loss, const torch::Tensor& seed);
 
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;

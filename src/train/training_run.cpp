@@ -423,12 +423,12 @@ RankDescription training_data_digests(const TensorDataset& train) {
 }
 
 RankDescription describe_data_and_model(const TrainConfig& requested, const DatasetSplits& data,
+                                        const RankDescription& data_digests,
                                         torch::nn::Module& model) {
   RankDescription out;
   if (is_torchscript_model(requested.model))
     out.emplace_back("model file", file_digest(torchscript_path(requested.model)));
-  for (auto& entry : training_data_digests(data.train))
-    out.push_back(std::move(entry));
+  out.insert(out.end(), data_digests.begin(), data_digests.end());
   out.emplace_back("validation samples", std::to_string(data.validation.size()));
   out.emplace_back("test samples", std::to_string(data.test.size()));
   for (const auto& named : model.named_parameters())
@@ -648,7 +648,7 @@ void tune_threads(TrainingRun& r, Console& console) {
 }
 
 // The part of set_up_training after the run directory exists: what fails here removes it.
-void finish_set_up(TrainingRun& r, Console& console) {
+void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console& console) {
   TrainConfig& config = r.config;
   {
     // Every rank starts from rank 0's weights, whatever its seed or file did.
@@ -687,7 +687,7 @@ void finish_set_up(TrainingRun& r, Console& console) {
   }
   // The samples themselves: data changed in place keeps its path and size.
   std::string data_digest_text;
-  for (const auto& [name, value] : training_data_digests(r.data.train)) {
+  for (const auto& [name, value] : data_digests) {
     if (name != "training samples")  // a count and a shape, which the other keys hold
       data_digest_text += (data_digest_text.empty() ? "" : " ") + value;
   }
@@ -825,10 +825,13 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     load_weights(config.init_weights, *r.model);
   // Weights, buffers and, from here on, gradients and optimizer state on the run's device.
   r.model->to(r.device);
+  // What the training samples hold, read once: the ranks compare it, checkpoints record it.
+  const RankDescription data_digests = training_data_digests(r.data.train);
   // Before the first collective whose tensors depend on them: ranks started differently stop
   // here, together, each naming what differs.
-  check_ranks_agree(*r.reducer,
-                    [&] { return describe_data_and_model(requested, r.data, *r.model); });
+  check_ranks_agree(*r.reducer, [&] {
+    return describe_data_and_model(requested, r.data, data_digests, *r.model);
+  });
   // Only now, with the data, the plan and the weights accepted, does a new run directory
   // appear: bad input leaves nothing behind. A resumed run continues in its own directory, and
   // rewrites its description only once the checkpoint has been accepted.
@@ -839,7 +842,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   try {
     if (r.directory_lock && !r.resuming)
       r.write_description();  // a full disk fails here: the directory is removed again
-    finish_set_up(r, console);
+    finish_set_up(r, data_digests, console);
   } catch (...) {
     r.discard_unstarted();
     throw;
