@@ -277,14 +277,15 @@ class CollectiveReducer final : public GradientReducer {
         keys.push_back(failed_key(rank));
       try {
         store_->wait(keys, wait);
-        return "every rank saw it fail (no rank is missing)";
       } catch (const std::exception&) {
       }
       // The ranks that did not answer, grouped by where they joined from.
+      std::vector<int64_t> silent;
       std::vector<std::pair<std::string, std::vector<std::string>>> lost;
       for (int64_t rank = 0; rank < env_.world_size; ++rank) {
         if (store_->check({failed_key(rank)}))
           continue;
+        silent.push_back(rank);
         const std::vector<uint8_t> bytes = store_->get(address_key(rank));
         const std::string at(bytes.begin(), bytes.end());
         auto place = std::find_if(lost.begin(), lost.end(),
@@ -296,9 +297,34 @@ class CollectiveReducer final : public GradientReducer {
       std::vector<std::string> groups;
       for (const auto& [at, ranks] : lost)
         groups.push_back(join(ranks, ", ") + " at " + at);
-      return "rank(s) " + join(groups, " and ") + " stopped answering";
+      const std::string verdict = groups.empty()
+                                      ? "every rank saw it fail (no rank is missing)"
+                                      : "rank(s) " + join(groups, " and ") + " stopped answering";
+      let_answering_ranks_read(silent, wait);
+      return verdict;
     } catch (const std::exception&) {
       return unreachable;  // the rendezvous lives in rank 0
+    }
+  }
+
+  // The rendezvous lives in rank 0's process, so rank 0 leaves only once each rank that answered
+  // has read who did not (or the wait ends): a rank still reading would find the rendezvous gone
+  // and blame it, although it lost the same peers as rank 0 (their waits end milliseconds apart).
+  void let_answering_ranks_read(const std::vector<int64_t>& silent,
+                                std::chrono::milliseconds wait) const {
+    if (env_.rank != 0) {
+      store_->set(read_key(env_.rank), std::vector<uint8_t>{1});
+      return;
+    }
+    std::vector<std::string> keys;
+    for (int64_t rank = 1; rank < env_.world_size; ++rank) {
+      if (std::find(silent.begin(), silent.end(), rank) == silent.end())
+        keys.push_back(read_key(rank));
+    }
+    try {
+      if (!keys.empty())
+        store_->wait(keys, wait);
+    } catch (const std::exception&) {
     }
   }
 
@@ -308,6 +334,7 @@ class CollectiveReducer final : public GradientReducer {
     return "bigbatch/address/" + std::to_string(rank);
   }
   static std::string failed_key(int64_t rank) { return "bigbatch/failed/" + std::to_string(rank); }
+  static std::string read_key(int64_t rank) { return "bigbatch/read/" + std::to_string(rank); }
 
   // Rank 0: every rank has reached the store within the timeout, or the error names those that
   // did not (a rank that exited before joining, or was never started).
