@@ -3,6 +3,7 @@
 // --dataset-size), and resolves exactly what `bigbatch train` would (config/resolved_run.h).
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "commands.h"
 #include "config/resolved_run.h"
@@ -76,17 +77,22 @@ class PlanCommand final : public Subcommand {
     }
     int64_t samples = dataset_size_;
     double tokens_per_sample = tokens_per_sample_;
+    std::optional<DatasetSplits> data;
     if (!sized) {
-      const DatasetSplits data = load_data_outside_budget(config);
-      check_stop_target(config, data);  // as train would refuse them
-      check_eval_every(config, data);
-      samples = data.train.size();
-      tokens_per_sample = items_per_sample(data.train);
+      data = load_data_outside_budget(config);
+      check_stop_target(config, *data);  // as train would refuse them
+      check_eval_every(config, *data);
+      samples = data->train.size();
+      tokens_per_sample = items_per_sample(data->train);
       std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),
-                   static_cast<long long>(samples), data.description.empty() ? "" : "; ",
-                   data.description.c_str());
+                   static_cast<long long>(samples), data->description.empty() ? "" : "; ",
+                   data->description.c_str());
+      for (const std::string& warning : data->warnings)
+        std::fprintf(stderr, "plan: warning: %s\n", warning.c_str());
     }
-    const ResolvedRun run = resolve_run(config, samples, world_size_, tokens_per_sample);
+    ResolvedRun run = resolve_run(config, samples, world_size_, tokens_per_sample);
+    if (data)
+      measure_token_cut(run, config, data->train);
     if (json_) {
       nlohmann::json json = plan_json(run);
       json["dataset"] = sized ? nlohmann::json() : nlohmann::json(config.dataset);

@@ -114,6 +114,7 @@ class SweepCommand final : public Subcommand {
     // The rate is tuned at the smallest batch, and scaled from there (the seed's practice).
     if (!base.lr_ref_batch)
       base.lr_ref_batch = options.grid.global_batches.front();
+    options.grid.reference_batch = *base.lr_ref_batch;
     options.micro_batch = base.micro_batch.value_or(kDefaultMicroBatchSize);
     base.micro_batch.reset();
     base.validate();
@@ -124,7 +125,7 @@ class SweepCommand final : public Subcommand {
     options.threads_per_cell = base.threads > 0 ? base.threads : 1;
     options.jobs = jobs_ > 0 ? jobs_ : std::max<int64_t>(1, cpus / options.threads_per_cell);
     base.threads = options.threads_per_cell;
-    options.base_config = render_toml_config(base);
+    options.base_config = render_toml_config(base.with_absolute_paths());
     options.target = target;
     options.max_epochs = max_epochs_;
     options.out = out_.empty() ? default_sweep_directory() : out_;
@@ -141,10 +142,15 @@ class SweepCommand final : public Subcommand {
       const auto cells = options.grid.cells();
       for (size_t i = 0; i < cells.size(); ++i) {
         const SweepCell& cell = cells[i];
-        std::printf("%-28s global batch %-6lld micro-batch %-5lld LR rule %-9s warmup %s\n",
+        std::printf("%-28s global batch %-6lld micro-batch %-5lld LR rule %-9s warmup %s%s\n",
                     cell.name().c_str(), static_cast<long long>(cell.global_batch),
                     static_cast<long long>(cell.micro_batch(options.micro_batch)),
-                    cell.lr_scaling.c_str(), cell.warmup.c_str());
+                    cell.lr_scaling.c_str(), cell.warmup.c_str(),
+                    cell.same_as.empty() ? ""
+                                         : ("  (the same run as " + cell.same_as +
+                                            ": at the reference batch every rule but adascale "
+                                            "trains at the base rate)")
+                                               .c_str());
       }
       std::string command;
       for (const auto& word :

@@ -31,4 +31,25 @@ TokenPacking pack_by_tokens(const int64_t* samples, int64_t count,
   return packing;
 }
 
+TokenCutEpoch cut_epoch_by_tokens(const BatchPlan& plan, const EpochPlan& epoch,
+                                  const std::vector<int64_t>& order,
+                                  const std::vector<int64_t>& lengths, int64_t budget,
+                                  int64_t rank) {
+  TokenCutEpoch cut;
+  for (int64_t update = 0; update < epoch.updates_per_epoch; ++update) {
+    const UpdateWindow window = window_for_update(plan, epoch, update, rank);
+    BB_INTERNAL_ASSERT(window.rank_begin + window.rank_size <= int64_t(order.size()),
+                       "a window outside the epoch's order");
+    const TokenPacking packing =
+        pack_by_tokens(order.data() + window.rank_begin, window.rank_size, lengths, budget);
+    const auto steps = static_cast<int64_t>(packing.micro_batch_sizes.size());
+    cut.micro_steps += steps;
+    cut.fewest_per_window = update == 0 ? steps : std::min(cut.fewest_per_window, steps);
+    cut.most_per_window = std::max(cut.most_per_window, steps);
+    cut.tokens += packing.tokens;
+    cut.padded_tokens += packing.padded_tokens;
+  }
+  return cut;
+}
+
 }  // namespace bigbatch

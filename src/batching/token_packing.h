@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "batching/batch_plan.h"
+
 namespace bigbatch {
 
 struct TokenPacking {
@@ -26,5 +28,21 @@ struct TokenPacking {
 // Equal lengths keep their order in `samples`, so the packing is a function of the window.
 TokenPacking pack_by_tokens(const int64_t* samples, int64_t count,
                             const std::vector<int64_t>& lengths, int64_t budget);
+
+// An epoch's windows cut by tokens on one rank: the micro-steps they take (the plan's
+// accumulation steps are nominal under a token budget) and the padding they compute.
+struct TokenCutEpoch {
+  int64_t micro_steps = 0;
+  int64_t fewest_per_window = 0;
+  int64_t most_per_window = 0;
+  int64_t tokens = 0;
+  int64_t padded_tokens = 0;
+};
+
+// `order`: the epoch's samples (data/sampler.h), indexing `lengths`.
+TokenCutEpoch cut_epoch_by_tokens(const BatchPlan& plan, const EpochPlan& epoch,
+                                  const std::vector<int64_t>& order,
+                                  const std::vector<int64_t>& lengths, int64_t budget,
+                                  int64_t rank);
 
 }  // namespace bigbatch

@@ -332,6 +332,24 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
 
 }  // namespace
 
+namespace {
+
+// A dataset or model spec names its file by an absolute path since runs record those; an older
+// checkpoint's relative one named the file from the directory it is resumed in, as it did then.
+bool same_identity_value(const std::string& key, const nlohmann::json& saved,
+                         const nlohmann::json& now) {
+  if (saved == now)
+    return true;
+  if ((key != "dataset" && key != "model") || !saved.is_string() || !now.is_string())
+    return false;
+  const std::string before = saved.get<std::string>(), after = now.get<std::string>();
+  const size_t colon = before.find(':');
+  return colon != std::string::npos && before.compare(0, colon + 1, after, 0, colon + 1) == 0 &&
+         absolute_path(before.substr(colon + 1)) == absolute_path(after.substr(colon + 1));
+}
+
+}  // namespace
+
 nlohmann::json checkpoint_identity(const std::string& model, const std::vector<int64_t>& hidden,
                                    const std::string& dataset, int64_t dataset_size,
                                    int64_t global_batch, uint64_t seed, bool shuffle,
@@ -501,7 +519,7 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
                      "resume on the data the run trained on (restore the files), or start a new "
                      "run on this data");
     }
-    if (!saved.contains(key) || saved[key] != value) {
+    if (!saved.contains(key) || !same_identity_value(key, saved[key], value)) {
       bad_checkpoint(dir,
                      "was written with " + key + " = " +
                          (saved.contains(key) ? saved[key].dump() : "(none)") + ", this run has " +

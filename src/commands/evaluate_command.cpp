@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
+#include "data/dataset.h"
 #include "data/npy_format.h"
 #include "device/device.h"
 #include "io/safetensors.h"
@@ -181,9 +183,9 @@ std::string run_predict(const PredictOptions& options) {
   source.weights = options.weights;
   std::string weights;
   const TrainConfig config = source_config(source, weights);
-  if (config.task_kind() != TaskKind::Classify) {
+  if (config.task_kind() == TaskKind::Lm) {
     throw Error(ErrorKind::Usage,
-                "predict reads images for a classifier; this run is a " +
+                "predict reads samples for a classifier or a regression; this run is a " +
                     std::string(to_string(config.task_kind())) + " run",
                 "draw text from a language model with bigbatch sample RUN_DIR");
   }
@@ -206,17 +208,23 @@ std::string run_predict(const PredictOptions& options) {
     const PixelNormalisation pixels = idx_pixels(config);  // as the run's images were prepared
     inputs.inputs.sub_(pixels.mean).div_(pixels.std);
   }
-  const DatasetSplits data = load_data_outside_budget(config);  // the model's shape and classes
-  if (inputs.inputs.sizes().slice(1) != data.train.inputs.sizes().slice(1)) {
+  // The model's shape and outputs: as the weights record them, else (weights from before they
+  // did) from the training data.
+  std::map<std::string, std::string> metadata;
+  load_safetensors(weights, &metadata);
+  std::optional<TensorDataset> samples = blank_samples(metadata);
+  if (!samples)
+    samples = load_data_outside_budget(config).train;
+  if (inputs.inputs.sizes().slice(1) != samples->inputs.sizes().slice(1)) {
     throw Error(ErrorKind::Data,
                 "'" + options.input + "' holds samples of shape " +
                     c10::str(inputs.inputs.sizes().slice(1)) + "; the model was trained on " +
-                    c10::str(data.train.inputs.sizes().slice(1)),
+                    c10::str(samples->inputs.sizes().slice(1)),
                 "give inputs of the training samples' shape");
   }
-  const bool regression = data.train.is_regression();
+  const bool regression = samples->is_regression();
   torch::manual_seed(config.seed);
-  auto model = build_model(config, data.train);
+  auto model = build_model(config, *samples);
   load_weights(weights, *model);
   model->to(device);
   model->eval();
@@ -232,7 +240,7 @@ std::string run_predict(const PredictOptions& options) {
     }
   }
   torch::Tensor all = torch::cat(outputs).contiguous();
-  if (regression && data.train.targets.dim() == 1)
+  if (regression && samples->targets.dim() == 1)
     all = all.reshape({-1});  // y was [N]: so are its predictions
   NpyArray out;
   out.type = NpyType::F32;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "config/option_table.h"
 #include "core/error.h"
@@ -50,8 +51,20 @@ SampleResult sample_text(const SampleOptions& options) {
                 "sample from a run trained on text (text:PATH or jsonl:FILE), or decode the "
                 "weights' output with the tokenizer that wrote the token files");
   }
-  // The run's tokenizer, before the model: a sentencepiece model that moved is named here.
+  // The run's tokenizer, before the model: a sentencepiece model that moved is named here, one
+  // replaced by another under its name too (its ids would decode into other pieces).
   const auto tokenizer = make_tokenizer(config.tokenizer);
+  std::map<std::string, std::string> metadata;
+  load_safetensors(weights_path, &metadata);
+  if (const auto digest = metadata.find("tokenizer_digest"); digest != metadata.end()) {
+    const std::string model = config.sentencepiece_model();
+    if (file_digest(model) != digest->second) {
+      throw Error(ErrorKind::Data,
+                  "sentencepiece model '" + model + "' is not the one run '" + options.run_dir +
+                      "' trained with (its CRC-32 or size differs from the weights' record)",
+                  "restore the .model file the run trained with");
+    }
+  }
   const int64_t vocabulary = tokenizer->vocabulary();
   const int32_t end_of_text = tokenizer->end_of_text();
   torch::NoGradGuard no_grad;
@@ -79,7 +92,11 @@ SampleResult sample_text(const SampleOptions& options) {
   try {
     tokenizer->encode(options.prompt, text_ids, text_bytes);
   } catch (const Error& e) {
-    throw Error(e.kind(), "--prompt " + e.problem(), e.hint());
+    // The tokenizer's advice is for a corpus; a prompt is typed.
+    const bool utf8 = e.problem().find("is not UTF-8") != std::string::npos;
+    throw Error(
+        e.kind(), "--prompt " + e.problem(),
+        utf8 ? "give the prompt in UTF-8 (the terminal's or the shell's encoding)" : e.hint());
   }
   std::vector<int64_t> tokens = {end_of_text};
   tokens.insert(tokens.end(), text_ids.begin(), text_ids.end());

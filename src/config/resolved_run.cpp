@@ -275,6 +275,7 @@ ResolvedRun resolve_run(const TrainConfig& config, int64_t dataset_size, int64_t
     run.eval_every_updates =
         std::max<int64_t>(1, config.eval_every.to_updates(run.plan, run.epoch));
   }
+  run.micro_batch_tokens = config.micro_batch_tokens;
   return run;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "batching/batch_plan.h"
+#include "batching/token_packing.h"
 #include "config/train_config.h"
 #include "schedule/batch_growth.h"
 #include "schedule/batch_schedule.h"
@@ -56,6 +57,12 @@ struct ResolvedRun {
   // batch), in samples (0: off): the update in which samples_seen passes a multiple of it is
   // evaluated, so the points are the same amounts of data whatever batches the run takes.
   int64_t eval_every_samples = 0;
+  // --micro-batch-tokens (0: off): each window is cut into micro-batches of at most this many
+  // padded tokens, so `plan`'s micro-batch and accumulation are nominal; `token_cut` is what the
+  // cut makes of the first epoch on rank 0, where the data is known (train, and plan that loads
+  // it).
+  int64_t micro_batch_tokens = 0;
+  std::optional<TokenCutEpoch> token_cut = std::nullopt;
 };
 
 // `items_per_sample`: token rows' mean target tokens per sample (intervals in tokens); 0 for

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 
 namespace bigbatch {
@@ -323,6 +325,30 @@ BatchRequest TrainConfig::batch_request(int64_t world_size) const {
     request.accumulation_steps = 1;
   request.world_size = world_size;
   return request;
+}
+
+namespace {
+
+// "npy:data" -> "npy:/home/u/data" for each prefix that names a path; other specs (fashion-mnist,
+// mlp, byte, cpp:NAME) as they are.
+std::string with_absolute_path(const std::string& spec, std::initializer_list<const char*> kinds) {
+  for (const std::string kind : kinds) {
+    const std::string prefix = kind + ":";
+    if (spec.rfind(prefix, 0) == 0 && spec.size() > prefix.size())
+      return prefix + absolute_path(spec.substr(prefix.size()));
+  }
+  return spec;
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::with_absolute_paths() const {
+  TrainConfig absolute = *this;
+  absolute.dataset = with_absolute_path(dataset, {"idx", "npy", "text", "jsonl", "tokens"});
+  absolute.model = with_absolute_path(model, {"torchscript"});
+  absolute.tokenizer = with_absolute_path(tokenizer, {"sentencepiece"});
+  absolute.init_weights = absolute_path(init_weights);
+  return absolute;
 }
 
 std::string TrainConfig::sentencepiece_model() const {

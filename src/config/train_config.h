@@ -166,6 +166,10 @@ struct TrainConfig {
   // A run's own config.toml, read to resume or evaluate it: one from before the IDX
   // normalisation was recorded gets the constants that run trained with (not a measurement).
   void complete_older_run();
+  // This configuration with every file it reads (the dataset, module, tokenizer, initial
+  // weights) named by an absolute path, so that a run's config.toml and checkpoints work from any
+  // directory. What it writes (--out, --save-weights) stays relative: a rerun writes where it runs.
+  TrainConfig with_absolute_paths() const;
 
   BatchRequest batch_request(int64_t world_size) const;
   // The dataset directory named by `dataset` (fashion-mnist, idx:DIR, npy:DIR).

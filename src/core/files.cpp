@@ -41,6 +41,14 @@ void write_all(int fd, const std::string& content, const std::string& path) {
 }
 }  // namespace
 
+std::string absolute_path(const std::string& path) {
+  if (path.empty())
+    return path;
+  std::error_code ignored;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ignored);
+  return absolute.empty() ? path : absolute.lexically_normal().string();
+}
+
 std::string parent_directory(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();

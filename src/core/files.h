@@ -50,6 +50,9 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
+// `path` from the current directory's point of view, so that it names the same file from any
+// other ("data/x" -> "/home/u/data/x"); lexically normal, links kept; empty stays empty.
+std::string absolute_path(const std::string& path);
 // The directory part of a path ("runs/a/weights.st" -> "runs/a"; "w.st" -> ".").
 std::string parent_directory(const std::string& path);
 // Where writing `path` lands: the file a symbolic link names (its chain followed; the link is

@@ -287,6 +287,52 @@ void check_split_shapes(const DatasetSplits& splits, const std::string& director
 
 }  // namespace
 
+std::map<std::string, std::string> sample_layout(const TensorDataset& data) {
+  if (data.is_tokens() || !data.inputs.defined() || !data.targets.defined())
+    return {};
+  std::vector<std::string> dims;
+  for (const int64_t size : data.inputs.sizes().slice(1))
+    dims.push_back(std::to_string(size));
+  const std::string targets = !data.is_regression() ? "classes " + std::to_string(data.classes)
+                              : data.targets.dim() == 1
+                                  ? std::string("values")
+                                  : "values " + std::to_string(data.targets.size(1));
+  return {{"sample_shape", join(dims, ",")}, {"targets", targets}};
+}
+
+std::optional<TensorDataset> blank_samples(const std::map<std::string, std::string>& metadata) {
+  const auto shape = metadata.find("sample_shape"), targets = metadata.find("targets");
+  if (shape == metadata.end() || targets == metadata.end())
+    return std::nullopt;
+  const int64_t rows = 2;
+  std::vector<int64_t> sizes{rows};
+  for (const std::string& dim : split(shape->second, ',')) {
+    const auto size = parse_int(dim);
+    if (!size || *size <= 0 || *size > (int64_t(1) << 24) || sizes.size() > 4)
+      return std::nullopt;
+    sizes.push_back(*size);
+  }
+  if (sizes.size() != 2 && sizes.size() != 4)  // rows of features, or images [N, C, H, W]
+    return std::nullopt;
+  TensorDataset blank;
+  blank.inputs = torch::zeros(sizes, torch::kFloat32);
+  const std::vector<std::string> words = split(targets->second, ' ');
+  // "classes K" and "values K" need a positive K (0: none given or unreadable).
+  const int64_t count =
+      words.size() == 2 ? std::max<int64_t>(0, parse_int(words[1]).value_or(0)) : 0;
+  if (words.size() == 2 && words[0] == "classes" && count > 0) {
+    blank.targets = torch::zeros({rows}, torch::kInt64);
+    blank.classes = count;
+  } else if (words.size() == 1 && words[0] == "values") {
+    blank.targets = torch::zeros({rows}, torch::kFloat32);
+  } else if (words.size() == 2 && words[0] == "values" && count > 0) {
+    blank.targets = torch::zeros({rows, count}, torch::kFloat32);
+  } else {
+    return std::nullopt;
+  }
+  return blank;
+}
+
 bool TensorDataset::targets_look_like_classes() const {
   if (!is_regression() || targets.dim() != 1 || targets.numel() == 0)
     return false;
@@ -485,6 +531,20 @@ DatasetSplits split_token_rows(const TokenRows& rows, int64_t vocabulary, const 
   return splits;
 }
 
+// Documents cut at a row's length lose the rest: said when that is most of the data (a directory
+// of files without separator lines is one document per file).
+void warn_when_most_tokens_are_cut(DatasetSplits& splits, const TokenRows& rows, int64_t seq_len,
+                                   const std::string& remedies) {
+  const int64_t total = rows.source ? rows.source->size() : 0;
+  if (rows.cut_tokens * 2 <= total)
+    return;
+  splits.warnings.push_back(
+      std::to_string(rows.cut_tokens) + " of the data's " + std::to_string(total) + " tokens (" +
+      format_fixed(100.0 * double(rows.cut_tokens) / double(total), 0) + "%) lie past --seq-len " +
+      std::to_string(seq_len) + " in the " + std::to_string(rows.cut_documents) +
+      " document(s) longer than a sample, and are never trained on; " + remedies);
+}
+
 }  // namespace
 
 DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& name, bool packed,
@@ -499,6 +559,10 @@ DatasetSplits load_text_dataset(const TextCorpus& corpus, const std::string& nam
   DatasetSplits splits =
       split_token_rows(rows, tokenizer.vocabulary(), "text corpus '" + name + "'", packed, seq_len,
                        train_subset, val_size, seed);
+  warn_when_most_tokens_are_cut(
+      splits, rows, seq_len,
+      "cut the text into documents (--doc-separator LINE, blank or line), or join them "
+      "(--sequences packed)");
   splits.description =
       std::to_string(corpus.documents.size()) + " documents (" + std::to_string(corpus.bytes) +
       " bytes) from " + std::to_string(corpus.files) + " file(s)" +
@@ -554,6 +618,8 @@ DatasetSplits load_token_file_dataset(const TokenFiles& files, const std::string
            : std::string()) +
       "; vocabulary " + std::to_string(vocabulary) +
       (vocab_size > 0 ? std::string() : " (the largest id + 1)");
+  warn_when_most_tokens_are_cut(
+      splits, rows, seq_len, "join the documents (--sequences packed), or give a larger --seq-len");
   return splits;
 }
 

@@ -11,8 +11,10 @@
 
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <cstdint>
@@ -76,12 +78,22 @@ struct TensorDataset {
 // samples, which are their own items.
 double items_per_sample(const TensorDataset& data);
 
+// What a model built for samples (not token rows) needs to know of them, as a weights file's
+// metadata records it: "sample_shape" ("1,28,28": one sample's dimensions) and "targets"
+// ("classes 10", "values" for [N], "values 3" for [N, 3]). Empty for token rows.
+std::map<std::string, std::string> sample_layout(const TensorDataset& data);
+// Two blank samples (zeros, class 0) laid out as `metadata` says: what builds and checks a model
+// without reading its training data. nullopt when the metadata has no layout (older weights) or
+// one that cannot be read.
+std::optional<TensorDataset> blank_samples(const std::map<std::string, std::string>& metadata);
+
 struct DatasetSplits {
   TensorDataset train;
-  TensorDataset validation;   // empty unless val_size > 0
-  TensorDataset test;         // empty for text corpora: validation is their held-out split
-  std::string description;    // what was read, for the start of a run (text corpora)
-  PixelNormalisation pixels;  // IDX images: the normalisation every split went through
+  TensorDataset validation;           // empty unless val_size > 0
+  TensorDataset test;                 // empty for text corpora: validation is their held-out split
+  std::string description;            // what was read, for the start of a run (text corpora)
+  PixelNormalisation pixels;          // IDX images: the normalisation every split went through
+  std::vector<std::string> warnings;  // what a run says about the data before it trains
 };
 
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `directory`. train_subset > 0

@@ -192,7 +192,7 @@ int64_t NpyArray::elements() const {
 NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& name) {
   if (size < kMagicSize + 4 || std::memcmp(bytes, kMagic, kMagicSize) != 0) {
     bad_npy(name, "is not a .npy file (no \\x93NUMPY magic)",
-            "write it with numpy.save; an .npz archive is not read yet");
+            "write it with numpy.save (an .npz archive is given whole: --dataset npy:FILE.npz)");
   }
   const uint8_t major = bytes[6];
   size_t header_size = 0;

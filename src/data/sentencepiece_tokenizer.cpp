@@ -106,7 +106,13 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
     : module_(sentencepiece_module()), path_(model_path) {
   std::error_code error;
   if (!fs::is_regular_file(model_path, error)) {
-    throw Error(ErrorKind::Data, "sentencepiece model '" + model_path + "' does not exist",
+    // A directory or a device is there, but is no model file: said as what it is.
+    const bool there = fs::exists(model_path, error);
+    throw Error(ErrorKind::Data,
+                "sentencepiece model '" + model_path + "' " +
+                    (!there                                ? "does not exist"
+                     : fs::is_directory(model_path, error) ? "is a directory, not a .model file"
+                                                           : "is not a regular file"),
                 "train one with spm_train --input=corpus.txt --model_prefix=m --vocab_size=2000 "
                 "and pass --tokenizer sentencepiece:m.model");
   }

@@ -184,6 +184,7 @@ TokenRows document_rows(std::shared_ptr<const TokenDocuments> documents, int64_t
     }
     if (count > seq_len + 1) {
       ++rows.cut_documents;
+      rows.cut_tokens += count - (seq_len + 1);
       count = seq_len + 1;
     }
     append_row(rows, docs, docs.starts[size_t(d)], count);

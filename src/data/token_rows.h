@@ -91,6 +91,7 @@ struct TokenRows {
   std::vector<int64_t> lengths;  // target tokens per row (the row's items); it reads lengths + 1
   std::vector<int64_t> bytes;    // text bytes among them (tokens with no text excluded)
   int64_t cut_documents = 0;     // documents longer than a row, cut at seq_len + 1 tokens
+  int64_t cut_tokens = 0;        // their tokens past the cut: in no row, never trained on
   int64_t short_documents = 0;   // documents of fewer than 2 tokens: nothing to predict
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
 

@@ -18,26 +18,75 @@ std::string line(const char* label, const std::string& value, const std::string&
   std::snprintf(buffer, sizeof buffer, "  %-28s %s%s\n", label, value.c_str(), note.c_str());
   return buffer;
 }
+
+// The share of the computed positions that are padding.
+std::string padding_percent(const TokenCutEpoch& cut) {
+  return cut.padded_tokens > 0
+             ? format_fixed(
+                   100.0 * double(cut.padded_tokens - cut.tokens) / double(cut.padded_tokens), 0) +
+                   "%"
+             : std::string("0%");
+}
 }  // namespace
+
+std::string describe_token_cut(const ResolvedRun& run) {
+  const BatchPlan& p = run.plan;
+  std::string text = "global batch " + std::to_string(p.global_batch_size) + " x world " +
+                     std::to_string(p.world_size) +
+                     ", each window cut into micro-batches of at most " +
+                     std::to_string(run.micro_batch_tokens) + " padded tokens";
+  if (const auto& cut = run.token_cut) {
+    text += ": " + std::to_string(cut->micro_steps) + " micro-steps in epoch 1 (" +
+            std::to_string(cut->fewest_per_window) +
+            (cut->most_per_window == cut->fewest_per_window
+                 ? ""
+                 : " to " + std::to_string(cut->most_per_window)) +
+            " per window), " + padding_percent(*cut) + " padding";
+  }
+  return text;
+}
 
 std::string format_plan_text(const ResolvedRun& run) {
   const BatchPlan& p = run.plan;
   const EpochPlan& e = run.epoch;
+  const bool by_tokens = run.micro_batch_tokens > 0;
   std::string out = "batch plan\n";
   out += line("global batch (effective)", std::to_string(p.global_batch_size),
               derived_note(p, "global_batch_size"));
-  out +=
-      line("micro batch", std::to_string(p.micro_batch_size), derived_note(p, "micro_batch_size"));
-  out += line("accumulation steps", std::to_string(p.accumulation_steps),
-              derived_note(p, "accumulation_steps"));
+  if (by_tokens) {
+    // The rank's whole share is the nominal micro-batch: what runs is cut inside each window.
+    out += line("micro batch", "at most " + std::to_string(run.micro_batch_tokens) +
+                                   " padded tokens (rows x longest), cut inside each window");
+    out +=
+        line("accumulation steps",
+             run.token_cut ? std::to_string(run.token_cut->fewest_per_window) +
+                                 (run.token_cut->most_per_window == run.token_cut->fewest_per_window
+                                      ? ""
+                                      : " to " + std::to_string(run.token_cut->most_per_window)) +
+                                 " per window (epoch 1, by tokens)"
+                           : std::string("as the window's lengths cut it (by tokens)"));
+  } else {
+    out += line("micro batch", std::to_string(p.micro_batch_size),
+                derived_note(p, "micro_batch_size"));
+    out += line("accumulation steps", std::to_string(p.accumulation_steps),
+                derived_note(p, "accumulation_steps"));
+  }
   out += line("world size (ranks)", std::to_string(p.world_size));
-  if (p.has_uneven_micro_batches()) {
+  if (!by_tokens && p.has_uneven_micro_batches()) {
     out += line("last micro-batch per window", std::to_string(p.last_micro_batch_size()),
                 "   (weighted by its true size)");
   }
   out += "per epoch of " + std::to_string(e.dataset_size) + " samples\n";
-  out +=
-      line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch), "   per rank");
+  if (!by_tokens) {
+    out += line("micro-steps (fwd/bwd passes)", std::to_string(e.micro_steps_per_epoch),
+                "   per rank");
+  } else if (run.token_cut) {
+    out += line("micro-steps (fwd/bwd passes)", std::to_string(run.token_cut->micro_steps),
+                "   on rank 0 in epoch 1 (" + padding_percent(*run.token_cut) +
+                    " of the positions padding; each epoch's order cuts its own)");
+  } else {
+    out += line("micro-steps (fwd/bwd passes)", "as the windows' lengths cut them (by tokens)");
+  }
   out += line("updates", std::to_string(e.updates_per_epoch));
   out += line("samples per update", std::to_string(p.global_batch_size));
   if (e.items_per_sample > 0) {
@@ -60,9 +109,11 @@ std::string format_plan_text(const ResolvedRun& run) {
   out += line("one direct batch",
               std::to_string(direct_passes) + " passes per epoch (needs memory for " +
                   std::to_string(p.global_batch_size / p.world_size) + " samples per rank)");
-  out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
-                                     std::to_string(p.micro_batch_size * p.world_size) +
-                                     " samples per epoch");
+  if (!by_tokens) {
+    out += line("no accumulation", std::to_string(per_rank_micro_updates) + " updates of " +
+                                       std::to_string(p.micro_batch_size * p.world_size) +
+                                       " samples per epoch");
+  }
   if (run.auto_batch) {
     const GrowthRule& rule = *run.auto_batch;
     out += "global batch auto\n";
@@ -155,7 +206,16 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   j["world_size"] = p.world_size;
   j["derived"] = p.derived;
   j["dataset_size"] = e.dataset_size;
-  j["micro_steps_per_epoch"] = e.micro_steps_per_epoch;
+  j["micro_steps_per_epoch"] = run.token_cut ? run.token_cut->micro_steps : e.micro_steps_per_epoch;
+  if (run.micro_batch_tokens > 0) {
+    j["micro_batch_tokens"] = run.micro_batch_tokens;  // micro_batch_size is the rank's share
+    if (run.token_cut) {
+      j["micro_steps_per_window"] = {run.token_cut->fewest_per_window,
+                                     run.token_cut->most_per_window};
+      j["padded_tokens_epoch_1"] = run.token_cut->padded_tokens;
+      j["tokens_epoch_1"] = run.token_cut->tokens;
+    }
+  }
   j["updates_per_epoch"] = e.updates_per_epoch;
   j["samples_per_update"] = p.global_batch_size;
   if (e.items_per_sample > 0) {

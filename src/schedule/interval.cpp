@@ -35,8 +35,18 @@ Interval Interval::parse(const std::string& raw) {
     case 't':
       unit = Unit::Tokens;
       break;
-    default:
-      bad_interval(raw, "has no unit");
+    default: {
+      // A duration is a unit, only not one of the amounts of training an interval counts in
+      // (--checkpoint-every takes minutes; intervals are where the data is).
+      const size_t letters = text.find_first_not_of("0123456789.");
+      const std::string suffix = letters == std::string::npos ? "" : text.substr(letters);
+      if (suffix == "min" || suffix == "h" || suffix == "m")
+        bad_interval(raw,
+                     "is a duration: intervals count training (updates, epochs, samples, "
+                     "tokens), not time");
+      bad_interval(raw,
+                   suffix.empty() ? "has no unit" : "has no unit ('" + suffix + "' is not one)");
+    }
   }
   std::string number = text.substr(0, text.size() - 1);
   double multiplier = 1;

@@ -111,6 +111,16 @@ std::vector<SweepCell> SweepGrid::cells() const {
         out.push_back({batch, scaling, w});
     }
   }
+  for (SweepCell& cell : out) {
+    if (cell.global_batch != reference_batch || cell.lr_scaling == "adascale")
+      continue;
+    const auto first = std::find_if(out.begin(), out.end(), [&](const SweepCell& other) {
+      return other.global_batch == cell.global_batch && other.warmup == cell.warmup &&
+             other.lr_scaling != "adascale";
+    });
+    if (&*first != &cell)
+      cell.same_as = first->name();
+  }
   return out;
 }
 

@@ -35,13 +35,21 @@ struct SweepCell {
   // from two batch sizes per update, so its cells keep at least two micro-steps (a cell of
   // global batch 1 has no smaller batch and is left to train's own error).
   int64_t micro_batch(int64_t micro_batch) const;
+  // The cell whose run this one shares (empty: its own). At the batch the rate is tuned at,
+  // every rule but AdaScale trains at the base rate itself: those cells would be one run twice.
+  std::string same_as{};
+  // The directory its run is in: its own name, or the shared cell's.
+  std::string run_name() const { return same_as.empty() ? name() : same_as; }
 };
 
 struct SweepGrid {
   std::vector<int64_t> global_batches;
   std::vector<std::string> lr_scalings;
   std::vector<std::string> warmups;
-  std::vector<SweepCell> cells() const;  // batch-major: the small batches run first
+  int64_t reference_batch = 0;  // the batch the base rate is tuned at (0: not known)
+  // Batch-major: the small batches run first. At the reference batch, a cell of a rule other
+  // than adascale shares the run of the first such cell of its warmup (SweepCell::same_as).
+  std::vector<SweepCell> cells() const;
 };
 
 }  // namespace bigbatch

@@ -102,14 +102,16 @@ std::string describe(const CellResult& r, const StopTarget& target) {
   return text;
 }
 
-// `failures`: the exit codes of this sweep's cells that failed on bad input or a bug (not a
-// signal, not divergence, which the cell's own files tell).
+// `failures`: the exit codes of this sweep's runs (by directory name) that failed on bad input or
+// a bug (not a signal, not divergence, which the run's own files tell). A cell that shares
+// another's run has its result, under its own rule's name.
 void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
-                     const std::map<size_t, int>& failures) {
+                     const std::map<std::string, int>& failures) {
   std::vector<CellResult> results;
-  for (size_t i = 0; i < cells.size(); ++i) {
-    results.push_back(read_cell_result(cells[i], o.out + "/" + cells[i].name(), o.target));
-    if (const auto f = failures.find(i); f != failures.end() && results.back().status != "diverged")
+  for (const SweepCell& cell : cells) {
+    results.push_back(read_cell_result(cell, o.out + "/" + cell.run_name(), o.target));
+    if (const auto f = failures.find(cell.run_name());
+        f != failures.end() && results.back().status != "diverged")
       results.back().status = "failed (exit " + std::to_string(f->second) + ")";
   }
   atomic_write_file(o.out + "/summary.csv", summary_csv(results));
@@ -125,9 +127,12 @@ void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
 std::string grid_json(const SweepOptions& o) {
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& cell : o.grid.cells()) {
-    cells.push_back({{"global_batch", cell.global_batch},
-                     {"lr_scaling", cell.lr_scaling},
-                     {"warmup", cell.warmup}});
+    nlohmann::json described = {{"global_batch", cell.global_batch},
+                                {"lr_scaling", cell.lr_scaling},
+                                {"warmup", cell.warmup}};
+    if (!cell.same_as.empty())
+      described["same_as"] = cell.same_as;
+    cells.push_back(described);
   }
   return nlohmann::json{{"target", o.target.to_string()}, {"cells", cells}}.dump(2) + "\n";
 }
@@ -150,7 +155,8 @@ bool rewrite_sweep_report(const std::string& dir) {
                    : StopTarget::accuracy(grid.at("target_accuracy").get<double>());
     for (const auto& c : grid.at("cells")) {
       cells.push_back({c.at("global_batch").get<int64_t>(), c.at("lr_scaling").get<std::string>(),
-                       c.at("warmup").get<std::string>()});
+                       c.at("warmup").get<std::string>(),
+                       c.contains("same_as") ? c.at("same_as").get<std::string>() : std::string()});
     }
   } catch (const std::exception&) {
     throw Error(ErrorKind::Format, "'" + path + "' does not describe a sweep's grid",
@@ -171,6 +177,13 @@ int run_sweep(const SweepOptions& o) {
   const std::vector<SweepCell> cells = o.grid.cells();
   std::vector<size_t> pending;
   for (size_t i = 0; i < cells.size(); ++i) {
+    if (!cells[i].same_as.empty()) {
+      std::fprintf(stderr,
+                   "sweep: [%zu/%zu] %s: the same run as %s (at the reference batch every rule "
+                   "but adascale trains at the base rate)\n",
+                   i + 1, cells.size(), cells[i].name().c_str(), cells[i].same_as.c_str());
+      continue;
+    }
     const std::string dir = o.out + "/" + cells[i].name();
     const std::string earlier = read_cell_result(cells[i], dir, o.target).status;
     if (earlier == "done" || earlier == "diverged") {
@@ -187,7 +200,7 @@ int run_sweep(const SweepOptions& o) {
   InterruptGuard interrupts;
   std::map<pid_t, size_t> running;
   int first_failure = 0;
-  std::map<size_t, int> failures;
+  std::map<std::string, int> failures;
   size_t next = 0;
   while (next < pending.size() || !running.empty()) {
     while (!interrupts.requested() && next < pending.size() && int64_t(running.size()) < o.jobs) {
@@ -237,7 +250,7 @@ int run_sweep(const SweepOptions& o) {
       if (first_failure == 0)
         first_failure = code;
       if (code < 128)
-        failures[i] = code;
+        failures[cells[i].name()] = code;
     }
   }
   write_summaries(o, cells, failures);

@@ -124,7 +124,7 @@ std::string summary_csv(const std::vector<CellResult>& results) {
     char line[512];
     std::snprintf(
         line, sizeof line, "%s,%lld,%s,%s,%.6g,%s,%s,%s,%s,%s,%s,%s,%s,%s,%lld,%lld\n",
-        r.cell.name().c_str(), static_cast<long long>(r.cell.global_batch),
+        r.cell.run_name().c_str(), static_cast<long long>(r.cell.global_batch),
         r.cell.lr_scaling.c_str(), r.cell.warmup.c_str(), r.peak_lr, r.status.c_str(),
         r.reached ? "true" : "false", r.reached ? std::to_string(r.updates_to_target).c_str() : "",
         r.reached ? std::to_string(r.samples_to_target).c_str() : "",

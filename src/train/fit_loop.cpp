@@ -244,11 +244,15 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
   const std::string what = short_out_of_memory_message(oom.what_without_backtrace());
   const int64_t from = schedule.plan().micro_batch_size;
   if (run_.job.world_size > 1) {
+    // Said in the unit the run cuts its micro-batches by.
+    const int64_t tokens = schedule.micro_batch_tokens();
+    const std::string flag = tokens > 0 ? "--micro-batch-tokens" : "--micro-batch";
     throw Error(ErrorKind::Memory,
-                "rank " + std::to_string(run_.job.rank) + " ran out of memory at micro-batch " +
-                    std::to_string(from) + " (" + what + ")",
-                "lower --micro-batch or raise --memory-budget (ranks do not back off together "
-                "yet)");
+                "rank " + std::to_string(run_.job.rank) + " ran out of memory at " +
+                    (tokens > 0 ? flag + " " + std::to_string(tokens)
+                                : "micro-batch " + std::to_string(from)) +
+                    " (" + what + ")",
+                "lower " + flag + " or raise --memory-budget (ranks do not back off together yet)");
   }
   if (run_.schedule->micro_batch_tokens() > 0) {
     back_off_tokens(what);

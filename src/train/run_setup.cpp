@@ -2,7 +2,9 @@
 
 #include <cstdio>
 
+#include "config/resolved_run.h"
 #include "core/error.h"
+#include "data/sampler.h"
 #include "data/text_corpus.h"
 #include "device/device.h"
 #include "memory/tracking_allocator.h"
@@ -230,6 +232,15 @@ void check_stop_target(const TrainConfig& config, const DatasetSplits& data) {
     throw Error(ErrorKind::Config, flag + " reads the test split, and this data has none",
                 "add --val-size N and write val_" + m + " (or " + m + ")");
   }
+}
+
+void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const TensorDataset& train) {
+  if (config.micro_batch_tokens <= 0 || !train.is_tokens() || train.size() == 0)
+    return;
+  const auto order =
+      epoch_order(config.seed, 0, train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
+  run.token_cut = cut_epoch_by_tokens(run.plan, run.epoch, order, train.lengths,
+                                      config.micro_batch_tokens, /*rank=*/0);
 }
 
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {

@@ -41,6 +41,12 @@ inline constexpr double kBatchNormMomentum = 0.1;
 // so it is not part of the budget, which covers what a training step needs.
 DatasetSplits load_data_outside_budget(const TrainConfig& config);
 
+struct ResolvedRun;
+// --micro-batch-tokens on token rows: what cutting the first epoch's windows by tokens makes of
+// them on rank 0 (ResolvedRun::token_cut), so the plan speaks of the micro-steps that will run;
+// nothing otherwise.
+void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const TensorDataset& train);
+
 // How a run's IDX images were normalised: as its config.toml records, or, for a run from
 // before the normalisation was recorded, Fashion-MNIST's constants (what every IDX run used).
 PixelNormalisation idx_pixels(const TrainConfig& config);

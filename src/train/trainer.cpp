@@ -37,6 +37,9 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
                                                  {"hidden", join(hidden, ",")},
                                                  {"step", std::to_string(step)},
                                                  {"inputs", inputs}};
+  // The sentencepiece model the ids mean something in: sample refuses another under its name.
+  if (const std::string model = config.sentencepiece_model(); !model.empty())
+    metadata["tokenizer_digest"] = file_digest(model);
   if (config.pixel_std > 0) {
     // Exact (shortest round-trip), for a user who wants the very inputs of training.
     metadata["pixel_mean"] = format_double(config.pixel_mean);
@@ -49,7 +52,9 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
 void save_final_weights(TrainingRun& run, int64_t step) {
   if (!run.job.is_main())
     return;
-  const auto meta = weights_metadata(run.config, step);
+  auto meta = weights_metadata(run.config, step);
+  // The samples' shape and targets: predict builds the model from them, without the data.
+  meta.merge(sample_layout(run.data.train));
   save_weights(run.run_dir + "/weights.safetensors", *run.model, meta);
   if (!run.config.save_weights.empty())
     save_weights(run.config.save_weights, *run.model, meta);

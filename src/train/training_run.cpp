@@ -218,12 +218,19 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
   if (!r.data.description.empty())
     console.say("data: " + r.data.description);
   warn_about_class_coverage(r.data, console);
-  console.say(
-      "batch plan: global batch " + run.plan.describe() + " (" +
-      (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
-      "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
-      std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
-      (world_size > 1 ? " per rank" : ""));
+  for (const std::string& warning : r.data.warnings)
+    console.say("warning: " + warning);
+  if (run.micro_batch_tokens > 0) {
+    console.say("batch plan: " + describe_token_cut(run) + (world_size > 1 ? " on rank 0" : "") +
+                "; " + std::to_string(run.epoch.updates_per_epoch) + " updates per epoch");
+  } else {
+    console.say(
+        "batch plan: global batch " + run.plan.describe() + " (" +
+        (run.plan.derived.empty() ? std::string("all given") : run.plan.derived + " derived") +
+        "); " + std::to_string(run.epoch.updates_per_epoch) + " updates and " +
+        std::to_string(run.epoch.micro_steps_per_epoch) + " micro-steps per epoch" +
+        (world_size > 1 ? " per rank" : ""));
+  }
   if (run.auto_batch) {
     const GrowthRule& rule = *run.auto_batch;
     console.say("global batch auto: starts at " + std::to_string(run.plan.global_batch_size) +
@@ -644,7 +651,8 @@ void tune_threads(TrainingRun& r, Console& console) {
   // The resolved configuration names the count, so --config repeats the run exactly.
   r.config.threads = r.threads;
   if (r.job.is_main())
-    atomic_write_file(r.run_dir + "/config.toml", render_toml_config(r.config));
+    atomic_write_file(r.run_dir + "/config.toml",
+                      render_toml_config(r.config.with_absolute_paths()));
 }
 
 // The part of set_up_training after the run directory exists: what fails here removes it.
@@ -665,9 +673,10 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
     return;  // --max-updates 0: the initial weights are the result
 
   r.optimizer = build_optimizer(r, console);
-  r.identity = checkpoint_identity(config.model, config.hidden, config.dataset, r.data.train.size(),
-                                   r.resolved.plan.global_batch_size, config.seed, config.shuffle,
-                                   to_string(config.optimizer));
+  const TrainConfig absolute = config.with_absolute_paths();  // as config.toml names them
+  r.identity = checkpoint_identity(absolute.model, config.hidden, absolute.dataset,
+                                   r.data.train.size(), r.resolved.plan.global_batch_size,
+                                   config.seed, config.shuffle, to_string(config.optimizer));
   if (is_sequence_model(config.model)) {
     // A language model's shape and samples: a resume under others is another run.
     r.identity["seq_len"] = config.seq_len;
@@ -752,7 +761,8 @@ void TrainingRun::discard_unstarted() {
 }
 
 void TrainingRun::write_description() const {
-  atomic_write_file(run_dir + "/config.toml", render_toml_config(config));
+  // Absolute paths: evaluate, predict, sample and --resume then work from any directory.
+  atomic_write_file(run_dir + "/config.toml", render_toml_config(config.with_absolute_paths()));
   atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved_now()));
 }
 
@@ -808,6 +818,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
   ResolvedRun resolved =
       resolve_run(resolved_config, data.train.size(), job.world_size, items_per_sample(data.train));
+  measure_token_cut(resolved, resolved_config, data.train);
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
   r.schedule = make_run_schedule(r.resolved);
   r.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);

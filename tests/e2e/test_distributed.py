@@ -183,6 +183,20 @@ class LanguageModelRanksTest(DistributedTestCase):
             self.assertEqual([r["items"] for r in ranks], [r["items"] for r in one])
             self.assertEqual(ranks[-1]["tokens_seen"], one[-1]["tokens_seen"])
 
+    def test_ranks_out_of_memory_under_a_token_budget_name_that_budget(self):
+        # Issue 36: ranks do not back off together yet; the error named --micro-batch to a run
+        # that cuts its micro-batches by --micro-batch-tokens.
+        result = run("launch", "--nproc", "2", "--master-port", str(free_port()), "--", e2e_common.BINARY,
+                     *self.lm_args(self.corpus(), self.path("oom"), "--micro-batch-tokens", "512",
+                                   "--memory-budget", "3MiB"))
+        self.assertEqual(result.returncode, 5, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if "error[memory]" in line and line.startswith("[rank")]
+        self.assertTrue(lines, result.stderr)
+        for line in lines:
+            self.assertIn("ran out of memory at --micro-batch-tokens 512", line)
+            self.assertIn("lower --micro-batch-tokens or raise --memory-budget", line)
+            self.assertNotIn("--micro-batch ", line)
+
     def test_a_target_reached_at_an_interval_evaluation_stops_every_rank_there(self):
         # Only rank 0 evaluates; its verdict reaches the others at once, so the job stops at the
         # same update as one process does, mid-epoch (epochs end at updates 4 and 8).

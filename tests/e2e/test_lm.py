@@ -129,6 +129,32 @@ class TrainLmTest(LmTestCase):
                 open(os.path.join(part, "weights.safetensors"), "rb") as b:
             self.assertEqual(a.read(), b.read())
 
+    def test_plan_and_the_start_line_speak_in_token_micro_batches(self):
+        # Issue 35: under --micro-batch-tokens the plan said "micro 16 x accumulation 1" while the
+        # run took several micro-steps per window; it now counts the micro-steps the cut makes,
+        # and they are the ones training runs.
+        flags = ["--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16",
+                 "--micro-batch-tokens", "256", "--epochs", "1"]
+        planned = run("plan", *flags, "--json")
+        self.assertEqual(planned.returncode, 0, planned.stderr)
+        plan = json.loads(planned.stdout)
+        self.assertEqual(plan["micro_batch_tokens"], 256)
+        text = run("plan", *flags).stdout
+        self.assertIn("at most 256 padded tokens (rows x longest), cut inside each window", text)
+        self.assertNotIn("no accumulation", text)
+        out = self.path("tokens")
+        result = run("train", *flags, "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        updates = [r for r in records(out) if "loss" in r and "event" not in r]
+        ran = sum(u["micro_steps"] for u in updates)
+        self.assertEqual(plan["micro_steps_per_epoch"], ran)
+        self.assertEqual(plan["micro_steps_per_window"],
+                         [min(u["micro_steps"] for u in updates), max(u["micro_steps"] for u in updates)])
+        self.assertGreater(ran, len(updates))  # more than one micro-step per window here
+        self.assertRegex(text, rf"micro-steps \(fwd/bwd passes\)\s+{ran}\s+on rank 0 in epoch 1")
+        self.assertRegex(result.stderr, rf"batch plan: global batch 16 x world 1, each window cut into "
+                                        rf"micro-batches of at most 256 padded tokens: {ran} micro-steps in epoch 1")
+
     def test_a_target_in_bits_per_byte_stops_the_run(self):
         out = self.path("run")
         result = run("train", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16",
@@ -250,6 +276,31 @@ class TrainLmTest(LmTestCase):
         self.assertTrue(all(u["padded_tokens"] >= u["items"] for u in updates))
 
     @unittest.skipUnless(os.path.isdir(FORTUNES), "the fortunes package is not installed")
+    def test_a_directory_of_files_without_separators_says_most_of_it_is_cut(self):
+        # Issue 35: each file is one document, cut at --seq-len + 1 tokens: a run that trains on
+        # a sliver of its text says so at the start, with the fixes; the corpus cut into
+        # documents does not.
+        directory = self.path("pages")
+        os.mkdir(directory)
+        for i in range(12):
+            with open(os.path.join(directory, f"page{i:02d}.txt"), "w") as f:
+                f.write("".join(f"line {j} of page {i}, plain prose without separators\n" for j in range(40)))
+        args = [*TINY_GPT, "--global-batch", "4", "--micro-batch", "2", "--val-size", "2", "--max-updates", "1"]
+        result = run("train", "--dataset", f"text:{directory}", *args, "--out", self.path("cut"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        warning = [line for line in result.stderr.splitlines() if "never trained on" in line]
+        self.assertEqual(len(warning), 1, result.stderr)
+        self.assertRegex(warning[0], r"^warning: \d+ of the data's \d+ tokens \(9\d%\) lie past --seq-len 64 "
+                                     r"in the 12 document\(s\) longer than a sample")
+        self.assertIn("--doc-separator", warning[0])
+        self.assertIn("--sequences packed", warning[0])
+        for fix in (["--doc-separator", "line"], ["--sequences", "packed"]):
+            with self.subTest(fix=fix):
+                result = run("train", "--dataset", f"text:{directory}", *args, *fix,
+                             "--out", self.path("fixed-" + fix[1]))
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn("never trained on", result.stderr)
+
     def test_fortunes_corpus(self):
         out = self.path("fortunes")
         result = run("train", "--dataset", f"text:{FORTUNES}", *TINY_GPT, "--global-batch", "32",
@@ -572,6 +623,23 @@ class SentencePieceTest(LmTestCase):
         self.assertTrue(sample.stdout.startswith("the quick"), sample.stdout)
         again = run("sample", self.path("spm"), "--prompt", "the quick", "--tokens", "20", "--seed", "3")
         self.assertEqual(sample.stdout, again.stdout)
+        shutil.copy(self.model, self.path("spm-model-copy"))
+        # Another sentencepiece model under the run's file name (issue 36): its ids would decode
+        # into other pieces; sample names the file instead.
+        with open(self.path("lines.txt"), "a") as f:
+            f.write("a different corpus makes different pieces\n" * 50)
+        retrained = subprocess.run(["spm_train", f"--input={self.path('lines.txt')}",
+                                    f"--model_prefix={self.path('m')}", "--vocab_size=60",
+                                    "--hard_vocab_limit=false", "--minloglevel=2"],
+                                   capture_output=True, text=True, timeout=120)
+        self.assertEqual(retrained.returncode, 0, retrained.stderr)
+        self.assert_one_line_error(run("sample", self.path("spm"), "--prompt", "the quick"), "data",
+                                   f"sentencepiece model '{self.model}' is not the one", "restore")
+        # A prompt that is not UTF-8 is told to be typed in UTF-8, not to convert a corpus.
+        shutil.copy(self.path("spm-model-copy"), self.model)
+        latin1 = run("sample", self.path("spm"), "--prompt", "caf\udce9", "--tokens", "2")
+        self.assert_one_line_error(latin1, "data", "--prompt is not UTF-8", "give the prompt in UTF-8")
+        self.assertNotIn("iconv", latin1.stderr)
 
     def test_bad_tokenizers_and_text_are_one_line_errors(self):
         def train(*args):
@@ -586,6 +654,11 @@ class SentencePieceTest(LmTestCase):
                                    "data", "cannot be read")
         self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", "bpe"), "config",
                                    "tokenizer 'bpe' is not known")
+        # Something is there, but not a model file: said as what it is (it was "does not exist").
+        self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", f"sentencepiece:{self.dir}"),
+                                   "data", "is a directory, not a .model file")
+        self.assert_one_line_error(train("--dataset", corpus, "--tokenizer", "sentencepiece:/dev/zero"),
+                                   "data", "'/dev/zero' is not a regular file")
         latin1 = self.path("latin1.txt")
         with open(latin1, "wb") as f:
             f.write("caf\u00e9 au lait\n%\nna\u00efve\n%\n".encode("latin-1"))

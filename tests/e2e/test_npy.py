@@ -243,6 +243,12 @@ class RegressionTest(NpyTestCase):
         result = self.train(directory, self.path("counts-run"), "--task", "regress")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("with 1 regression target(s)", result.stderr)
+        # predict gives values for a regression asked for (it refused every --task regress run).
+        np.save(self.path("x_counts.npy"), x[:7])
+        result = run("predict", self.path("counts-run"), "--input", self.path("x_counts.npy"), "--output",
+                     self.path("y_counts.npy"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(np.load(self.path("y_counts.npy")).shape, (7,))
 
     def test_what_a_regression_cannot_do_is_one_line_error(self):
         directory, _, _ = self.linear_problem("bad", 1, n=64)

@@ -234,6 +234,52 @@ class ScriptedTrainTest(ScriptedTestCase):
         self.assertIn("exact to fp32 tolerance", result.stdout)
 
 
+class RunDirectoryTest(ScriptedTestCase):
+    def test_a_run_trained_on_relative_paths_works_from_any_directory(self):
+        # Issue 35: the dataset and module named relative to where training ran are recorded by
+        # absolute paths; evaluate and --resume work from elsewhere; predict needs only the run
+        # and its input (the training data moved away).
+        import numpy as np
+        work, elsewhere = self.path("work"), self.path("elsewhere")
+        os.makedirs(os.path.join(work, "data"))
+        os.makedirs(elsewhere)
+        shutil.copy(os.path.join(MODELS, "mlp.pt"), os.path.join(work, "m.pt"))
+        rng = np.random.default_rng(3)
+        x = rng.random((400, 28, 28)).astype("float32")
+        y = rng.integers(0, 10, 400).astype("int64")
+        for split, rows in (("train", slice(0, 300)), ("test", slice(300, 400))):
+            np.save(os.path.join(work, "data", f"x_{split}.npy"), x[rows])
+            np.save(os.path.join(work, "data", f"y_{split}.npy"), y[rows])
+        result = run("train", "--model", "torchscript:m.pt", "--dataset", "npy:data", "--global-batch", "64",
+                     "--micro-batch", "32", "--epochs", "1", "--threads", "1", "--progress", "off",
+                     "--checkpoint-every", "1e", "--out", "runs/a", cwd=work)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        run_dir = os.path.join(work, "runs", "a")
+        config = e2e_common.read(os.path.join(run_dir, "config.toml"))
+        self.assertIn(f"dataset = 'npy:{work}/data'", config)
+        self.assertIn(f"model = 'torchscript:{work}/m.pt'", config)
+
+        evaluated = run("evaluate", run_dir, "--json", cwd=elsewhere)
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr)
+        tested = [r for r in e2e_common.records(run_dir) if "test_accuracy" in r][-1]["test_accuracy"]
+        self.assertAlmostEqual(json.loads(evaluated.stdout)["accuracy"], tested, places=6)
+        resumed = run("train", "--resume", run_dir, "--epochs", "2", cwd=elsewhere)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn("resumed from", resumed.stderr)
+
+        os.rename(os.path.join(work, "data"), os.path.join(work, "moved"))
+        np.save(os.path.join(elsewhere, "x.npy"), x[:5])
+        predicted = run("predict", run_dir, "--input", "x.npy", "--output", "p.npy", cwd=elsewhere)
+        self.assertEqual(predicted.returncode, 0, predicted.stderr)
+        trained = torch.jit.load(os.path.join(run_dir, "model.pt"))
+        trained.eval()
+        with torch.no_grad():
+            expected = torch.softmax(trained(torch.from_numpy(x[:5]).reshape(5, 1, 28, 28)), 1).numpy()
+        self.assertLess(float(np.abs(np.load(os.path.join(elsewhere, "p.npy")) - expected).max()), 1e-6)
+        # evaluate reads the data, and says where it looked.
+        self.assert_error(run("evaluate", run_dir, cwd=elsewhere), f"{work}/data")
+
+
 class BadModelTest(ScriptedTestCase):
     def train(self, *args):
         return run("train", *images("--micro-batch", "16", "--max-updates", "2"), "--out", self.path("bad"), *args)

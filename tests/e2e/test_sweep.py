@@ -181,6 +181,35 @@ class SweepTest(CliTestCase):
         self.assertEqual([r["status"] for r in csv.DictReader(open(os.path.join(out, "summary.csv")))],
                          ["diverged"])
 
+    def test_rules_at_the_reference_batch_share_one_run(self):
+        # Issue 35: at the batch --lr is tuned at, none and linear give the same rate: one run,
+        # whose result both rows carry (said in --dry-run and as the sweep goes).
+        out = os.path.join(self.root, "shared")
+        grid = ["--global-batch", "64,128", "--lr-scaling", "none,linear", "--target-accuracy", "0.5",
+                "--max-epochs", "1", "--out", out]
+        dry = run("sweep", *SMALL, *grid, "--dry-run")
+        self.assertEqual(dry.returncode, 0, dry.stderr)
+        shared = [line for line in dry.stdout.splitlines() if "the same run as" in line]
+        self.assertEqual(len(shared), 1, dry.stdout)
+        self.assertTrue(shared[0].startswith("gb000064-linear-w0u"), shared[0])
+        self.assertIn("the same run as gb000064-none-w0u", shared[0])
+        result = run("sweep", *SMALL, *grid)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("gb000064-linear-w0u: the same run as gb000064-none-w0u", result.stderr)
+        self.assertEqual(sorted(d for d in os.listdir(out) if d.startswith("gb")),
+                         ["gb000064-none-w0u", "gb000128-linear-w0u", "gb000128-none-w0u"])
+        rows = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
+        self.assertEqual([(r["global_batch"], r["lr_scaling"], r["cell"]) for r in rows],
+                         [("64", "none", "gb000064-none-w0u"), ("64", "linear", "gb000064-none-w0u"),
+                          ("128", "none", "gb000128-none-w0u"), ("128", "linear", "gb000128-linear-w0u")])
+        self.assertEqual(rows[0]["best"], rows[1]["best"])
+        self.assertEqual((rows[0]["status"], rows[1]["status"]), ("done", "done"))
+        for row in rows:
+            self.assert_row_matches_its_cell(out, row, "val_accuracy", max)
+        before = open(os.path.join(out, "summary.csv")).read()
+        self.assertEqual(run("report", out).returncode, 0)
+        self.assertEqual(open(os.path.join(out, "summary.csv")).read(), before)
+
     def test_bad_lists_are_one_line_errors(self):
         for args, fragment in [(["--global-batch", "32,64,...,100"], "does not reach 100"),
                                (["--global-batch", "64", "--lr-scaling", "linear,cubic"], "'cubic' is not known"),

@@ -161,6 +161,48 @@ TEST(BatchAssembler, PrefetchedBatchesEqualGatheredOnesAndSurviveTheNextPrefetch
   }
 }
 
+TEST(SampleLayout, BlankSamplesBuildTheSameModelAsTheData) {
+  // Issue 35: predict builds the model from the weights' record of the samples, not the data.
+  TensorDataset images;
+  images.inputs = torch::rand({5, 1, 28, 28});
+  images.targets = torch::tensor({0, 3, 9, 1, 2}, torch::kInt64);
+  images.classes = 10;
+  const auto layout = sample_layout(images);
+  EXPECT_EQ(layout.at("sample_shape"), "1,28,28");
+  EXPECT_EQ(layout.at("targets"), "classes 10");
+  const auto blank = blank_samples(layout);
+  ASSERT_TRUE(blank.has_value());
+  EXPECT_EQ(blank->inputs.sizes(), (std::vector<int64_t>{2, 1, 28, 28}));
+  EXPECT_EQ(blank->outputs(), 10);
+  EXPECT_FALSE(blank->is_regression());
+
+  TensorDataset values;
+  values.inputs = torch::rand({4, 8});
+  values.targets = torch::rand({4, 3});
+  const auto three = blank_samples(sample_layout(values));
+  ASSERT_TRUE(three.has_value());
+  EXPECT_TRUE(three->is_regression());
+  EXPECT_EQ(three->outputs(), 3);
+  EXPECT_EQ(three->targets.dim(), 2);
+  values.targets = torch::rand({4});
+  EXPECT_EQ(sample_layout(values).at("targets"), "values");
+  EXPECT_EQ(blank_samples(sample_layout(values))->targets.dim(), 1);
+
+  // Weights from before the layout was recorded, or a record that cannot be read: none.
+  EXPECT_FALSE(blank_samples({{"model", "mlp"}}).has_value());
+  for (const auto& [shape, targets] :
+       std::vector<std::pair<std::string, std::string>>{{"1,28", "classes 10"},
+                                                        {"1,x,28", "classes 10"},
+                                                        {"-1,28,28", "classes 10"},
+                                                        {"8", "classes 0"},
+                                                        {"8", "labels 3"},
+                                                        {"8", "values 3 4"},
+                                                        {"", "values"}}) {
+    EXPECT_FALSE(blank_samples({{"sample_shape", shape}, {"targets", targets}}).has_value())
+        << shape << " / " << targets;
+  }
+}
+
 TEST_F(TempDir, WeightsRoundTripIncludingBatchNormBuffers) {
   torch::manual_seed(1);
   auto saved = make_model({"cnn-bn"});

@@ -393,6 +393,36 @@ TEST(ConfigToml, AnOlderIdxRunGetsTheNormalisationItTrainedWith) {
   EXPECT_EQ(again.pixel_std, measured.pixel_std);
 }
 
+TEST(ConfigToml, ARunRecordsTheFilesItReadsByAbsolutePaths) {
+  // Issue 35: evaluate, predict, sample and --resume from another directory find them.
+  const std::string here = std::filesystem::current_path().string();
+  TrainConfig config;
+  config.dataset = "npy:data/../arrays";
+  config.model = "torchscript:m.pt";
+  config.tokenizer = "sentencepiece:/abs/sp.model";
+  config.init_weights = "w.safetensors";
+  config.save_weights = "out.safetensors";
+  config.out = "runs/a";
+  const TrainConfig absolute = config.with_absolute_paths();
+  EXPECT_EQ(absolute.dataset, "npy:" + here + "/arrays");
+  EXPECT_EQ(absolute.model, "torchscript:" + here + "/m.pt");
+  EXPECT_EQ(absolute.tokenizer, "sentencepiece:/abs/sp.model");
+  EXPECT_EQ(absolute.init_weights, here + "/w.safetensors");
+  // What it writes stays as given: a rerun of the config writes where it runs.
+  EXPECT_EQ(absolute.save_weights, "out.safetensors");
+  EXPECT_EQ(absolute.out, "runs/a");
+  for (const char* name : {"fashion-mnist", "cpp:spirals"}) {
+    config.dataset = name;
+    EXPECT_EQ(config.with_absolute_paths().dataset, name);
+  }
+  config.model = "mlp";
+  config.tokenizer = "byte";
+  config.init_weights.clear();
+  EXPECT_EQ(config.with_absolute_paths().model, "mlp");
+  EXPECT_EQ(config.with_absolute_paths().tokenizer, "byte");
+  EXPECT_EQ(config.with_absolute_paths().init_weights, "");
+}
+
 TEST(ConfigToml, NumbersAreTheShortestThatRoundTrip) {
   TrainConfig config;
   config.lr = 0.1 + 0.2;  // 0.30000000000000004: needs its 17 digits

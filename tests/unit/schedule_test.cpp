@@ -251,6 +251,23 @@ TEST_F(IntervalTest, RejectsBadText) {
   }
 }
 
+TEST_F(IntervalTest, ADurationIsSaidToBeOneNotUnitless) {
+  // Issue 36: "--warmup 30min" was "has no unit"; minutes are a unit, of time, which intervals
+  // do not count in (only --checkpoint-every takes them).
+  const auto message = [](const char* text) {
+    try {
+      Interval::parse(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message("30min").find("is a duration"), std::string::npos) << message("30min");
+  EXPECT_NE(message("1.5h").find("is a duration"), std::string::npos);
+  EXPECT_NE(message("12").find("has no unit"), std::string::npos);
+  EXPECT_NE(message("5x").find("has no unit ('x' is not one)"), std::string::npos) << message("5x");
+}
+
 TEST(Cadence, AmountsOfTrainingOrWallClockTime) {
   EXPECT_EQ(Cadence::parse("200u").amount->to_string(), "200u");
   EXPECT_EQ(Cadence::parse("1e").amount->unit(), Interval::Unit::Epochs);

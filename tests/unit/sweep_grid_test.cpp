@@ -50,6 +50,32 @@ TEST(SweepGrid, CellsAreBatchMajorWithSortableNames) {
                Error);
 }
 
+TEST(SweepGrid, CellsAtTheReferenceBatchShareOneRun) {
+  // Issue 35: at the batch the rate is tuned at, none, linear, sqrt and auto all train at the
+  // base rate; AdaScale keeps its own run (two micro-steps, its gain measured).
+  SweepGrid grid;
+  grid.global_batches = {64, 256};
+  grid.lr_scalings = {"none", "linear", "adascale", "sqrt"};
+  grid.warmups = {"0u", "2e"};
+  grid.reference_batch = 64;
+  const auto cells = grid.cells();
+  ASSERT_EQ(cells.size(), 16u);
+  std::vector<std::string> shared;
+  for (const SweepCell& cell : cells) {
+    if (!cell.same_as.empty())
+      shared.push_back(cell.name() + " -> " + cell.run_name());
+    else
+      EXPECT_EQ(cell.run_name(), cell.name());
+  }
+  EXPECT_EQ(shared, (std::vector<std::string>{"gb000064-linear-w0u -> gb000064-none-w0u",
+                                              "gb000064-linear-w2e -> gb000064-none-w2e",
+                                              "gb000064-sqrt-w0u -> gb000064-none-w0u",
+                                              "gb000064-sqrt-w2e -> gb000064-none-w2e"}));
+  grid.reference_batch = 32;  // --lr-ref-batch off the grid: every cell is its own run
+  for (const SweepCell& cell : grid.cells())
+    EXPECT_TRUE(cell.same_as.empty()) << cell.name();
+}
+
 TEST(SweepGrid, AdaScaleCellsKeepTwoMicroStepsPerUpdate) {
   const SweepCell linear_small{16, "linear", "0u"};
   const SweepCell linear_large{256, "linear", "0u"};

@@ -50,5 +50,33 @@ TEST(TokenPacking, EveryMicroBatchStaysWithinTheBudget) {
   }
 }
 
+TEST(TokenPacking, AnEpochCutByTokensCountsEveryWindowsMicroSteps) {
+  // Issue 35: what `plan` and the start line say a token budget makes of the epoch.
+  BatchRequest request;
+  request.global_batch_size = 4;
+  request.accumulation_steps = 1;  // the rank's whole share, as under --micro-batch-tokens
+  const BatchPlan plan = BatchPlan::resolve(request);
+  const EpochPlan epoch = plan_epoch(plan, 10, LastWindow::Keep);  // windows of 4, 4, 2
+  const std::vector<int64_t> lengths = {8, 8, 8, 8, 2, 2, 2, 2, 5, 3};
+  std::vector<int64_t> order(10);
+  for (int64_t i = 0; i < 10; ++i)
+    order[size_t(i)] = i;
+  const TokenCutEpoch cut = cut_epoch_by_tokens(plan, epoch, order, lengths, 16, /*rank=*/0);
+  // 4 rows of 8: 2 micro-steps of 2; 4 rows of 2: one of 4; 5 and 3: one (2 x 5 = 10).
+  EXPECT_EQ(cut.micro_steps, 4);
+  EXPECT_EQ(cut.fewest_per_window, 1);
+  EXPECT_EQ(cut.most_per_window, 2);
+  EXPECT_EQ(cut.tokens, 32 + 8 + 8);
+  EXPECT_EQ(cut.padded_tokens, 32 + 8 + 10);
+  // The same windows, one pack each, as the trainer cuts them.
+  int64_t steps = 0;
+  for (int64_t update = 0; update < epoch.updates_per_epoch; ++update) {
+    const UpdateWindow w = window_for_update(plan, epoch, update, 0);
+    steps += int64_t(pack_by_tokens(order.data() + w.rank_begin, w.rank_size, lengths, 16)
+                         .micro_batch_sizes.size());
+  }
+  EXPECT_EQ(steps, cut.micro_steps);
+}
+
 }  // namespace
 }  // namespace bigbatch
