@@ -317,9 +317,10 @@ std::optional<TensorDataset> blank_samples(const std::map<std::string, std::stri
   TensorDataset blank;
   blank.inputs = torch::zeros(sizes, torch::kFloat32);
   const std::vector<std::string> words = split(targets->second, ' ');
-  // "classes K" and "values K" need a positive K (0: none given or unreadable).
-  const int64_t count =
-      words.size() == 2 ? std::max<int64_t>(0, parse_int(words[1]).value_or(0)) : 0;
+  // "classes K" and "values K" need a positive K (0: none given, unreadable or past any model).
+  int64_t count = words.size() == 2 ? parse_int(words[1]).value_or(0) : 0;
+  if (count > (int64_t(1) << 24))
+    count = 0;
   if (words.size() == 2 && words[0] == "classes" && count > 0) {
     blank.targets = torch::zeros({rows}, torch::kInt64);
     blank.classes = count;

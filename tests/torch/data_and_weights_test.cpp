@@ -195,6 +195,7 @@ TEST(SampleLayout, BlankSamplesBuildTheSameModelAsTheData) {
                                                         {"1,x,28", "classes 10"},
                                                         {"-1,28,28", "classes 10"},
                                                         {"8", "classes 0"},
+                                                        {"8", "values 99999999999"},
                                                         {"8", "labels 3"},
                                                         {"8", "values 3 4"},
                                                         {"", "values"}}) {
