@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -193,6 +194,18 @@ std::string run_predict(const PredictOptions& options) {
     throw Error(ErrorKind::Usage, "predict needs --input X.npy and --output Y.npy",
                 "e.g. --input x_new.npy --output probabilities.npy");
   check_output_file(options.output, "--output", {options.input});
+  // numpy.load reads the array under any name, but a name of another format misleads whoever
+  // opens it next (a .safetensors that is a .npy).
+  const std::string suffix = std::filesystem::path(options.output).extension().string();
+  for (const char* other : {".safetensors", ".npz", ".pt", ".pth", ".csv", ".json", ".txt"}) {
+    if (suffix == other) {
+      throw Error(
+          ErrorKind::Usage,
+          "--output '" + options.output + "' names a " + suffix +
+              " file, but predict writes a numpy array (.npy)",
+          "name it " + std::filesystem::path(options.output).replace_extension(".npy").string());
+    }
+  }
   configure_cpu(config, resolve_thread_count(config.threads));
   const NpyArray array = read_npy_file(options.input);
   TensorDataset inputs;

@@ -11,6 +11,18 @@
 
 namespace bigbatch {
 
+namespace {
+
+// "a\nb" -> "a\\nb": a value with line breaks shown on the one line of an error.
+std::string escape_line_breaks(const std::string& text) {
+  std::string out;
+  for (const char c : text)
+    out += c == '\n' ? std::string("\\n") : c == '\r' ? std::string("\\r") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
+
 void TrainConfig::complete_older_run() {
   const bool idx = !is_sequence_dataset() && !is_npy_dataset() && !is_custom(dataset);
   if (idx && pixel_std == 0) {
@@ -243,6 +255,12 @@ void TrainConfig::validate() const {
                "and packed blocks are --seq-len tokens");
   check_config(!doc_separator.empty(), "--doc-separator is empty",
                "give the separator line, e.g. --doc-separator %, or blank or line");
+  // Text is cut into lines first, so a separator with a line break in it never matches; said
+  // on one line, the break written as \n.
+  check_config(doc_separator.find_first_of("\r\n") == std::string::npos,
+               "--doc-separator '" + escape_line_breaks(doc_separator) +
+                   "' holds a line break, and is matched against one line at a time",
+               "give the separator's one line, e.g. --doc-separator %, or blank or line");
   check_config(layers >= 1, "--layers must be at least 1", "e.g. --layers 4");
   check_config(d_model >= 1 && heads >= 1 && d_model % heads == 0,
                "--d-model " + std::to_string(d_model) + " does not split into --heads " +

@@ -136,6 +136,33 @@ TextCorpus read_jsonl_corpus(const std::string& path, const std::string& field) 
   return corpus;
 }
 
+namespace {
+
+// A line the JSON parser refused, said in its words: what is wrong, and at which byte. Its
+// "last read" is left out (it may hold the very bytes that are not text).
+[[noreturn]] void throw_unreadable_line(const std::string& where,
+                                        const nlohmann::json::exception& e,
+                                        const std::string& field) {
+  std::string reason = e.what();
+  if (const size_t dash = reason.find(" - "); dash != std::string::npos)
+    reason = reason.substr(dash + 3);  // after "syntax error while parsing value"
+  else if (const size_t bracket = reason.find("] "); bracket != std::string::npos)
+    reason = reason.substr(bracket + 2);  // "number overflow parsing '1e999'"
+  if (const size_t last = reason.find("; last read"); last != std::string::npos)
+    reason.resize(last);
+  const auto* parse = dynamic_cast<const nlohmann::json::parse_error*>(&e);
+  const std::string at = parse ? " at byte " + std::to_string(parse->byte) : "";
+  const bool utf8 = reason.find("UTF-8") != std::string::npos;
+  const bool surrogate = reason.find("surrogate") != std::string::npos;
+  throw Error(ErrorKind::Data, where + " is not valid JSON" + at + ": " + reason,
+              utf8        ? "save the file as UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
+              : surrogate ? "a lone surrogate escape (\\ud800 without its pair) is no "
+                            "character: write the text with a JSON library from its strings"
+                          : "write one object per line, e.g. {\"" + field + "\": \"...\"}");
+}
+
+}  // namespace
+
 TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
                               const std::string& path) {
   TextCorpus corpus;
@@ -150,9 +177,19 @@ TextCorpus parse_jsonl_corpus(std::string_view text, const std::string& field,
     if (only_whitespace(line))
       continue;
     const std::string where = "line " + std::to_string(line_number) + " of '" + path + "'";
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object()) {
-      throw Error(ErrorKind::Data, where + " is not a JSON object",
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw_unreadable_line(where, e, field);
+    }
+    if (!record.is_object()) {
+      throw Error(ErrorKind::Data,
+                  where + " is not a JSON object (it is " +
+                      (record.is_null()
+                           ? std::string("null")
+                           : (record.is_array() ? "an " : "a ") + std::string(record.type_name())) +
+                      ")",
                   "write one object per line, e.g. {\"" + field + "\": \"...\"}");
     }
     const auto found = record.find(field);

@@ -204,8 +204,14 @@ void parse_megatron_tokens(const uint8_t* index, size_t index_size, const uint8_
                 "rebuild the .bin/.idx pair with Megatron's preprocess_data.py, or use the .bin "
                 "with the .idx it was written with");
   };
-  if (index_size < kMegatronHeaderBytes || std::memcmp(index, kMegatronMagic, 9) != 0)
+  // A truncated index that starts right is said to be cut short, not to be another format.
+  const size_t compared = std::min<size_t>(index_size, 9);
+  if (compared > 0 && std::memcmp(index, kMegatronMagic, compared) != 0)
     bad_index("does not start with MMIDIDX: it is no Megatron/fairseq indexed-dataset index");
+  if (index_size < kMegatronHeaderBytes) {
+    bad_index("is cut short: " + std::to_string(index_size) + " bytes, less than its " +
+              std::to_string(kMegatronHeaderBytes) + "-byte header");
+  }
   const uint64_t version = read_le<uint64_t>(index + 9);
   if (version != 1)
     bad_index("has version " + std::to_string(version) + "; version 1 is the one read here");

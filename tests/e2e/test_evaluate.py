@@ -100,6 +100,12 @@ class EvaluateTest(CliTestCase):
         self.assertEqual(run("predict", self.run_dir, "--input", x, "--output", link).returncode, 0)
         self.assertTrue(os.path.islink(link))
         self.assertEqual(np.load(target).shape, (100, 10))
+        # A name of another format is refused, not filled with a .npy (issue 36).
+        named = os.path.join(self.dir, "p.safetensors")
+        self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", named), "usage",
+                                   "names a .safetensors file, but predict writes a numpy array (.npy)",
+                                   "name it " + os.path.join(self.dir, "p.npy"))
+        self.assertFalse(os.path.exists(named))
         # No samples at all: said, not an internal error.
         np.save(x, images[:0])
         self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", out), "data",

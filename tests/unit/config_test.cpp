@@ -103,6 +103,23 @@ TEST(ConfigValidate, FlagsOfAnotherKindOfDataAreRefusedNotIgnored) {
   EXPECT_NE(problem(images).find("is not text:PATH"), std::string::npos);
 }
 
+TEST(ConfigValidate, ASeparatorWithALineBreakIsSaidOnOneLine) {
+  // Issue 36: it never matches (text is cut into lines first), and its error ran over two lines.
+  TrainConfig config;
+  config.model = "gpt";
+  config.dataset = "text:corpus.txt";
+  config.doc_separator = "%\n%";
+  try {
+    config.validate();
+    FAIL() << "a separator with a line break was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--doc-separator '%\\n%' holds a line break"), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
 TEST_F(ConfigFileTest, UnknownKeySuggestsTheClosest) {
   write("lerning-rate = 0.1\n");
   EXPECT_NE(error_of().find("unknown key 'lerning-rate'"), std::string::npos);

@@ -93,9 +93,19 @@ TEST(JsonlCorpus, ReadsTheFieldOfEveryObjectAndNamesTheBadLine) {
     }
     return std::string();
   };
-  EXPECT_NE(
-      error_of("{\"text\": \"a\"}\nnot json\n").find("line 2 of 'c.jsonl' is not a JSON object"),
-      std::string::npos);
+  EXPECT_NE(error_of("{\"text\": \"a\"}\nnot json\n").find("line 2 of 'c.jsonl' is not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("[1, 2]\n").find("is not a JSON object (it is an array)"), std::string::npos);
+  // Issue 36: what is wrong is said, not "not a JSON object".
+  const std::string surrogate = error_of("{\"text\": \"a \\ud800 b\"}\n");
+  EXPECT_NE(surrogate.find("is not valid JSON at byte"), std::string::npos) << surrogate;
+  EXPECT_NE(surrogate.find("surrogate"), std::string::npos) << surrogate;
+  const std::string overflow = error_of("{\"text\": \"a\", \"n\": 1e999}\n");
+  EXPECT_NE(overflow.find("1e999"), std::string::npos) << overflow;
+  const std::string latin1 = error_of("{\"text\": \"caf\xe9\"}\n");
+  EXPECT_NE(latin1.find("UTF-8"), std::string::npos) << latin1;
+  EXPECT_NE(latin1.find("iconv"), std::string::npos) << latin1;
+  EXPECT_EQ(latin1.find('\xe9'), std::string::npos) << latin1;  // the line's bytes are not echoed
   EXPECT_NE(error_of("{\"body\": \"a\"}\n").find("line 1 of 'c.jsonl' has no field \"text\""),
             std::string::npos);
   EXPECT_NE(error_of("{\"text\": 3}\n").find("is not a string"), std::string::npos);

@@ -115,6 +115,14 @@ TEST(TokenFiles, MegatronIndexesThatLieAreRefusedNamingWhat) {
   auto bad = good;
   bad.index[0] = 'X';
   EXPECT_NE(message_of([&] { parse(bad); }).find("does not start with MMIDIDX"), std::string::npos);
+  // Issue 36: an index cut inside its header starts right: it is said to be cut short.
+  for (const size_t kept : {size_t(4), size_t(20)}) {
+    bad = good;
+    bad.index.resize(kept);
+    const std::string cut = message_of([&] { parse(bad); });
+    EXPECT_NE(cut.find("is cut short: " + std::to_string(kept) + " bytes"), std::string::npos)
+        << cut;
+  }
   bad = good;
   bad.index[17] = 7;  // float32
   EXPECT_NE(message_of([&] { parse(bad); }).find("dtype code 7"), std::string::npos);
