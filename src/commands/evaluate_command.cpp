@@ -97,8 +97,10 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
   config.complete_older_run();  // the run's own normalisation, never a new measurement
   if (!options.weights.empty())
     weights = options.weights;
-  if (!options.dataset.empty())
+  if (!options.dataset.empty()) {
     config.dataset = options.dataset;
+    config.train_subset = 0;  // the run's cut of its own training set, not of this data
+  }
   // The run's own resume and output settings do not apply here.
   config.resume.clear();
   config.out.clear();
@@ -128,6 +130,42 @@ const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& 
               "e.g. --split test");
 }
 
+// Samples of the shape the model was trained on, and labels it has outputs for.
+void check_data_fits_the_model(const TensorDataset& trained, const TensorDataset& data,
+                               const std::string& dataset) {
+  if (data.is_tokens())
+    return;
+  if (data.inputs.sizes().slice(1) != trained.inputs.sizes().slice(1)) {
+    throw Error(ErrorKind::Data,
+                "dataset '" + dataset + "' holds samples of shape " +
+                    c10::str(data.inputs.sizes().slice(1)) + "; the run's model takes " +
+                    c10::str(trained.inputs.sizes().slice(1)),
+                "evaluate it on data of the training samples' shape");
+  }
+  if (data.is_regression() != trained.is_regression()) {
+    throw Error(ErrorKind::Data,
+                "dataset '" + dataset + "' holds " +
+                    (data.is_regression() ? "regression values" : "class labels") +
+                    "; the run's model " +
+                    (trained.is_regression() ? "predicts values" : "classifies"),
+                "evaluate it on data of the run's task");
+  }
+  if (!data.is_regression() && data.classes > trained.classes) {
+    throw Error(ErrorKind::Data,
+                "dataset '" + dataset + "' has labels up to " + std::to_string(data.classes - 1) +
+                    "; the run's model has outputs for " + std::to_string(trained.classes) +
+                    " classes (0 to " + std::to_string(trained.classes - 1) + ")",
+                "evaluate it on data labelled with the run's classes");
+  }
+  if (data.is_regression() && data.outputs() != trained.outputs()) {
+    throw Error(ErrorKind::Data,
+                "dataset '" + dataset + "' has " + std::to_string(data.outputs()) +
+                    " regression target(s) per sample; the run's model predicts " +
+                    std::to_string(trained.outputs()),
+                "evaluate it on data with the run's targets");
+  }
+}
+
 }  // namespace
 
 EvaluateReport run_evaluate(const EvaluateOptions& options) {
@@ -139,8 +177,15 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   const TensorDataset& split = chosen_split(data, options.split, config.dataset);
+  // The model as the run built it, where its weights record how; data it cannot take is said
+  // as such, not as weights of another model.
+  std::map<std::string, std::string> metadata;
+  load_safetensors(weights, &metadata);
+  const std::optional<TensorDataset> trained = blank_samples(metadata);
+  if (trained)
+    check_data_fits_the_model(*trained, data.train, config.dataset);
   torch::manual_seed(config.seed);
-  auto model = build_model(config, data.train);
+  auto model = build_model(config, trained ? *trained : data.train);
   load_weights(weights, *model);
   model->to(device);
   const EvalResult result = evaluate(model, split, evaluation_rows(split));

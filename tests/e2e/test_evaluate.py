@@ -52,6 +52,29 @@ class EvaluateTest(CliTestCase):
         self.assertEqual(other.returncode, 0, other.stderr)
         self.assertEqual(json.loads(other.stdout)["accuracy"], json.loads(from_run.stdout)["accuracy"])
 
+    def test_another_dataset_the_model_cannot_take_is_named_not_its_weights(self):
+        # Issue 36: labels past the run's classes were "weights file ... gives tensor '3.weight'
+        # shape [10, 32], the model needs [12, 32]"; the run's --train-subset 1000 was applied to
+        # the other data too.
+        import numpy as np
+        rng = np.random.default_rng(5)
+
+        def arrays(name, classes, side=28):
+            directory = os.path.join(self.dir, name)
+            os.makedirs(directory, exist_ok=True)
+            for split, n in (("train", 300), ("test", 100)):
+                np.save(os.path.join(directory, f"x_{split}.npy"), rng.random((n, side, side)).astype("float32"))
+                np.save(os.path.join(directory, f"y_{split}.npy"), rng.integers(0, classes, n))
+            return "npy:" + directory
+
+        fits = run("evaluate", self.run_dir, "--dataset", arrays("ten", 10), "--json")
+        self.assertEqual(fits.returncode, 0, fits.stderr)
+        self.assertEqual(json.loads(fits.stdout)["samples"], 100)
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--dataset", arrays("twelve", 12)), "data",
+                                   "has labels up to 11; the run's model has outputs for 10 classes (0 to 9)")
+        self.assert_one_line_error(run("evaluate", self.run_dir, "--dataset", arrays("small", 10, side=27)),
+                                   "data", "holds samples of shape [1, 27, 27]; the run's model takes [1, 28, 28]")
+
     def test_predict_writes_probabilities_that_agree_with_evaluate(self):
         import numpy as np
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
