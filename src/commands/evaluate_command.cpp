@@ -130,6 +130,14 @@ const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& 
               "e.g. --split test");
 }
 
+// Blank samples laid out as the ones the run's model was built for, as its weights record them;
+// nullopt for weights from before they did (and for language models).
+std::optional<TensorDataset> trained_samples(const std::string& weights) {
+  std::map<std::string, std::string> metadata;
+  load_safetensors(weights, &metadata);
+  return blank_samples(metadata);
+}
+
 // Samples of the shape the model was trained on, and labels it has outputs for.
 void check_data_fits_the_model(const TensorDataset& trained, const TensorDataset& data,
                                const std::string& dataset) {
@@ -179,9 +187,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   const TensorDataset& split = chosen_split(data, options.split, config.dataset);
   // The model as the run built it, where its weights record how; data it cannot take is said
   // as such, not as weights of another model.
-  std::map<std::string, std::string> metadata;
-  load_safetensors(weights, &metadata);
-  const std::optional<TensorDataset> trained = blank_samples(metadata);
+  const std::optional<TensorDataset> trained = trained_samples(weights);
   if (trained)
     check_data_fits_the_model(*trained, data.train, config.dataset);
   torch::manual_seed(config.seed);
@@ -268,9 +274,7 @@ std::string run_predict(const PredictOptions& options) {
   }
   // The model's shape and outputs: as the weights record them, else (weights from before they
   // did) from the training data.
-  std::map<std::string, std::string> metadata;
-  load_safetensors(weights, &metadata);
-  std::optional<TensorDataset> samples = blank_samples(metadata);
+  std::optional<TensorDataset> samples = trained_samples(weights);
   if (!samples)
     samples = load_data_outside_budget(config).train;
   if (inputs.inputs.sizes().slice(1) != samples->inputs.sizes().slice(1)) {
