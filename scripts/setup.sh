@@ -75,13 +75,19 @@ fi
 python=$pytorch
 if [[ "$pytorch" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
   venv=${XDG_CACHE_HOME:-$HOME/.cache}/bigbatch/pytorch-$pytorch
-  # .complete is written last, so an interrupted install is made again, never half-used.
+  # Beside PyTorch, what the tests read with: numpy, pillow (the report's screenshots) and
+  # TensorBoard (its reader checks the event files). .complete, written last, lists them: an
+  # interrupted install is made again, never half-used, and a list that grew is installed.
+  packages="torch==$pytorch numpy pillow tensorboard"
   if [ ! -f "$venv/.complete" ]; then
     echo "setup: installing PyTorch $pytorch with pip into $venv"
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "torch==$pytorch" numpy pillow
-    touch "$venv/.complete"
+  fi
+  if [ "$(cat "$venv/.complete" 2>/dev/null)" != "$packages" ]; then
+    # shellcheck disable=SC2086  # the list is words
+    "$venv/bin/pip" install -q $packages
+    echo "$packages" >"$venv/.complete"
   fi
   python=$venv/bin/python
 fi

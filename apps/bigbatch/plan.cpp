@@ -80,7 +80,7 @@ class PlanCommand final : public Subcommand {
     std::optional<DatasetSplits> data;
     if (!sized) {
       data = load_data_outside_budget(config);
-      check_stop_target(config, *data);  // as train would refuse them
+      check_watched_metrics(config, *data);  // as train would refuse them
       check_eval_every(config, *data);
       samples = data->train.size();
       tokens_per_sample = items_per_sample(data->train);

@@ -86,6 +86,13 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
 }
 
+// A watched metric's best (null: none counted yet).
+nlohmann::json watch_json(const MetricWatch& w) {
+  if (!w.seen)
+    return nullptr;
+  return {{"best", w.best}, {"best_step", w.best_step}, {"since_best", w.since_best}};
+}
+
 // --global-batch auto's measurements and decision log (an infinite band's end as null).
 nlohmann::json growth_json(const BatchGrowthState& g) {
   nlohmann::json decisions = nlohmann::json::array();
@@ -144,7 +151,9 @@ nlohmann::json progress_json(const TrainingProgress& p) {
           {"recent_losses", p.recent_losses},
           {"skipped_updates", p.skipped_updates},
           {"bad_in_a_row", p.bad_in_a_row},
-          {"growth", growth_json(p.growth)}};
+          {"growth", growth_json(p.growth)},
+          {"early_stop", watch_json(p.early_stop)},
+          {"keep_best", watch_json(p.keep_best)}};
 }
 
 // The fields of state.json, read strictly: a checkpoint that was edited or damaged names the
@@ -212,6 +221,21 @@ class StateFields {
   std::string prefix_;
   const std::string& dir_;
 };
+
+// Absent or null (checkpoints from before, or none counted yet): nothing seen.
+MetricWatch watch_from(const nlohmann::json& j, const char* key, const std::string& dir) {
+  MetricWatch w;
+  if (!j.contains(key) || j.at(key).is_null())
+    return w;
+  if (!j.at(key).is_object())
+    StateFields(j, "progress.", dir).bad(key, "is not an object");
+  const StateFields f(j.at(key), std::string("progress.") + key + ".", dir);
+  w.seen = true;
+  w.best = f.amount("best", std::nullopt, /*signed_value=*/true);
+  w.best_step = f.count("best_step");
+  w.since_best = f.count("since_best");
+  return w;
+}
 
 BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
   const StateFields f(j, "progress.growth.", dir);
@@ -306,6 +330,13 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
     if (!j.at("growth").is_object())
       f.bad("growth", "is not an object");
     p.growth = growth_from(j.at("growth"), dir);
+  }
+  p.early_stop = watch_from(j, "early_stop", dir);
+  p.keep_best = watch_from(j, "keep_best", dir);
+  for (const MetricWatch* w : {&p.early_stop, &p.keep_best}) {
+    if (w->best_step > p.step)
+      f.bad(w == &p.early_stop ? "early_stop" : "keep_best",
+            "has its best past progress.step " + std::to_string(p.step));
   }
   // The counters against each other: each is a part of the one before it.
   if (p.update_in_epoch > p.step)

@@ -393,6 +393,10 @@ std::vector<OptionSpec> build_table() {
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",
                             &TrainConfig::noise_scale, false, both));
+  t.push_back(switch_option("no-tensorboard",
+                            "do not write TensorBoard event files in the run directory "
+                            "(metrics.jsonl holds the same figures)",
+                            &TrainConfig::tensorboard, false));
   t.push_back(switch_option("prefetch",
                             "gather the window's next micro-batch on a background thread while "
                             "the current one trains (off by default: with in-memory data on 2 "
@@ -464,6 +468,31 @@ std::vector<OptionSpec> build_table() {
     };
     t.push_back(s);
   }
+  // A watched metric's name, normalised, so config.toml and the rank check read one spelling.
+  const auto metric_option = [](std::string name, std::string help, std::string TrainConfig::*field) {
+    OptionSpec s = string_option(name, std::move(help), "METRIC", field);
+    s.set = [name, field](TrainConfig& c, const std::string& text) {
+      c.*field = text.empty() ? std::string() : WatchedMetric::parse(text, "--" + name).name();
+    };
+    return s;
+  };
+  t.push_back(metric_option(
+      "early-stop",
+      "stop when this evaluated metric (val_loss, val_accuracy, val_bpb, ...; evaluated at each "
+      "epoch's end and every --eval-every) has not improved for --patience evaluations",
+      &TrainConfig::early_stop));
+  t.push_back(int_option("patience",
+                         "--early-stop's evaluations without improvement before it stops",
+                         &TrainConfig::patience));
+  t.push_back(double_option("min-delta",
+                            "--early-stop counts only improvements larger than this (in the "
+                            "metric's units)",
+                            &TrainConfig::min_delta));
+  t.push_back(metric_option(
+      "keep-best",
+      "keep the weights of the evaluation with the best value of this metric (val_loss, "
+      "val_accuracy, ...) in RUN/best.safetensors",
+      &TrainConfig::keep_best));
   t.push_back(optional_int_option("max-updates",
                                   "stop after this many updates (0: write initial weights only)",
                                   &TrainConfig::max_updates, both));

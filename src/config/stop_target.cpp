@@ -1,6 +1,8 @@
 #include "config/stop_target.h"
 
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -16,11 +18,47 @@ namespace {
               "chooses the split)");
 }
 
-bool rises(const std::string& metric) {
-  return metric == "accuracy";
+const std::vector<std::string> kMetrics = {"accuracy", "loss", "perplexity", "bpb", "rmse"};
+
+// "val_bpb" -> {val, bpb}; the reason it names no metric otherwise.
+std::optional<std::string> split_metric_name(const std::string& text, WatchedMetric& out) {
+  std::string name = trim(text);
+  out.split.clear();
+  for (const char* split : {"val_", "test_"}) {
+    const std::string prefix = split;
+    if (name.rfind(prefix, 0) == 0) {
+      out.split = prefix.substr(0, prefix.size() - 1);
+      name = name.substr(prefix.size());
+      break;  // one split: val_test_loss names no metric
+    }
+  }
+  for (const auto& m : kMetrics) {
+    if (m == name) {
+      out.metric = name;
+      return std::nullopt;
+    }
+  }
+  const auto guess = closest_match(name, kMetrics);
+  return "names metric '" + name + "', which is not one of accuracy, loss, perplexity, bpb or rmse" +
+         (guess ? " (did you mean '" + *guess + "'?)" : std::string());
 }
 
 }  // namespace
+
+WatchedMetric WatchedMetric::parse(const std::string& text, const std::string& flag) {
+  WatchedMetric watched;
+  if (const auto why = split_metric_name(text, watched)) {
+    throw Error(ErrorKind::Config, flag + " '" + text + "' " + *why,
+                "name an evaluated figure: val_loss, val_accuracy, val_bpb, val_perplexity or "
+                "val_rmse (test_ reads the test split; no prefix: validation when the run has "
+                "one)");
+  }
+  return watched;
+}
+
+std::string WatchedMetric::name() const {
+  return (split.empty() ? std::string() : split + "_") + metric;
+}
 
 StopTarget StopTarget::parse(const std::string& raw) {
   const std::string text = trim(raw);
@@ -33,31 +71,13 @@ StopTarget StopTarget::parse(const std::string& raw) {
   if (op == std::string::npos)
     bad_target(raw, "has no >= or <=");
   StopTarget target;
-  std::string name = trim(text.substr(0, op));
-  for (const char* split : {"val_", "test_"}) {
-    const std::string prefix = split;
-    if (name.rfind(prefix, 0) == 0) {
-      target.split = prefix.substr(0, prefix.size() - 1);
-      name = name.substr(prefix.size());
-      break;  // one split: val_test_loss names no metric
-    }
-  }
-  static const std::vector<std::string> metrics = {"accuracy", "loss", "perplexity", "bpb", "rmse"};
-  bool known = false;
-  for (const auto& m : metrics)
-    known = known || m == name;
-  if (!known) {
-    const auto guess = closest_match(name, metrics);
-    bad_target(raw, "names metric '" + name +
-                        "', which is not one of accuracy, loss, "
-                        "perplexity, bpb or rmse" +
-                        (guess ? " (did you mean '" + *guess + "'?)" : std::string()));
-  }
-  target.metric = name;
+  if (const auto why = split_metric_name(text.substr(0, op), target))
+    bad_target(raw, *why);
+  const std::string name = target.metric;
   target.at_least = at_least;
-  if (rises(name) != at_least) {
+  if (target.rises() != at_least) {
     bad_target(raw, std::string("would stop at once: ") + name + " improves going " +
-                        (rises(name) ? "up (write >=)" : "down (write <=)"));
+                        (target.rises() ? "up (write >=)" : "down (write <=)"));
   }
   const auto value = parse_double(trim(text.substr(op + 2)));
   if (!value || !std::isfinite(*value))
@@ -80,14 +100,13 @@ StopTarget StopTarget::accuracy(double fraction) {
   return target;
 }
 
-std::string StopTarget::metric_in(bool has_validation) const {
+std::string WatchedMetric::metric_in(bool has_validation) const {
   const std::string chosen = split.empty() ? (has_validation ? "val" : "test") : split;
   return chosen + "_" + metric;
 }
 
 std::string StopTarget::to_string() const {
-  return (split.empty() ? std::string() : split + "_") + metric + (at_least ? ">=" : "<=") +
-         format_double(value);
+  return name() + (at_least ? ">=" : "<=") + format_double(value);
 }
 
 }  // namespace bigbatch

@@ -16,9 +16,23 @@
 
 namespace bigbatch {
 
-struct StopTarget {
-  std::string split;     // "val", "test", or empty: val when there is a validation split
-  std::string metric;    // accuracy, loss, perplexity, bpb or rmse
+// A figure the evaluations report, named as the epoch records name it, with or without its
+// split ("val_loss", "accuracy"): what --early-stop and --keep-best watch, and what --target
+// compares. Accuracy improves going up, the others going down.
+struct WatchedMetric {
+  std::string split;   // "val", "test", or empty: val when there is a validation split
+  std::string metric;  // accuracy, loss, perplexity, bpb or rmse
+
+  // Throws bigbatch::Error (Config) naming `flag`, the text and the accepted names.
+  static WatchedMetric parse(const std::string& text, const std::string& flag);
+  bool rises() const { return metric == "accuracy"; }
+  // The epoch record's key: "val_bpb", "test_accuracy".
+  std::string metric_in(bool has_validation) const;
+  // As given: "val_loss", "accuracy"; parse(name()) gives the same metric.
+  std::string name() const;
+};
+
+struct StopTarget : WatchedMetric {
   bool at_least = true;  // >= (accuracy); else <=
   double value = 0;
 
@@ -26,9 +40,6 @@ struct StopTarget {
   static StopTarget parse(const std::string& text);
   // --target-accuracy: accuracy >= fraction on validation, else test.
   static StopTarget accuracy(double fraction);
-
-  // The epoch record's key: "val_bpb", "test_accuracy".
-  std::string metric_in(bool has_validation) const;
   bool reached(double observed) const { return at_least ? observed >= value : observed <= value; }
   // "val_bpb<=1.9"; parse(to_string()) gives the same target.
   std::string to_string() const;

@@ -317,6 +317,17 @@ void TrainConfig::validate() const {
   check_config(target.empty() || target_accuracy == 0,
                "--target and --target-accuracy both say when to stop",
                "give one: --target val_accuracy>=X is --target-accuracy X");
+  early_stop_metric();  // each throws with the accepted names
+  keep_best_metric();
+  check_config(patience >= 1, "--patience must be at least 1 evaluation, got " +
+                                  std::to_string(patience),
+               "e.g. --patience 3");
+  check_config(std::isfinite(min_delta) && min_delta >= 0,
+               "--min-delta must be a finite number >= 0, got " + format_double(min_delta),
+               "e.g. --min-delta 0.001");
+  check_config(!early_stop.empty() || (patience == 3 && min_delta == 0),
+               "--patience and --min-delta tell --early-stop when to stop, and it is not set",
+               "add --early-stop val_loss (or the metric to watch)");
   check_config(target_accuracy >= 0 && target_accuracy <= 1,
                "--target-accuracy must be a fraction from 0 (off) to 1, got " +
                    format_double(target_accuracy),
@@ -372,6 +383,18 @@ TrainConfig TrainConfig::with_absolute_paths() const {
 std::string TrainConfig::sentencepiece_model() const {
   const std::string prefix = "sentencepiece:";
   return tokenizer.rfind(prefix, 0) == 0 ? tokenizer.substr(prefix.size()) : std::string();
+}
+
+std::optional<WatchedMetric> TrainConfig::early_stop_metric() const {
+  if (early_stop.empty())
+    return std::nullopt;
+  return WatchedMetric::parse(early_stop, "--early-stop");
+}
+
+std::optional<WatchedMetric> TrainConfig::keep_best_metric() const {
+  if (keep_best.empty())
+    return std::nullopt;
+  return WatchedMetric::parse(keep_best, "--keep-best");
 }
 
 std::optional<StopTarget> TrainConfig::stop_target() const {

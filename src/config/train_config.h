@@ -107,6 +107,7 @@ struct TrainConfig {
   bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;
+  bool tensorboard = true;  // TensorBoard event files in the run directory (report/tensorboard_log.h)
   // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
   bool keep_denormals = false;
   Precision precision = Precision::Fp32;  // bf16: autocast forward, fp32 weights and gradients
@@ -130,6 +131,13 @@ struct TrainConfig {
   // --target: stop at the first epoch whose metric reaches it (config/stop_target.h), e.g.
   // "val_bpb<=1.9"; empty: none (--target-accuracy is the shorthand for accuracy).
   std::string target;
+  // --early-stop: the metric (config/stop_target.h, WatchedMetric) whose lack of improvement
+  // for `patience` evaluations in a row ends the run; an improvement must exceed `min_delta`.
+  std::string early_stop;
+  int64_t patience = 3;
+  double min_delta = 0;
+  // --keep-best: the metric whose best evaluation's weights RUN/best.safetensors holds.
+  std::string keep_best;
 
   // Run.
   uint64_t seed = 42;
@@ -190,6 +198,9 @@ struct TrainConfig {
   std::string sentencepiece_model() const;
   // --target, or --target-accuracy as one; none when neither is set.
   std::optional<StopTarget> stop_target() const;
+  // --early-stop's and --keep-best's metrics; none when not set.
+  std::optional<WatchedMetric> early_stop_metric() const;
+  std::optional<WatchedMetric> keep_best_metric() const;
   // --sequences, with auto resolved: documents for text, packed for token files.
   SequenceMode sequence_mode() const;
   // --task, or the dataset's (text, tokens: lm; images: classify).

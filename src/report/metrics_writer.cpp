@@ -1,77 +1,22 @@
 #include "report/metrics_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
-#include "core/error.h"
+#include <chrono>
 
 namespace bigbatch {
 
-MetricsWriter::MetricsWriter(const std::string& path)
-    : path_(path),
-      fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)),
-      last_flush_(std::chrono::steady_clock::now()) {
-  if (fd_ < 0) {
-    throw Error(ErrorKind::Io, "cannot open metrics file '" + path + "': " + std::strerror(errno),
-                "check that the run directory is writable");
-  }
-  // Appending continues a resumed run's file: its length so far counts.
-  const off_t end = ::lseek(fd_, 0, SEEK_END);
-  flushed_bytes_ = std::max<int64_t>(0, static_cast<int64_t>(end));
+double unix_time_now() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count()) * 1e-6;
 }
 
-MetricsWriter::~MetricsWriter() {
-  try {
-    flush();
-  } catch (const Error& error) {
-    std::fprintf(stderr, "bigbatch: error[%s]: %s\n", to_string(error.kind()), error.what());
-  }
-  ::close(fd_);
-}
-
-void MetricsWriter::write(const nlohmann::json& record) {
-  pending_ += record.dump();
-  pending_ += '\n';
-  if (std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval)
-    flush();
-}
-
-void MetricsWriter::flush() {
-  last_flush_ = std::chrono::steady_clock::now();
-  if (pending_.empty())
-    return;
-  // One call for the whole batch (more only when the kernel takes part of it).
-  size_t written = 0;
-  int error = 0;
-  while (written < pending_.size()) {
-    const ssize_t n = ::write(fd_, pending_.data() + written, pending_.size() - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (error == 0) {
-    flushed_bytes_ += static_cast<int64_t>(pending_.size());
-    pending_.clear();
-    return;
-  }
-  pending_.clear();
-  // A disk that filled mid-batch left part of a line: cut the file back to its last whole line,
-  // so that it stays a file of records whatever happens next.
-  if (::ftruncate(fd_, static_cast<off_t>(flushed_bytes_)) != 0) {
-    // Nothing more can be done; the resume's cut to its checkpoint's length still applies.
-  }
-  throw Error(ErrorKind::Io,
-              "cannot append to metrics file '" + path_ + "': " + std::strerror(error),
-              "check the free disk space");
+nlohmann::json MetricsWriter::write(const nlohmann::json& record) {
+  nlohmann::json stamped = record;
+  if (stamped.is_object() && !stamped.contains("time"))
+    stamped["time"] = unix_time_now();
+  std::string line = stamped.dump();
+  line += '\n';
+  file_.append(line);
+  return stamped;
 }
 
 }  // namespace bigbatch

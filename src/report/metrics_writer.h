@@ -1,46 +1,39 @@
 #pragma once
-// metrics.jsonl: one JSON object per line, appended as the run goes. Lines are written out in
-// whole-line batches at least once a second, at every flush() (the trainer flushes before each
-// checkpoint and after each epoch's record) and when the writer closes, also on the way out of
-// an error. A process killed outright loses at most its last second of lines, all of them after
-// its last checkpoint, which a resumed run drops and writes again anyway. A write that fails
-// (a full disk) cuts the file back to its last whole line before the error is raised, so the
-// file never ends in half a record. Writing each line
-// with its own system call cost 2-3% of an update at micro-batch 16 (measured). Keys are
-// documented in the README.
+// metrics.jsonl: one JSON object per line, appended as the run goes (core/append_file.h: whole
+// lines, written out at least once a second, at every flush() — the trainer flushes before each
+// checkpoint and after each epoch's record — and when the writer closes; a failed write never
+// leaves half a line). Every record is stamped with `time`, the Unix time it was written (what
+// a resumed run's TensorBoard events take as their wall time). Keys are documented in the
+// README.
 //
 //   MetricsWriter metrics(run_dir + "/metrics.jsonl");
 //   metrics.write({{"step", 12}, {"loss", 0.41}, {"lr", 0.05}});
 //   metrics.flush();  // before a checkpoint
-#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/append_file.h"
 
 namespace bigbatch {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);
-  ~MetricsWriter();  // flushes; an error there is reported on stderr (a destructor cannot throw)
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  explicit MetricsWriter(const std::string& path) : file_(path, "metrics file") {}
 
-  void write(const nlohmann::json& record);
-  void flush();
+  // `record` with "time" added (seconds since the Unix epoch) unless it has one. Returns what
+  // was written.
+  nlohmann::json write(const nlohmann::json& record);
+  void flush() { file_.flush(); }
   // The file's length up to the last flush(): where a checkpoint written now stands in it.
-  int64_t flushed_bytes() const { return flushed_bytes_; }
-  const std::string& path() const { return path_; }
-
-  // How long a written line may wait in memory.
-  static constexpr std::chrono::milliseconds kFlushInterval{1000};
+  int64_t flushed_bytes() const { return file_.flushed_bytes(); }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
-  int fd_ = -1;          // opened to append
-  std::string pending_;  // whole lines not yet written out
-  int64_t flushed_bytes_ = 0;
-  std::chrono::steady_clock::time_point last_flush_;
+  AppendFile file_;
 };
+
+// Seconds since the Unix epoch, to the microsecond.
+double unix_time_now();
 
 }  // namespace bigbatch

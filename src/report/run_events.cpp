@@ -198,6 +198,55 @@ RunEvent token_back_off_event(const TrainingProgress& at, const std::string& err
        ": the same window, replayed from its first sample in smaller micro-batches"}};
 }
 
+namespace {
+
+// "val_accuracy 91.2%", "val_loss 0.4123".
+std::string metric_value_text(const std::string& metric, double value) {
+  const bool percent = metric.size() >= 8 && metric.compare(metric.size() - 8, 8, "accuracy") == 0;
+  return metric + " " +
+         (percent ? format_significant(100 * value, 4) + "%" : format_significant(value, 4));
+}
+
+}  // namespace
+
+RunEvent best_weights_event(const TrainingProgress& at, const std::string& metric, double value) {
+  return {{{"event", "best_weights"},
+           {"step", at.step},
+           {"samples_seen", at.samples_seen},
+           {"metric", metric},
+           {"value", value}},
+          {}};
+}
+
+RunEvent early_stop_event(const TrainingProgress& at, const std::string& metric, int64_t patience,
+                          double min_delta) {
+  const MetricWatch& watch = at.early_stop;
+  RunEvent event{{{"event", "early_stop"},
+                  {"step", at.step},
+                  {"samples_seen", at.samples_seen},
+                  {"metric", metric},
+                  {"best", watch.best},
+                  {"best_step", watch.best_step},
+                  {"patience", patience},
+                  {"min_delta", min_delta}},
+                 {}};
+  event.lines.push_back(
+      "early stop: " + metric + " has not improved on " + metric_value_text(metric, watch.best)
+          .substr(metric.size() + 1) + " (update " + std::to_string(watch.best_step) + ") " +
+      (min_delta > 0 ? "by more than " + format_significant(min_delta) + " " : "") + "in " +
+      count_of(patience, "evaluation") + " (--patience " + std::to_string(patience) +
+      "); stopping at update " + std::to_string(at.step));
+  return event;
+}
+
+std::string best_weights_line(const MetricWatch& best, const std::string& metric,
+                              const std::string& path) {
+  if (!best.seen)
+    return "--keep-best: no evaluation gave a finite " + metric + "; " + path + " not written";
+  return "best " + metric_value_text(metric, best.best) + " at update " +
+         std::to_string(best.best_step) + ": " + path;
+}
+
 RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& target,
                               const std::string& metric, double value, double epochs) {
   RunEvent event{{{"event", "target_reached"},

@@ -52,6 +52,17 @@ RunEvent token_back_off_event(const TrainingProgress& at, const std::string& err
 RunEvent target_reached_event(const TrainingProgress& at, const StopTarget& target,
                               const std::string& metric, double value, double epochs);
 
+// --keep-best: RUN/best.safetensors now holds the weights of update at.step, whose `metric`
+// was `value` (a record; no line: the run's end says where the best was).
+RunEvent best_weights_event(const TrainingProgress& at, const std::string& metric, double value);
+// --early-stop: `metric` has not improved by more than `min_delta` on its best (at.early_stop)
+// for `patience` evaluations; the run stops here.
+RunEvent early_stop_event(const TrainingProgress& at, const std::string& metric, int64_t patience,
+                          double min_delta);
+// The run's last word on --keep-best: where its best was and the file that holds it.
+std::string best_weights_line(const MetricWatch& best, const std::string& metric,
+                              const std::string& path);
+
 // The run's first metrics.jsonl line: where it starts (a resumed run's step), on which device,
 // with how much memory in use.
 RunEvent train_start_event(const TrainingProgress& at, const std::string& device,

@@ -13,6 +13,7 @@
 #include "state/batch_growth_state.h"
 #include "state/counts.h"
 #include "stats/gradient_noise.h"
+#include "stats/metric_watch.h"
 
 namespace bigbatch {
 
@@ -61,6 +62,9 @@ struct TrainingProgress {
   int64_t bad_in_a_row = 0;
   // --global-batch auto: the update cost measured and the doublings decided so far.
   BatchGrowthState growth;
+  // --early-stop's metric and --keep-best's: their best so far and the evaluations since.
+  MetricWatch early_stop;
+  MetricWatch keep_best;
 };
 
 // What an open window has accumulated on this rank besides the gradients in .grad: enough to

@@ -46,6 +46,8 @@ void Checkpointer::flush_metrics() {
     run_.metrics->flush();
     run_.at.metrics_bytes = run_.metrics->flushed_bytes();
   }
+  if (run_.tensorboard)  // for a TensorBoard that watches; a resume rebuilds it from metrics
+    run_.tensorboard->flush();
 }
 
 void Checkpointer::write() {

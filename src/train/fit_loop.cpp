@@ -1,6 +1,7 @@
 #include "train/fit_loop.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 
 #include "core/clock.h"
@@ -35,11 +36,19 @@ void FitLoop::run() {
   TrainingProgress& at = run_.at;
   tell(train_start_event(at, run_.device.str(), memory_counters().current_bytes,
                          current_rss_bytes()));
-  while (!run_.schedule->complete(at)) {
+  // A run that stopped early and is resumed with the same patience stays stopped; a larger
+  // --patience lets it go on.
+  if (run_.config.early_stop_metric() && at.early_stop.since_best >= run_.config.patience) {
+    early_stopped_ = true;
+    console_.say("--early-stop: the run stopped early at update " + std::to_string(at.step) +
+                 " (no improvement in " + count_of(at.early_stop.since_best, "evaluation") +
+                 "); resume with a larger --patience to train on");
+  }
+  while (!run_.schedule->complete(at) && !ends_early()) {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (!epoch_used_up() && !run_.schedule->complete(at) && !stop && !target_reached_)
+    while (!epoch_used_up() && !run_.schedule->complete(at) && !stop && !ends_early())
       stop = run_update(order);
     if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
@@ -53,7 +62,7 @@ void FitLoop::run() {
     }
     if (stop)
       stop_after_update();
-    if (target_reached_)
+    if (ends_early())
       break;
   }
   finish();
@@ -357,6 +366,7 @@ void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
     }
   }
   check_target(record);
+  watch_metrics(record);
 }
 
 nlohmann::json FitLoop::evaluate_splits() {
@@ -388,7 +398,7 @@ void FitLoop::evaluate_on_interval() {
         at, double(at.epoch) + run_.schedule->epoch_progress(at), seconds_since(train_start_));
     evaluate_into(record, /*interval=*/true);
   }
-  share_target_verdict();
+  share_stop_verdict();
 }
 
 // --target (or --target-accuracy): on the validation split when there is one, unless the
@@ -414,16 +424,52 @@ void FitLoop::check_target(const nlohmann::json& record) {
   tell(target_reached_event(at, *target, metric, value, epochs));
 }
 
-void FitLoop::share_target_verdict() {
-  if (run_.config.stop_target() && run_.job.world_size > 1) {
-    std::vector<torch::Tensor> verdict = {torch::tensor({target_reached_ ? 1 : 0})};
+// --keep-best: the weights of each evaluation that beats the best so far replace
+// RUN/best.safetensors. --early-stop: after `patience` evaluations in a row without an
+// improvement larger than --min-delta, the run ends here. Only rank 0 evaluates; the verdict is
+// shared with the others after.
+void FitLoop::watch_metrics(const nlohmann::json& record) {
+  TrainingProgress& at = run_.at;
+  const bool has_validation = run_.data.validation.size() > 0;
+  const auto value_of = [&](const WatchedMetric& watched) {
+    const std::string key = watched.metric_in(has_validation);
+    const auto found = record.find(key);
+    BB_INTERNAL_ASSERT(found != record.end(), "the evaluation record has no " + key);
+    // A figure that is not finite is written as null: it never improves.
+    return found->is_number() ? found->get<double>() : std::nan("");
+  };
+  if (const auto watched = run_.config.keep_best_metric()) {
+    const double value = value_of(*watched);
+    if (at.keep_best.observe(value, at.step, watched->rises(), /*min_delta=*/0)) {
+      const std::string key = watched->metric_in(has_validation);
+      run_.save_model_weights(run_.run_dir + "/best.safetensors", at.step,
+                              {{"best_metric", key}, {"best_value", format_double(value)}});
+      tell(best_weights_event(at, key, value));
+    }
+  }
+  if (const auto watched = run_.config.early_stop_metric()) {
+    at.early_stop.observe(value_of(*watched), at.step, watched->rises(), run_.config.min_delta);
+    if (at.early_stop.since_best >= run_.config.patience && !early_stopped_) {
+      early_stopped_ = true;
+      tell(early_stop_event(at, watched->metric_in(has_validation), run_.config.patience,
+                            run_.config.min_delta));
+    }
+  }
+}
+
+void FitLoop::share_stop_verdict() {
+  if ((run_.config.stop_target() || run_.config.early_stop_metric()) &&
+      run_.job.world_size > 1) {
+    std::vector<torch::Tensor> verdict = {
+        torch::tensor({target_reached_ ? 1 : 0, early_stopped_ ? 1 : 0})};
     run_.reducer->broadcast_from_first_rank(verdict);
-    target_reached_ = verdict[0].item<int64_t>() != 0;
+    target_reached_ = verdict[0][0].item<int64_t>() != 0;
+    early_stopped_ = verdict[0][1].item<int64_t>() != 0;
   }
 }
 
 void FitLoop::start_next_epoch() {
-  share_target_verdict();
+  share_stop_verdict();
   TrainingProgress& at = run_.at;
   at.epoch += 1;
   epoch_peak_bytes_ = 0;
@@ -462,6 +508,11 @@ void FitLoop::finish() {
   }
   if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
     checkpoints_.write();
+  if (const auto best = run_.config.keep_best_metric()) {
+    console_.say(best_weights_line(at.keep_best,
+                                   best->metric_in(run_.data.validation.size() > 0),
+                                   run_.run_dir + "/best.safetensors"));
+  }
   const std::string verdict = batch_size_verdict(noise_, run_.schedule->plan().global_batch_size,
                                                  run_.schedule->epoch().items_per_sample);
   if (!verdict.empty())

@@ -57,8 +57,11 @@ class FitLoop {
   nlohmann::json evaluate_splits();
   void evaluate_into(nlohmann::json& record, bool interval);
   void check_target(const nlohmann::json& record);
-  // Rank 0's verdict on the target, everyone's (only rank 0 evaluates).
-  void share_target_verdict();
+  // --keep-best and --early-stop: an evaluation's record counted against the best so far.
+  void watch_metrics(const nlohmann::json& record);
+  // Rank 0's verdicts on the target and on stopping early, everyone's (only rank 0 evaluates).
+  void share_stop_verdict();
+  bool ends_early() const { return target_reached_ || early_stopped_; }
   void start_next_epoch();
   void finish();
 
@@ -77,6 +80,7 @@ class FitLoop {
   SteadyClock::time_point train_start_;
   int64_t epoch_peak_bytes_ = 0;
   bool target_reached_ = false;  // --target met at an epoch's end or an interval's evaluation
+  bool early_stopped_ = false;   // --early-stop's patience ran out
   HeldOutEvaluation held_out_;
 };
 

@@ -83,6 +83,13 @@ std::string evaluation_summary(const nlohmann::json& record) {
          held_out_summary(record) + validation_accuracy_summary(record);
 }
 
+// metrics.jsonl, and the same record (its time stamp included) as TensorBoard events.
+void log(const TrainingRun& run, const nlohmann::json& record) {
+  const nlohmann::json written = run.metrics->write(record);
+  if (run.tensorboard)
+    run.tensorboard->write(written);
+}
+
 }  // namespace
 
 void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
@@ -124,14 +131,16 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
     if (schedule.micro_batch_tokens() > 0)  // the micro-batches' bound (after any back-off)
       record["micro_batch_tokens"] = schedule.micro_batch_tokens();
   }
-  run.metrics->write(record);
+  log(run, record);
 }
 
 void MetricsLog::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
   if (!run.metrics)
     return;
-  run.metrics->write(epoch.record);
+  log(run, epoch.record);
   run.metrics->flush();
+  if (run.tensorboard)
+    run.tensorboard->flush();
 }
 
 void MetricsLog::on_evaluation(const TrainingRun& run, const EpochReport& evaluation) {
@@ -140,7 +149,7 @@ void MetricsLog::on_evaluation(const TrainingRun& run, const EpochReport& evalua
 
 void MetricsLog::on_event(const TrainingRun& run, const RunEvent& event) {
   if (run.metrics && !event.record.is_null())
-    run.metrics->write(event.record);
+    log(run, event.record);
 }
 
 void ProgressDisplay::on_evaluation(const TrainingRun&, const EpochReport& evaluation) {

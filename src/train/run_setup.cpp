@@ -189,49 +189,66 @@ void check_eval_every(const TrainConfig& config, const DatasetSplits& data) {
                "add --val-size N to hold out N training samples, or drop --eval-every");
 }
 
-void check_stop_target(const TrainConfig& config, const DatasetSplits& data) {
-  const std::optional<StopTarget> target = config.stop_target();
-  if (!target)
-    return;
-  const std::string flag = stop_target_flag(config);
-  const std::string& m = target->metric;
+namespace {
+
+// Whether the evaluations report `watched` for this data, or the error that says why not.
+// `flag` names the option ("--target"), `verb` what it does with the metric ("stops on"),
+// `instead` the same option on a metric that works ("--target val_loss<=X").
+void check_metric_reported(const WatchedMetric& watched, const std::string& flag,
+                           const std::string& verb, const std::string& instead,
+                           const DatasetSplits& data) {
+  const std::string& m = watched.metric;
   const TensorDataset& train = data.train;
   if (m == "accuracy" && train.is_regression()) {
     throw Error(ErrorKind::Config,
-                flag +
-                    " stops on accuracy, and these float targets make a regression, which "
-                    "has none",
-                "drop " + flag +
-                    " (or use --target val_rmse<=X), or save integer class labels for a "
-                    "classifier");
+                flag + " " + verb +
+                    " accuracy, and these float targets make a regression, which has none",
+                "drop " + flag + " (or use " + instead +
+                    "), or save integer class labels for a classifier");
   }
   if (m == "rmse" && !train.is_regression()) {
-    throw Error(ErrorKind::Config, flag + " stops on RMSE, which only a regression has",
-                "use --target val_accuracy>=X or val_loss<=X");
+    throw Error(ErrorKind::Config, flag + " " + verb + " RMSE, which only a regression has",
+                "use " + instead);
   }
   if ((m == "perplexity" || m == "bpb") && !train.is_tokens()) {
-    throw Error(ErrorKind::Config, flag + " stops on " + m + ", which only language models have",
-                "use --target val_accuracy>=X or val_loss<=X");
+    throw Error(ErrorKind::Config,
+                flag + " " + verb + " " + m + ", which only language models have",
+                "use " + instead);
   }
   int64_t text_bytes = 0;
   for (int64_t b : train.bytes)
     text_bytes += b;
   if (m == "bpb" && text_bytes == 0) {
     throw Error(ErrorKind::Config,
-                flag +
-                    " stops on bits per byte, but token files do not say how many bytes of "
-                    "text their tokens are",
-                "use --target val_loss<=X (per token) or val_perplexity<=X");
+                flag + " " + verb +
+                    " bits per byte, but token files do not say how many bytes of text their "
+                    "tokens are",
+                "use " + instead + " (per token)");
   }
   const bool has_validation = data.validation.size() > 0;
-  if (target->split == "val" && !has_validation) {
+  if (watched.split == "val" && !has_validation) {
     throw Error(ErrorKind::Config, flag + " reads the validation split, and this run holds none",
                 "add --val-size N, or write test_" + m + " (or " + m + ")");
   }
-  if (target->metric_in(has_validation).rfind("test_", 0) == 0 && data.test.size() == 0) {
+  if (watched.metric_in(has_validation).rfind("test_", 0) == 0 && data.test.size() == 0) {
     throw Error(ErrorKind::Config, flag + " reads the test split, and this data has none",
                 "add --val-size N and write val_" + m + " (or " + m + ")");
   }
+}
+
+}  // namespace
+
+void check_watched_metrics(const TrainConfig& config, const DatasetSplits& data) {
+  const bool regression = data.train.is_regression();
+  if (const std::optional<StopTarget> target = config.stop_target()) {
+    check_metric_reported(*target, stop_target_flag(config), "stops on",
+                          regression ? "--target val_rmse<=X" : "--target val_loss<=X", data);
+  }
+  const std::string other = regression ? "val_rmse" : "val_loss";
+  if (const auto watched = config.early_stop_metric())
+    check_metric_reported(*watched, "--early-stop", "watches", "--early-stop " + other, data);
+  if (const auto watched = config.keep_best_metric())
+    check_metric_reported(*watched, "--keep-best", "keeps the best", "--keep-best " + other, data);
 }
 
 void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const TensorDataset& train) {

@@ -18,10 +18,11 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
 // The configured model for this data: make_model, then --norm group's rewrite.
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data);
 
-// --target (or --target-accuracy) names a metric the run's epochs will report: its split is
-// there and the data has the metric (accuracy: labels; rmse: a regression; perplexity and
-// bpb: token rows, bpb with known text bytes). Checked before anything is written.
-void check_stop_target(const TrainConfig& config, const DatasetSplits& data);
+// --target (or --target-accuracy), --early-stop and --keep-best name metrics the run's
+// evaluations will report: the split is there and the data has the metric (accuracy: labels;
+// rmse: a regression; perplexity and bpb: token rows, bpb with known text bytes). Checked
+// before anything is written.
+void check_watched_metrics(const TrainConfig& config, const DatasetSplits& data);
 // --eval-every evaluates held-out splits: there is one (validation or test).
 void check_eval_every(const TrainConfig& config, const DatasetSplits& data);
 // The flag that set the stop target, for errors.

@@ -19,45 +19,13 @@ namespace bigbatch {
 
 namespace {
 
-std::map<std::string, std::string> weights_metadata(const TrainConfig& config, int64_t step) {
-  std::vector<std::string> hidden;
-  for (int64_t width : config.hidden)
-    hidden.push_back(std::to_string(width));
-  // How the inputs were prepared, so that a user of the weights can prepare theirs alike.
-  const std::string inputs =
-      config.is_text_dataset() && config.tokenizer == "byte" ? "byte tokens (256: end-of-text)"
-      : config.is_text_dataset()                             ? "token ids of " + config.tokenizer
-      : config.is_token_file_dataset()                       ? "token ids as in the token files"
-      : config.is_npy_dataset()   ? "as saved in the .npy arrays (uint8 scaled to [0, 1])"
-      : is_custom(config.dataset) ? "as the program's dataset gave them"
-                                  : idx_pixels(config).describe() + ", shape [N, 1, H, W]";
-  std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                 {"producer", "bigbatch"},
-                                                 {"model", config.model},
-                                                 {"hidden", join(hidden, ",")},
-                                                 {"step", std::to_string(step)},
-                                                 {"inputs", inputs}};
-  // The sentencepiece model the ids mean something in: sample refuses another under its name.
-  if (const std::string model = config.sentencepiece_model(); !model.empty())
-    metadata["tokenizer_digest"] = file_digest(model);
-  if (config.pixel_std > 0) {
-    // Exact (shortest round-trip), for a user who wants the very inputs of training.
-    metadata["pixel_mean"] = format_double(config.pixel_mean);
-    metadata["pixel_std"] = format_double(config.pixel_std);
-  }
-  return metadata;
-}
-
 // The run's weights.safetensors, and --save-weights (rank 0).
 void save_final_weights(TrainingRun& run, int64_t step) {
   if (!run.job.is_main())
     return;
-  auto meta = weights_metadata(run.config, step);
-  // The samples' shape and targets: predict builds the model from them, without the data.
-  meta.merge(sample_layout(run.data.train));
-  save_weights(run.run_dir + "/weights.safetensors", *run.model, meta);
+  run.save_model_weights(run.run_dir + "/weights.safetensors", step);
   if (!run.config.save_weights.empty())
-    save_weights(run.config.save_weights, *run.model, meta);
+    run.save_model_weights(run.config.save_weights, step);
   // A user's module also comes back as itself, trained: torch.jit.load(RUN/model.pt).
   if (auto* scripted = as_scripted(*run.model))
     scripted->save_module(run.run_dir + "/model.pt");

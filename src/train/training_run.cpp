@@ -94,6 +94,38 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
   return false;
 }
 
+// --keep-best: a best.safetensors from past the checkpoint (an interrupted run's, or a history
+// this resume abandons) is not this run's. It is removed, and the best looked for again from
+// here; a plain resume replays the same updates and finds the same best.
+void drop_best_past_checkpoint(TrainingRun& r, Console& console) {
+  const auto watched = r.config.keep_best_metric();
+  const std::string path = r.run_dir + "/best.safetensors";
+  if (!watched || !path_exists(path))
+    return;
+  std::map<std::string, std::string> metadata;
+  int64_t step = -1;
+  try {
+    load_safetensors(path, &metadata);
+    step = parse_int(metadata["step"]).value_or(-1);
+  } catch (const Error&) {
+    // Unreadable (cut short by a kill while written? it is written atomically): not the run's.
+  }
+  const bool same_metric =
+      metadata["best_metric"] == watched->metric_in(r.data.validation.size() > 0);
+  if (same_metric && step >= 0 && step <= r.at.step && r.at.keep_best.seen &&
+      step == r.at.keep_best.best_step)
+    return;
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  r.at.keep_best = MetricWatch{};
+  console.say("removed " + path + " (update " + (step >= 0 ? std::to_string(step) : "?") +
+              (same_metric ? "): it is not the best of the history this run resumes (update " +
+                                 std::to_string(r.at.step) + ")"
+                           : ", best " + metadata["best_metric"] + "): --keep-best now watches " +
+                                 watched->name()) +
+              "; the best is looked for again from here");
+}
+
 std::unique_ptr<GradientReducer> make_reducer(const JobPlace& job, const TrainConfig& config) {
   if (job.world_size == 1)
     return std::make_unique<LocalReducer>();
@@ -715,15 +747,60 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
     resume_from_checkpoint(r, console);
     if (r.finished)
       return;
+    if (r.job.is_main())
+      drop_best_past_checkpoint(r, console);
   }
-  if (r.job.is_main())
+  if (r.job.is_main()) {
+    // The events start from what metrics.jsonl kept (a resume has cut it back by now).
+    if (config.tensorboard)
+      r.tensorboard = std::make_unique<TensorBoardLog>(r.run_dir, r.run_dir + "/metrics.jsonl");
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
+  }
 
   build_engine(r, console);
   tune_threads(r, console);
 }
 
+std::map<std::string, std::string> weights_metadata(const TrainConfig& config, int64_t step) {
+  std::vector<std::string> hidden;
+  for (int64_t width : config.hidden)
+    hidden.push_back(std::to_string(width));
+  // How the inputs were prepared, so that a user of the weights can prepare theirs alike.
+  const std::string inputs =
+      config.is_text_dataset() && config.tokenizer == "byte" ? "byte tokens (256: end-of-text)"
+      : config.is_text_dataset()                             ? "token ids of " + config.tokenizer
+      : config.is_token_file_dataset()                       ? "token ids as in the token files"
+      : config.is_npy_dataset()   ? "as saved in the .npy arrays (uint8 scaled to [0, 1])"
+      : is_custom(config.dataset) ? "as the program's dataset gave them"
+                                  : idx_pixels(config).describe() + ", shape [N, 1, H, W]";
+  std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                 {"producer", "bigbatch"},
+                                                 {"model", config.model},
+                                                 {"hidden", join(hidden, ",")},
+                                                 {"step", std::to_string(step)},
+                                                 {"inputs", inputs}};
+  // The sentencepiece model the ids mean something in: sample refuses another under its name.
+  if (const std::string model = config.sentencepiece_model(); !model.empty())
+    metadata["tokenizer_digest"] = file_digest(model);
+  if (config.pixel_std > 0) {
+    // Exact (shortest round-trip), for a user who wants the very inputs of training.
+    metadata["pixel_mean"] = format_double(config.pixel_mean);
+    metadata["pixel_std"] = format_double(config.pixel_std);
+  }
+  return metadata;
+}
+
 }  // namespace
+
+void TrainingRun::save_model_weights(const std::string& path, int64_t step,
+                                     const std::map<std::string, std::string>& extra) const {
+  auto meta = weights_metadata(config, step);
+  // The samples' shape and targets: predict builds the model from them, without the data.
+  meta.merge(sample_layout(data.train));
+  for (const auto& [key, value] : extra)
+    meta[key] = value;
+  save_weights(path, *model.ptr(), meta);  // reads the weights; the holder is const
+}
 
 JobPlace read_job_place() {
   JobPlace job;
@@ -752,6 +829,11 @@ void TrainingRun::discard_unstarted() {
   if (std::filesystem::exists(dir / "checkpoints", ignored))
     return;
   metrics.reset();
+  if (tensorboard) {
+    const std::string events = tensorboard->path();
+    tensorboard.reset();
+    std::filesystem::remove(events, ignored);
+  }
   for (const char* file : {"metrics.jsonl", "config.toml", "plan.txt"})
     std::filesystem::remove(dir / file, ignored);
   directory_lock.reset();
@@ -792,7 +874,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
                  "the C++ program's training data is empty or names no classes",
                  "fill CustomProblem::data.train and set its classes");
   }
-  check_stop_target(resolved_config, data);
+  check_watched_metrics(resolved_config, data);
   check_eval_every(resolved_config, data);
   if (data.pixels.known()) {
     // The normalisation the images went through, measured or given: config.toml records it,

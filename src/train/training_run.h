@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "dist/environment.h"
 #include "dist/gradient_reducer.h"
 #include "report/metrics_writer.h"
+#include "report/tensorboard_log.h"
 #include "schedule/run_schedule.h"
 #include "state/training_progress.h"
 #include "task/task.h"
@@ -89,6 +91,7 @@ struct TrainingRun {
   // --bn-mode window on a model with BatchNorm: each window's statistics pass.
   std::unique_ptr<WindowBatchNorm> window_bn;
   std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
+  std::unique_ptr<TensorBoardLog> tensorboard;  // rank 0, unless --no-tensorboard
 
   // What a checkpoint must match to be resumed into this run.
   nlohmann::json identity;
@@ -107,6 +110,11 @@ struct TrainingRun {
   ResolvedRun resolved_now() const;
   // Writes config.toml and plan.txt (rank 0).
   void write_description() const;
+  // The model's weights at update `step` into `path`, with what rebuilds and feeds the model
+  // (its name and widths, how the inputs were prepared, the samples' layout) and `extra` in the
+  // metadata.
+  void save_model_weights(const std::string& path, int64_t step,
+                          const std::map<std::string, std::string>& extra = {}) const;
   // A new run that fails before its first update and wrote no checkpoint (a module that breaks
   // its contract in the first backward, a bad thread probe): removes what its start wrote, and
   // the directory when this start made it, so the same --out can be used again. Anything else

@@ -515,7 +515,7 @@ class TokenFilesTest(LmTestCase):
         with open(os.path.join(whole, "weights.safetensors"), "rb") as a, \
                 open(os.path.join(killed, "weights.safetensors"), "rb") as b:
             self.assertEqual(a.read(), b.read())
-        machine = {"wall_s", "samples_per_s", "updates_per_s", "tokens_per_s", "train_seconds", "rss_peak_bytes",
+        machine = {"time", "wall_s", "samples_per_s", "updates_per_s", "tokens_per_s", "train_seconds", "rss_peak_bytes",
                    "rss_bytes", "peak_bytes", "tensor_bytes"}
         def comparable(lines):
             return [{k: v for k, v in r.items() if k not in machine} for r in lines if r.get("event") != "train_start"]
