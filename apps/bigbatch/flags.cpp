@@ -69,15 +69,19 @@ std::string help_group(const std::string& name) {
                                           "adam-eps",         "lars-trust",
                                           "warmup",           "warmup-start-factor",
                                           "schedule",         "min-lr-factor",
+                                          "schedule-length",
                                           "step-milestones",  "step-gamma",
                                           "max-bad-updates",  "spike-factor"}},
-      {"Run length", {"epochs", "max-updates", "target", "target-accuracy", "eval-every"}},
+      {"Run length",
+       {"epochs", "max-updates", "target", "target-accuracy", "eval-every", "early-stop",
+        "patience", "min-delta"}},
       {"Device, memory and CPU",
        {"device", "memory-budget", "fit-margin", "threads", "keep-denormals"}},
       {"Checkpoints and resume",
        {"checkpoint-every", "keep-checkpoints", "resume", "discard-newer"}},
       {"Distributed", {"dist-timeout", "bucket-mb"}},
-      {"Output", {"out", "save-weights", "progress", "no-noise-scale"}},
+      {"Output",
+       {"out", "save-weights", "keep-best", "progress", "no-noise-scale", "no-tensorboard"}},
   };
   for (const auto& [group, names] : groups) {
     if (std::find(names.begin(), names.end(), name) != names.end())
@@ -100,6 +104,8 @@ std::string unset_note(const std::string& name) {
     return " (default: none; every epoch's end evaluates)";
   if (name == "checkpoint-every")
     return " (default: none; one at the end of a resumed run)";
+  if (name == "schedule-length")
+    return " (default: the run's length)";
   return {};
 }
 

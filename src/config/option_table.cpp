@@ -420,6 +420,22 @@ std::vector<OptionSpec> build_table() {
     s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> { return c.warmup.to_string(); };
     t.push_back(s);
   }
+  {
+    OptionSpec s{"schedule-length",
+                 "the schedule's length when it is not the run's: 5000u, 10e, 2e6s (past it "
+                 "the rate holds its final value); a resume at a longer --epochs keeps the "
+                 "run's schedule with its old length here",
+                 "INTERVAL", both, nullptr, nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) {
+      c.schedule_length = Interval::parse(text);
+    };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (!c.schedule_length)
+        return std::nullopt;
+      return c.schedule_length->to_string();
+    };
+    t.push_back(s);
+  }
   t.push_back(double_option("warmup-start-factor",
                             "warmup starts at this fraction of the peak rate",
                             &TrainConfig::warmup_start_factor, both));

@@ -24,7 +24,9 @@ LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const 
   s.warmup_updates = config.warmup.to_updates(plan, epoch);
   s.warmup_start_factor = config.warmup_start_factor;
   s.kind = config.schedule;
-  s.total_updates = total_updates;
+  s.total_updates = config.schedule_length
+                        ? std::max<int64_t>(1, config.schedule_length->to_updates(plan, epoch))
+                        : total_updates;
   s.min_lr_factor = config.min_lr_factor;
   for (const auto& milestone : config.step_milestones)
     s.milestones.push_back(milestone.to_updates(plan, epoch));

@@ -317,6 +317,9 @@ void TrainConfig::validate() const {
   check_config(target.empty() || target_accuracy == 0,
                "--target and --target-accuracy both say when to stop",
                "give one: --target val_accuracy>=X is --target-accuracy X");
+  check_config(!schedule_length || !schedule_length->is_zero(),
+               "--schedule-length must be longer than 0",
+               "e.g. --schedule-length 10e, or leave it out to decay over the run's length");
   early_stop_metric();  // each throws with the accepted names
   keep_best_metric();
   check_config(patience >= 1, "--patience must be at least 1 evaluation, got " +

@@ -119,6 +119,9 @@ struct TrainConfig {
   double lars_trust = 0.001;  // LARS's trust coefficient (eta in the paper)
   Interval warmup = Interval::updates(0);
   double warmup_start_factor = 0.0;
+  // --schedule-length: the decay's length when it is not the run's (none: the run's); past it
+  // the rate holds its final value.
+  std::optional<Interval> schedule_length;
   ScheduleKind schedule = ScheduleKind::Cosine;
   double min_lr_factor = 0.0;
   std::vector<Interval> step_milestones;

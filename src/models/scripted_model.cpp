@@ -319,12 +319,16 @@ std::shared_ptr<torch::nn::Module> ScriptedModelImpl::clone(
   return model;
 }
 
-std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) {
+void check_model_file_exists(const std::string& path) {
   if (!path_exists(path)) {
     throw Error(ErrorKind::Model, "model file '" + path + "' does not exist",
                 "save one in Python with torch.jit.script(model).save('" + path +
                     "') (docs/your-model.md)");
   }
+}
+
+std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) {
+  check_model_file_exists(path);
   // The profiling executor's first calls are slow (a transformer's first takes 0.5 s more),
   // it holds ~100 MB more and from its second call on draws dropout's random numbers in another
   // order than eager PyTorch; without it training measured no slower

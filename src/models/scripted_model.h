@@ -75,6 +75,9 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
   std::vector<std::pair<std::string, std::string>> aliases_;
 };
 
+// Error (Model) unless `path` exists: the first check load_scripted_model makes, which a run
+// also makes before its data loads.
+void check_model_file_exists(const std::string& path);
 // Loads FILE and checks the contract bigbatch can see without data: a TorchScript module whose
 // forward() takes the inputs (and returns logits) or the inputs and the targets (and returns
 // the loss), and that has parameters.

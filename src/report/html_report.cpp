@@ -22,6 +22,7 @@ namespace {
 
 // A colour-blind-safe palette (Okabe-Ito).
 constexpr const char* kBlue = "#0072B2";
+constexpr const char* kLightBlue = "#9CC9E6";  // kBlue faded: the raw curve under its smoothing
 constexpr const char* kOrange = "#E69F00";
 constexpr const char* kGreen = "#009E73";
 constexpr const char* kRed = "#D55E00";
@@ -41,6 +42,13 @@ std::string optional_file(const std::string& path) {
 bool is_language_model(const RunRecords& r) {
   return std::any_of(r.updates.begin(), r.updates.end(),
                      [](const nlohmann::json& u) { return u.contains("tokens_per_s"); });
+}
+
+// A record's text field, "" when it has none (a string read through a pointer-free path: GCC's
+// -Wnull-dereference misreads json::value(key, std::string()) once inlined).
+std::string text_of(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_string() ? it->get_ref<const std::string&>() : std::string();
 }
 
 std::string summary(const RunRecords& r) {
@@ -71,6 +79,13 @@ std::string summary(const RunRecords& r) {
       std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * last.value("test_accuracy", 0.0));
       row("test accuracy (last epoch)", accuracy);
     }
+    if (last.contains("test_loss") && last["test_loss"].is_number())
+      row("test loss (last epoch)", format_loss(last["test_loss"].get<double>()));
+    if (last.contains("val_accuracy") && last["val_accuracy"].is_number())
+      row("validation accuracy (last epoch)",
+          format_fixed(100 * last["val_accuracy"].get<double>(), 2) + "%");
+    if (last.contains("val_loss") && last["val_loss"].is_number())
+      row("validation loss (last epoch)", format_loss(last["val_loss"].get<double>()));
     if (last.contains("val_bpb"))  // a language model on text
       row("validation bits per byte (last epoch)", format_fixed(last.value("val_bpb", 0.0), 4));
     if (last.contains("val_perplexity"))
@@ -86,6 +101,8 @@ std::string summary(const RunRecords& r) {
   int backoffs = 0;
   const nlohmann::json* diverged = nullptr;
   const nlohmann::json* target = nullptr;
+  const nlohmann::json* early_stop = nullptr;
+  const nlohmann::json* best = nullptr;  // the last: the best of the run
   // Where the run computed: each start's device (a resume may move it), in order.
   std::vector<std::string> devices;
   for (const auto& e : r.events) {
@@ -98,6 +115,10 @@ std::string summary(const RunRecords& r) {
       diverged = &e;
     if (name == "target_reached")
       target = &e;
+    if (name == "early_stop")
+      early_stop = &e;
+    if (name == "best_weights")
+      best = &e;
   }
   // The noise scale as the last epoch record states it: its range and the run's average.
   const nlohmann::json* noise = nullptr;
@@ -132,6 +153,20 @@ std::string summary(const RunRecords& r) {
   if (target) {
     row("target reached", target->value("condition", std::string()) + " at update " +
                               std::to_string(target->value("step", int64_t{0})));
+  }
+  if (early_stop) {
+    row("stopped early",
+        "at update " + std::to_string(early_stop->value("step", int64_t{0})) + ": " +
+            text_of(*early_stop, "metric") + " had not improved on " +
+            format_significant(early_stop->value("best", 0.0), 4) + " (update " +
+            std::to_string(early_stop->value("best_step", int64_t{0})) + ") for " +
+            std::to_string(early_stop->value("patience", int64_t{0})) + " evaluations");
+  }
+  if (best) {
+    row("best weights (best.safetensors)",
+        text_of(*best, "metric") + " " +
+            format_significant(best->value("value", 0.0), 4) + " at update " +
+            std::to_string(best->value("step", int64_t{0})));
   }
   int64_t spikes = 0;
   for (const auto& u : r.updates)
@@ -255,7 +290,10 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = x_label;
     c.y_label = "loss";
     c.log_y = positive_losses;
-    c.series.push_back({"train (update)", kBlue, record_points(r.updates, x_key, "loss"), false});
+    // Each update's loss is one batch's: the smoothed curve (TensorBoard's) shows the trend.
+    const auto per_update = record_points(r.updates, x_key, "loss");
+    c.series.push_back({"train (update)", kLightBlue, per_update, false});
+    c.series.push_back({"train (smoothed)", kBlue, smoothed(per_update), false});
     c.series.push_back(
         {"train (epoch)", kOrange, record_points(r.epochs, x_key, "train_loss"), true});
     c.series.push_back({"test", kRed, record_points(held_out, x_key, "test_loss"), true});

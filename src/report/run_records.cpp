@@ -1,6 +1,7 @@
 #include "report/run_records.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "core/error.h"
@@ -100,6 +101,20 @@ std::vector<ChartPoint> record_points(const std::vector<nlohmann::json>& records
     const nlohmann::json y = r.value(y_key, nlohmann::json());
     if (x.is_number() && y.is_number())
       out.push_back({x.get<double>(), y.get<double>() * scale});
+  }
+  return out;
+}
+
+std::vector<ChartPoint> smoothed(const std::vector<ChartPoint>& points, double weight) {
+  std::vector<ChartPoint> out;
+  double average = 0;
+  double debias = 1;  // weight^n: the share of the average that is still the initial 0
+  for (const ChartPoint& p : points) {
+    if (!std::isfinite(p.y))
+      continue;
+    average = weight * average + (1 - weight) * p.y;
+    debias *= weight;
+    out.push_back({p.x, average / (1 - debias)});
   }
   return out;
 }

@@ -35,4 +35,9 @@ void check_metrics_record(const nlohmann::json& record, const std::string& metri
 std::vector<ChartPoint> record_points(const std::vector<nlohmann::json>& records, const char* x_key,
                                       const char* y_key, double scale = 1.0);
 
+// A noisy per-update curve smoothed as TensorBoard's slider does: an exponential moving average
+// with `weight` (0.9: about the last 10 points), debiased so that its start is not pulled
+// towards 0. Non-finite points are left out (a skipped update's loss).
+std::vector<ChartPoint> smoothed(const std::vector<ChartPoint>& points, double weight = 0.9);
+
 }  // namespace bigbatch

@@ -46,18 +46,27 @@ std::string default_run_directory() {
   return dir;
 }
 
+// A run directory holding a run is refused. Unless this process holds its lock, a run training
+// there is named first (DirectoryLock says by which process), then a run that ended there.
+enum class LockHeld { No, Yes };
+void refuse_used_run_directory(const std::string& dir, LockHeld held) {
+  for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
+    if (path_exists(dir + "/" + file)) {
+      if (held == LockHeld::No)
+        DirectoryLock{dir};  // throws when another process holds it
+      throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
+                  "choose another --out, or delete that directory");
+    }
+  }
+}
+
 // A run directory is never reused: a finished run's files are worth more than a typo in --out.
 // Creates the directory of a new run and locks it; the check that it holds no run comes after
 // the lock, so two runs started into one directory at once cannot both pass it.
 std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir) {
   ensure_directory(dir);
   auto lock = std::make_unique<DirectoryLock>(dir);
-  for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
-    if (path_exists(dir + "/" + file)) {
-      throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
-                  "choose another --out, or delete that directory");
-    }
-  }
+  refuse_used_run_directory(dir, LockHeld::Yes);
   return lock;
 }
 
@@ -535,7 +544,11 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
   try {
     load_toml_config(planned, path);
     planned.complete_older_run();
-    if (planned.epochs == r.config.epochs && planned.max_updates == r.config.max_updates)
+    const auto length_text = [](const TrainConfig& c) {
+      return c.schedule_length ? c.schedule_length->to_string() : std::string();
+    };
+    if (planned.epochs == r.config.epochs && planned.max_updates == r.config.max_updates &&
+        length_text(planned) == length_text(r.config))
       return;
     before = make_run_schedule(resolve_run(planned, r.data.train.size(), r.job.world_size,
                                            items_per_sample(r.data.train)));
@@ -549,15 +562,24 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
   before->restore(r.at);
   const double rate_was = before->rate(r.at, {}).lr;
   const double rate_now = r.schedule->rate(r.at, {}).lr;
-  console.say("the run's length changed (" + std::to_string(planned.epochs) + " -> " +
-              std::to_string(r.config.epochs) + " epochs" +
-              (planned.max_updates != r.config.max_updates ? ", --max-updates changed" : "") +
-              "): its " + to_string(now.kind) + " schedule is re-planned over " +
+  std::vector<std::string> changes;
+  if (planned.epochs != r.config.epochs)
+    changes.push_back(std::to_string(planned.epochs) + " -> " + std::to_string(r.config.epochs) +
+                      " epochs");
+  if (planned.max_updates != r.config.max_updates)
+    changes.push_back("--max-updates changed");
+  if (changes.empty())
+    changes.push_back("--schedule-length changed");
+  console.say("the run's length changed (" + join(changes, ", ") + "): its " +
+              to_string(now.kind) + " schedule is re-planned over " +
               count_of(now.total_updates, "update") + " where the run planned " +
               count_of(was.total_updates, "update") + ", so update " +
               std::to_string(r.at.step + 1) + " trains at " + format_significant(rate_now, 4) +
               " where the plan had " + format_significant(rate_was, 4) +
-              (r.at.step > 0 ? "; to keep the plan, resume without changing its length" : ""));
+              (r.at.step > 0 ? "; to keep the planned schedule, add --schedule-length " +
+                                   std::to_string(was.total_updates) +
+                                   "u (past its end the rate holds its final value)"
+                             : std::string()));
 }
 
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
@@ -854,6 +876,12 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   // Outputs that cannot be written fail now, not after the training they would hold.
   if (!requested.save_weights.empty() && job.is_main())  // only rank 0 writes it
     check_output_file(requested.save_weights, "--save-weights");
+  // So do an --out that holds a run and a module that is not there, before the data loads (a
+  // corpus can take minutes). Both are checked again where they are used.
+  if (requested.resume.empty() && !requested.out.empty() && job.is_main())
+    refuse_used_run_directory(requested.out, LockHeld::No);
+  if (is_torchscript_model(requested.model))
+    check_model_file_exists(torchscript_path(requested.model));
   TrainConfig resolved_config = requested;
   // Before the data loads: a device that cannot work is said at once.
   const torch::Device device =

@@ -297,10 +297,20 @@ class CheckpointTest(CliTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stderr, r"the run's length changed \(3 -> 4 epochs\): its cosine schedule is "
                                         r"re-planned over 128 updates where the run planned 96 updates, so update 97 trains "
-                                        r"at [0-9.e-]+ where the plan had 0; to keep the plan, resume without")
+                                        r"at [0-9.e-]+ where the plan had 0; to keep the planned schedule, add "
+                                        r"--schedule-length 96u \(past its end the rate holds its final value\)")
         # Resumed as planned, nothing is said.
         again = run("train", "--resume", run_dir)
         self.assertNotIn("re-planned", again.stderr)
+        # As the line advises: the schedule the run planned, its end's rate held past it.
+        kept = self.path("longer-kept")
+        shutil.copytree(self.reference, kept)
+        result = run("train", "--resume", kept, "--epochs", "4", "--schedule-length", "96u")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("re-planned", result.stderr)
+        rates = {r["step"]: r["lr"] for r in metrics(kept) if "lr" in r and "event" not in r}
+        self.assertEqual(max(rates), 128)
+        self.assertEqual({rates[step] for step in range(97, 129)}, {0.0})
 
     def assert_resume_error(self, run_dir, *extra, fragment):
         self.assert_error(run("train", "--resume", run_dir, *extra), fragment)

@@ -10,7 +10,7 @@ import struct
 import time
 
 import e2e_common
-from e2e_common import CliTestCase, main, read
+from e2e_common import CliTestCase, main, read, records
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 SMALL = ["--model", "mlp", "--hidden", "64", "--train-subset", "512", "--global-batch", "128",
@@ -324,7 +324,33 @@ class TrainTest(CliTestCase):
         self.assertEqual(result.stdout.strip(), f"{out}/report.html")
         self.assertEqual(read(os.path.join(out, "report.html")), written)
         self.assertEqual(written.count("<svg "), 9)
+        self.assertIn("train (smoothed)", written)
         self.assert_error(run("report", self.path("missing")), "has no metrics.jsonl")
+
+    def test_report_compares_runs_on_one_page(self):
+        a, b = self.path("a"), self.path("b")
+        run("train", *SMALL, "--val-size", "64", "--out", a, check=True)
+        bigger = [("256" if value == "128" else value) for value in SMALL]  # --global-batch 256
+        run("train", *bigger, "--val-size", "64", "--out", b, check=True)
+        page = self.path("compare.html")
+        result = run("report", a, b, "--out", page, check=True)
+        self.assertEqual(result.stdout.strip(), page)
+        html = read(page)
+        # The table's final training loss is the smoothed curve's end: TensorBoard's debiased EMA.
+        for run_dir in (a, b):
+            losses = [r["loss"] for r in records(run_dir) if "loss" in r and "event" not in r]
+            average, weight = 0.0, 1.0
+            for loss in losses:
+                average = 0.9 * average + (1 - 0.9) * loss
+                weight *= 0.9
+            row = html[html.index(run_dir + "</td>"):]
+            self.assertIn(f"<td>{average / (1 - weight):.4g}</td>", row[:600])
+        self.assertIn("global batch against samples", html)
+        # Without --out, compare.html in the current directory; one run with --out is refused.
+        run("report", a, b, cwd=self.dir, check=True)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "compare.html")))
+        self.assert_error(run("report", a, "--out", page), "--out names the page that compares two or more runs")
+        self.assert_error(run("report", a, self.path("missing")), "has no metrics.jsonl, so there is nothing to compare")
 
     def test_config_file_reproduces_the_run_bit_for_bit(self):
         first = self.path("first")
@@ -549,8 +575,14 @@ class BadInputTest(CliTestCase):
         out = self.path("run")
         run("train", *SMALL, "--max-updates", "1", "--out", out, check=True)
         before = read(os.path.join(out, "weights.safetensors"), "rb")
-        self.assert_error(run("train", *SMALL, "--out", out), "already holds a run")
+        refused = run("train", *SMALL, "--out", out)
+        self.assert_error(refused, "already holds a run")
         self.assertEqual(before, read(os.path.join(out, "weights.safetensors"), "rb"))
+        # Refused before the data loads (issue 35, item 10): no start lines, which follow it.
+        self.assertNotIn("data:", refused.stderr)
+        missing = run("train", *SMALL, "--model", "torchscript:" + self.path("nope.pt"), "--out", self.path("new"))
+        self.assert_error(missing, "model file", "nope.pt' does not exist")
+        self.assertNotIn("data:", missing.stderr)
 
     def test_bad_config_files(self):
         config = self.path("c.toml")

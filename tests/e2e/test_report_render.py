@@ -51,6 +51,26 @@ class ReportRenderTest(unittest.TestCase):
         console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
         self.assertEqual(console, [])
 
+    def test_a_comparison_of_two_runs_renders_both(self):
+        other = os.path.join(self.dir, "batch-512")
+        run("train", "--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--val-size", "256",
+            "--global-batch", "512", "--micro-batch", "128", "--epochs", "3", "--threads", "1", "--progress", "off",
+            "--out", other, check=True, timeout=None)
+        page = os.path.join(self.dir, "compare.html")
+        run("report", self.run_dir, other, "--out", page, check=True)
+        result = chromium("--dump-dom", "file://" + page)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        dom = result.stdout
+        self.assertIn("2 runs compared", dom)
+        self.assertIn("training loss (smoothed) against samples", dom)
+        self.assertIn("validation accuracy against samples", dom)
+        self.assertNotIn("bits per byte", dom, "no run has it: the chart is left out")
+        self.assertEqual(dom.count("<svg "), 8, dom[:500])  # bits per byte left out
+        for d in (self.run_dir, other):
+            self.assertGreaterEqual(dom.count(d), 2)  # the table and the legends
+        console = [line for line in result.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+        self.assertEqual(console, [])
+
     def test_screenshot_is_not_blank(self):
         from PIL import Image, ImageStat
         shot = os.path.join(self.dir, "shot.png")

@@ -239,6 +239,19 @@ TEST(ResolvedRun, DefaultJobOnFashionMnist) {
   EXPECT_EQ(run.total_updates, config.epochs * 235);
 }
 
+TEST(ResolvedRun, ScheduleLengthDecaysOverItsOwnLengthThenHolds) {
+  TrainConfig config;  // 8 epochs of 235 updates
+  config.schedule_length = Interval::parse("2e");
+  const ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.total_updates, 8 * 235);
+  EXPECT_EQ(run.schedule.config().total_updates, 2 * 235);
+  EXPECT_GT(run.schedule.lr_at(2 * 235 - 1), 0.0);
+  EXPECT_EQ(run.schedule.lr_at(2 * 235), 0.0) << "cosine's end, held";
+  EXPECT_EQ(run.schedule.lr_at(8 * 235 - 1), 0.0);
+  config.schedule_length = Interval::parse("0u");
+  EXPECT_THROW(config.validate(), Error);
+}
+
 TEST(ResolvedRun, AutoScalingIsLinearForSgdAndSqrtForAdamw) {
   TrainConfig config;
   config.global_batch = 1024;
