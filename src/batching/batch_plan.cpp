@@ -171,8 +171,13 @@ BatchPlan BatchPlan::resolve(const BatchRequest& request) {
   const int given = int(global.has_value()) + int(micro.has_value()) + int(accum.has_value());
   if (given < 2 && !global)
     global = kDefaultGlobalBatchSize;
-  if (given < 2 && !micro && !accum)
+  if (given < 2 && !micro && !accum) {
     micro = kDefaultMicroBatchSize;
+    // A default, not the user's: never more than a rank's share of a smaller global batch
+    // (global 50 on 2 ranks: micro 25, not a refusal of a size nobody asked for).
+    if (global && *global > 0 && *global % world == 0)
+      micro = std::min(*micro, *global / world);
+  }
 
   BatchPlan plan;
   plan.world_size = world;

@@ -25,7 +25,8 @@ namespace {
 
 // The files of a checkpoint directory besides state.json, each recorded there by its digest.
 constexpr const char* kCheckpointParts[] = {"weights.safetensors", "optimizer.pt",
-                                            "rng.safetensors", "window.safetensors"};
+                                            "rng.safetensors", "window.safetensors",
+                                            "best.safetensors"};
 
 // libtorch's messages carry a backtrace after the first line.
 [[noreturn]] void bad_checkpoint(const std::string& dir, const std::string& what,
@@ -86,11 +87,15 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
 }
 
-// A watched metric's best (null: none counted yet).
+// A watched metric's count (null: nothing counted yet; best null: no finite value yet).
 nlohmann::json watch_json(const MetricWatch& w) {
-  if (!w.seen)
+  if (w.counted_step < 0)
     return nullptr;
-  return {{"best", w.best}, {"best_step", w.best_step}, {"since_best", w.since_best}};
+  return {{"metric", w.metric},
+          {"best", w.seen ? nlohmann::json(w.best) : nlohmann::json(nullptr)},
+          {"best_step", w.best_step},
+          {"since_best", w.since_best},
+          {"counted_step", w.counted_step}};
 }
 
 // --global-batch auto's measurements and decision log (an infinite band's end as null).
@@ -229,11 +234,17 @@ MetricWatch watch_from(const nlohmann::json& j, const char* key, const std::stri
     return w;
   if (!j.at(key).is_object())
     StateFields(j, "progress.", dir).bad(key, "is not an object");
-  const StateFields f(j.at(key), std::string("progress.") + key + ".", dir);
-  w.seen = true;
-  w.best = f.amount("best", std::nullopt, /*signed_value=*/true);
+  const nlohmann::json& o = j.at(key);
+  const StateFields f(o, std::string("progress.") + key + ".", dir);
+  if (!o.contains("metric") || !o.at("metric").is_string())
+    f.bad("metric", "is not the name of a metric");
+  w.metric = o.at("metric").get<std::string>();
+  w.seen = !o.contains("best") || !o.at("best").is_null();
+  if (w.seen)
+    w.best = f.amount("best", std::nullopt, /*signed_value=*/true);
   w.best_step = f.count("best_step");
   w.since_best = f.count("since_best");
+  w.counted_step = f.count("counted_step");
   return w;
 }
 
@@ -334,7 +345,7 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
   p.early_stop = watch_from(j, "early_stop", dir);
   p.keep_best = watch_from(j, "keep_best", dir);
   for (const MetricWatch* w : {&p.early_stop, &p.keep_best}) {
-    if (w->best_step > p.step)
+    if (w->best_step > p.step || w->counted_step > p.step)
       f.bad(w == &p.early_stop ? "early_stop" : "keep_best",
             "has its best past progress.step " + std::to_string(p.step));
   }
@@ -447,6 +458,15 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
                          {"correct", window->window.counts.correct},
                          {"first_items", window->window.first_items},
                          {"first_sq_norm", window->window.first_sq_norm}};
+    }
+    // --keep-best's file as it stands, so that a resume from here gets back the best it knew
+    // (the run's file may have moved on): a hard link, as the file is only ever replaced whole.
+    const std::string best = run_dir + "/best.safetensors";
+    if (path_exists(best)) {
+      std::error_code not_linked;  // another file system, or links refused: a copy
+      fs::create_hard_link(best, temporary + "/best.safetensors", not_linked);
+      if (not_linked)
+        atomic_write_file(temporary + "/best.safetensors", read_text_file(best));
     }
     // Each file's digest: a resume detects a flipped bit or a file from another checkpoint.
     nlohmann::json files = nlohmann::json::object();

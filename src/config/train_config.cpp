@@ -320,6 +320,11 @@ void TrainConfig::validate() const {
   check_config(!schedule_length || !schedule_length->is_zero(),
                "--schedule-length must be longer than 0",
                "e.g. --schedule-length 10e, or leave it out to decay over the run's length");
+  check_config(!schedule_length || schedule == ScheduleKind::Cosine ||
+                   schedule == ScheduleKind::Linear,
+               "--schedule-length sets where a cosine or linear decay ends, and the " +
+                   std::string(to_string(schedule)) + " schedule has no such end",
+               "drop --schedule-length (a step schedule decays at its --step-milestones)");
   early_stop_metric();  // each throws with the accepted names
   keep_best_metric();
   check_config(patience >= 1, "--patience must be at least 1 evaluation, got " +

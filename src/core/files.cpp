@@ -190,11 +190,28 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
   fd_ = -1;
   if (error_number != EACCES && error_number != EAGAIN)
     io_error("cannot lock", path, error_number);
-  throw Error(
-      ErrorKind::Io,
-      "run directory '" + dir + "' is in use" +
-          (known ? " by pid " + std::to_string(holder.l_pid) : std::string(" by another process")),
-      "wait for that run to finish (or stop it), or train into another --out");
+  throw_in_use(dir, known ? std::optional<int64_t>(holder.l_pid) : std::nullopt);
+}
+
+void DirectoryLock::throw_in_use(const std::string& dir, std::optional<int64_t> pid) {
+  throw Error(ErrorKind::Io,
+              "run directory '" + dir + "' is in use" +
+                  (pid ? " by pid " + std::to_string(*pid) : std::string(" by another process")),
+              "wait for that run to finish (or stop it), or train into another --out");
+}
+
+void DirectoryLock::refuse_if_held(const std::string& dir) {
+  // Opened to read, never created: probing writes nothing into someone else's directory.
+  const int fd = ::open((dir + "/.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  const bool held = ::fcntl(fd, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  ::close(fd);  // this process holds no lock on it to lose
+  if (held)
+    throw_in_use(dir, holder.l_pid);
 }
 
 DirectoryLock::~DirectoryLock() {

@@ -7,6 +7,7 @@
 //   atomic_write_file(run_dir + "/config.toml", text);
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,12 @@ class DirectoryLock {
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 
+  // The same refusal when another process holds `dir`'s lock, without taking it or creating
+  // the lock file (a check before the work that would take it).
+  static void refuse_if_held(const std::string& dir);
+
  private:
+  [[noreturn]] static void throw_in_use(const std::string& dir, std::optional<int64_t> pid);
   int fd_ = -1;
 };
 

@@ -45,7 +45,7 @@ std::string table(const std::vector<ComparedRun>& runs) {
       "<table class=\"summary\"><tr><th>run</th><th>global batch</th><th>updates</th>"
       "<th>samples</th><th>final train loss (smoothed)</th><th>best validation loss</th>"
       "<th>best validation accuracy</th><th>test accuracy (last)</th><th>training time</th>"
-      "<th>samples/s (last epoch)</th></tr>";
+      "<th>samples/s (over the run)</th></tr>";
   for (size_t i = 0; i < runs.size(); ++i) {
     const ComparedRun& run = runs[i];
     const auto& updates = run.records.updates;

@@ -154,13 +154,19 @@ std::string summary(const RunRecords& r) {
     row("target reached", target->value("condition", std::string()) + " at update " +
                               std::to_string(target->value("step", int64_t{0})));
   }
-  if (early_stop) {
+  // A run resumed with a larger --patience trained on past its early stop: not stopped there.
+  const int64_t last_step = r.updates.empty() ? 0 : r.updates.back().value("step", int64_t{0});
+  if (early_stop && early_stop->value("step", int64_t{0}) >= last_step) {
+    const auto best_value = early_stop->value("best", nlohmann::json());
     row("stopped early",
         "at update " + std::to_string(early_stop->value("step", int64_t{0})) + ": " +
-            text_of(*early_stop, "metric") + " had not improved on " +
-            format_significant(early_stop->value("best", 0.0), 4) + " (update " +
-            std::to_string(early_stop->value("best_step", int64_t{0})) + ") for " +
-            std::to_string(early_stop->value("patience", int64_t{0})) + " evaluations");
+            text_of(*early_stop, "metric") +
+            (best_value.is_number()
+                 ? " had not improved on " + format_significant(best_value.get<double>(), 4) +
+                       " (update " + std::to_string(early_stop->value("best_step", int64_t{0})) +
+                       ")"
+                 : std::string(" was never a finite number")) +
+            " for " + std::to_string(early_stop->value("patience", int64_t{0})) + " evaluations");
   }
   if (best) {
     row("best weights (best.safetensors)",

@@ -225,17 +225,24 @@ RunEvent early_stop_event(const TrainingProgress& at, const std::string& metric,
                   {"step", at.step},
                   {"samples_seen", at.samples_seen},
                   {"metric", metric},
-                  {"best", watch.best},
-                  {"best_step", watch.best_step},
+                  {"best", watch.seen ? nlohmann::json(watch.best) : nlohmann::json(nullptr)},
+                  {"best_step", watch.seen ? nlohmann::json(watch.best_step) : nlohmann::json(nullptr)},
                   {"patience", patience},
                   {"min_delta", min_delta}},
                  {}};
+  const std::string stopping = " (--patience " + std::to_string(patience) +
+                               "); stopping at update " + std::to_string(at.step);
+  if (!watch.seen) {
+    event.lines.push_back("early stop: " + metric + " was not a finite number in " +
+                          count_of(watch.since_best, "evaluation") + stopping);
+    return event;
+  }
   event.lines.push_back(
-      "early stop: " + metric + " has not improved on " + metric_value_text(metric, watch.best)
-          .substr(metric.size() + 1) + " (update " + std::to_string(watch.best_step) + ") " +
+      "early stop: " + metric + " has not improved on " +
+      metric_value_text(metric, watch.best).substr(metric.size() + 1) + " (update " +
+      std::to_string(watch.best_step) + ") " +
       (min_delta > 0 ? "by more than " + format_significant(min_delta) + " " : "") + "in " +
-      count_of(patience, "evaluation") + " (--patience " + std::to_string(patience) +
-      "); stopping at update " + std::to_string(at.step));
+      count_of(patience, "evaluation") + stopping);
   return event;
 }
 

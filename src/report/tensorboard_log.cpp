@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -57,7 +58,8 @@ std::string event_header(double wall_time, int64_t step) {
 // --- Which record keys become which tags.
 std::optional<double> number(const nlohmann::json& record, const char* key) {
   const auto it = record.find(key);
-  if (it == record.end() || !it->is_number())
+  // Null in metrics.jsonl is a value that was not finite: left out live as in a replay.
+  if (it == record.end() || !it->is_number() || !std::isfinite(it->get<double>()))
     return std::nullopt;
   return it->get<double>();
 }
@@ -210,13 +212,18 @@ TensorBoardLog::TensorBoardLog(const std::string& run_dir, const std::string& me
   }
   // The records of the older files are all in this one now (those past the checkpoint are
   // gone from metrics.jsonl too).
+  remove_event_files(run_dir, std::filesystem::path(file_.path()).filename());
+}
+
+int64_t remove_event_files(const std::string& run_dir, const std::string& keep) {
+  int64_t removed = 0;
   std::error_code ignored;
-  const std::string own = std::filesystem::path(file_.path()).filename();
   for (const auto& entry : std::filesystem::directory_iterator(run_dir, ignored)) {
     const std::string name = entry.path().filename();
-    if (name != own && is_bigbatch_event_file(name) && entry.is_regular_file(ignored))
-      std::filesystem::remove(entry.path(), ignored);
+    if (name != keep && is_bigbatch_event_file(name) && entry.is_regular_file(ignored))
+      removed += std::filesystem::remove(entry.path(), ignored) ? 1 : 0;
   }
+  return removed;
 }
 
 void TensorBoardLog::write(const nlohmann::json& record) {

@@ -69,5 +69,9 @@ class TensorBoardLog {
 
 // Whether `name` is an event file TensorBoardLog writes ("events.out.tfevents.*.bigbatch").
 bool is_bigbatch_event_file(const std::string& name);
+// Removes the event files TensorBoardLog wrote into `run_dir`, but `keep` (a file name); returns
+// how many. A resume under --no-tensorboard removes them all: they may show updates past its
+// checkpoint.
+int64_t remove_event_files(const std::string& run_dir, const std::string& keep = "");
 
 }  // namespace bigbatch

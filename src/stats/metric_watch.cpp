@@ -5,6 +5,9 @@
 namespace bigbatch {
 
 bool MetricWatch::observe(double value, int64_t step, bool rises, double min_delta) {
+  if (step == counted_step)
+    return false;
+  counted_step = step;
   const bool improves = std::isfinite(value) &&
                         (!seen || (rises ? value - best > min_delta : best - value > min_delta));
   if (!improves) {

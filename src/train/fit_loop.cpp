@@ -439,20 +439,22 @@ void FitLoop::watch_metrics(const nlohmann::json& record) {
     return found->is_number() ? found->get<double>() : std::nan("");
   };
   if (const auto watched = run_.config.keep_best_metric()) {
+    const std::string key = watched->metric_in(has_validation);
     const double value = value_of(*watched);
+    at.keep_best.metric = key;
     if (at.keep_best.observe(value, at.step, watched->rises(), /*min_delta=*/0)) {
-      const std::string key = watched->metric_in(has_validation);
       run_.save_model_weights(run_.run_dir + "/best.safetensors", at.step,
                               {{"best_metric", key}, {"best_value", format_double(value)}});
       tell(best_weights_event(at, key, value));
     }
   }
   if (const auto watched = run_.config.early_stop_metric()) {
+    const std::string key = watched->metric_in(has_validation);
+    at.early_stop.metric = key;
     at.early_stop.observe(value_of(*watched), at.step, watched->rises(), run_.config.min_delta);
     if (at.early_stop.since_best >= run_.config.patience && !early_stopped_) {
       early_stopped_ = true;
-      tell(early_stop_event(at, watched->metric_in(has_validation), run_.config.patience,
-                            run_.config.min_delta));
+      tell(early_stop_event(at, key, run_.config.patience, run_.config.min_delta));
     }
   }
 }

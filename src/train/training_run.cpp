@@ -53,7 +53,7 @@ void refuse_used_run_directory(const std::string& dir, LockHeld held) {
   for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
     if (path_exists(dir + "/" + file)) {
       if (held == LockHeld::No)
-        DirectoryLock{dir};  // throws when another process holds it
+        DirectoryLock::refuse_if_held(dir);
       throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
                   "choose another --out, or delete that directory");
     }
@@ -103,36 +103,80 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
   return false;
 }
 
-// --keep-best: a best.safetensors from past the checkpoint (an interrupted run's, or a history
-// this resume abandons) is not this run's. It is removed, and the best looked for again from
-// here; a plain resume replays the same updates and finds the same best.
-void drop_best_past_checkpoint(TrainingRun& r, Console& console) {
-  const auto watched = r.config.keep_best_metric();
-  const std::string path = r.run_dir + "/best.safetensors";
-  if (!watched || !path_exists(path))
-    return;
+// --early-stop and --keep-best watching another metric than the checkpoint counted (the flags
+// override config.toml on a resume): the count starts again, on every rank alike.
+void restart_watches_of_other_metrics(TrainingRun& r, Console& console) {
+  const bool has_validation = r.data.validation.size() > 0;
+  const std::pair<std::optional<WatchedMetric>, MetricWatch*> watches[] = {
+      {r.config.early_stop_metric(), &r.at.early_stop},
+      {r.config.keep_best_metric(), &r.at.keep_best}};
+  for (const auto& [watched, watch] : watches) {
+    if (!watched || watch->counted_step < 0 || watch->metric == watched->metric_in(has_validation))
+      continue;
+    console.say(std::string(watch == &r.at.early_stop ? "--early-stop" : "--keep-best") +
+                " now watches " + watched->metric_in(has_validation) + " where the checkpoint counted " +
+                watch->metric + ": its count starts again here");
+    *watch = MetricWatch{};
+  }
+}
+
+// The step and metric a best-weights file records (step -1: unreadable).
+std::pair<int64_t, std::string> best_file_record(const std::string& path) {
   std::map<std::string, std::string> metadata;
-  int64_t step = -1;
   try {
     load_safetensors(path, &metadata);
-    step = parse_int(metadata["step"]).value_or(-1);
   } catch (const Error&) {
-    // Unreadable (cut short by a kill while written? it is written atomically): not the run's.
+    return {-1, ""};
   }
-  const bool same_metric =
-      metadata["best_metric"] == watched->metric_in(r.data.validation.size() > 0);
-  if (same_metric && step >= 0 && step <= r.at.step && r.at.keep_best.seen &&
-      step == r.at.keep_best.best_step)
+  return {parse_int(metadata["step"]).value_or(-1), metadata["best_metric"]};
+}
+
+// --keep-best on a resume: RUN/best.safetensors must be the best the checkpoint knew of. After a
+// kill or from an older checkpoint it may be a later one (of updates this resume trains again,
+// or of a history it abandons): the checkpoint's own copy replaces it. Without one (a
+// checkpoint from before --keep-best) the file goes and the best is looked for again.
+void restore_best_weights(TrainingRun& r, Console& console) {
+  if (!r.config.keep_best_metric())
     return;
+  const std::string path = r.run_dir + "/best.safetensors";
+  MetricWatch& watch = r.at.keep_best;
+  const auto matches = [&](const std::string& file) {
+    if (!watch.seen || !path_exists(file))
+      return false;
+    const auto [step, metric] = best_file_record(file);
+    return step == watch.best_step && metric == watch.metric;
+  };
+  if (matches(path) || (!watch.seen && !path_exists(path)))
+    return;
+  std::string saved;
+  try {
+    saved = find_latest_checkpoint(r.config.resume) + "/best.safetensors";
+  } catch (const Error&) {
+  }
   std::error_code ignored;
+  if (!saved.empty() && matches(saved)) {
+    atomic_write_file(path, read_text_file(saved));
+    console.say("restored " + path + " (update " + std::to_string(watch.best_step) +
+                ", the best the checkpoint knew of) from the checkpoint");
+    return;
+  }
+  const bool had_file = path_exists(path);
+  const std::string file_metric = had_file ? best_file_record(path).second : std::string();
   std::filesystem::remove(path, ignored);
-  r.at.keep_best = MetricWatch{};
-  console.say("removed " + path + " (update " + (step >= 0 ? std::to_string(step) : "?") +
-              (same_metric ? "): it is not the best of the history this run resumes (update " +
-                                 std::to_string(r.at.step) + ")"
-                           : ", best " + metadata["best_metric"] + "): --keep-best now watches " +
-                                 watched->name()) +
-              "; the best is looked for again from here");
+  const std::string watched = r.config.keep_best_metric()->metric_in(r.data.validation.size() > 0);
+  if (watch.seen) {
+    console.say("--keep-best: the best " + watch.metric + " the checkpoint knew of (update " +
+                std::to_string(watch.best_step) +
+                ") has no weights kept with it; the best is looked for again from here");
+  } else if (had_file && file_metric != watched) {
+    console.say("removed " + path + ": it holds the best " +
+                (file_metric.empty() ? std::string("of nothing it names") : file_metric) +
+                ", and --keep-best watches " + watched);
+  } else if (had_file) {
+    console.say("removed " + path + ": it is from past the checkpoint this run resumes (update " +
+                std::to_string(r.at.step) + ")");
+  }
+  watch = MetricWatch{};
 }
 
 std::unique_ptr<GradientReducer> make_reducer(const JobPlace& job, const TrainConfig& config) {
@@ -301,10 +345,18 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                 std::to_string(run.schedule.config().total_updates) + " updates of " +
                 std::to_string(run.ramp->reference_batch) + ")");
   } else {
+    const int64_t schedule_updates = run.schedule.config().total_updates;
     console.say(run.schedule.describe_scaling() + ", warmup " +
                 count_of(run.schedule.config().warmup_updates, "update") + ", " +
                 to_string(run.schedule.config().kind) + " schedule over " +
-                count_of(run.total_updates, "update"));
+                count_of(schedule_updates, "update") +
+                (schedule_updates != run.total_updates
+                     ? " (--schedule-length; the run trains " +
+                           count_of(run.total_updates, "update") +
+                           (schedule_updates < run.total_updates
+                                ? ", the rate holding its final value past the schedule's end)"
+                                : ")")
+                     : std::string()));
   }
   if (run.eval_every_samples > 0) {
     console.say("evaluation: every " + std::to_string(run.eval_every_samples) +
@@ -562,24 +614,29 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
   before->restore(r.at);
   const double rate_was = before->rate(r.at, {}).lr;
   const double rate_now = r.schedule->rate(r.at, {}).lr;
+  // Only a decay has an end to keep (a step schedule's milestones are intervals of their own).
+  const bool decays = was.kind == ScheduleKind::Cosine || was.kind == ScheduleKind::Linear;
+  const double end_rate = before->lr_schedule().lr_at(was.total_updates);
   std::vector<std::string> changes;
   if (planned.epochs != r.config.epochs)
     changes.push_back(std::to_string(planned.epochs) + " -> " + std::to_string(r.config.epochs) +
                       " epochs");
   if (planned.max_updates != r.config.max_updates)
     changes.push_back("--max-updates changed");
-  if (changes.empty())
-    changes.push_back("--schedule-length changed");
-  console.say("the run's length changed (" + join(changes, ", ") + "): its " +
+  console.say((changes.empty() ? std::string("--schedule-length changed")
+                               : "the run's length changed (" + join(changes, ", ") + ")") +
+              ": its " +
               to_string(now.kind) + " schedule is re-planned over " +
               count_of(now.total_updates, "update") + " where the run planned " +
               count_of(was.total_updates, "update") + ", so update " +
               std::to_string(r.at.step + 1) + " trains at " + format_significant(rate_now, 4) +
               " where the plan had " + format_significant(rate_was, 4) +
-              (r.at.step > 0 ? "; to keep the planned schedule, add --schedule-length " +
-                                   std::to_string(was.total_updates) +
-                                   "u (past its end the rate holds its final value)"
-                             : std::string()));
+              (r.at.step > 0 && decays ? "; to keep the planned schedule, add --schedule-length " +
+                                             std::to_string(was.total_updates) +
+                                             "u (past its end the rate holds its final value, " +
+                                             format_significant(end_rate, 4) +
+                                             (end_rate > 0 ? ")" : ": those updates would not train)")
+                                       : std::string()));
 }
 
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
@@ -769,13 +826,18 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
     resume_from_checkpoint(r, console);
     if (r.finished)
       return;
+    restart_watches_of_other_metrics(r, console);
     if (r.job.is_main())
-      drop_best_past_checkpoint(r, console);
+      restore_best_weights(r, console);
   }
   if (r.job.is_main()) {
     // The events start from what metrics.jsonl kept (a resume has cut it back by now).
-    if (config.tensorboard)
+    if (config.tensorboard) {
       r.tensorboard = std::make_unique<TensorBoardLog>(r.run_dir, r.run_dir + "/metrics.jsonl");
+    } else if (const int64_t removed = r.resuming ? remove_event_files(r.run_dir) : 0) {
+      console.say("--no-tensorboard: removed the run's " + count_of(removed, "TensorBoard event file") +
+                  " (they may show updates past the checkpoint)");
+    }
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
   }
 

@@ -298,7 +298,8 @@ class CheckpointTest(CliTestCase):
         self.assertRegex(result.stderr, r"the run's length changed \(3 -> 4 epochs\): its cosine schedule is "
                                         r"re-planned over 128 updates where the run planned 96 updates, so update 97 trains "
                                         r"at [0-9.e-]+ where the plan had 0; to keep the planned schedule, add "
-                                        r"--schedule-length 96u \(past its end the rate holds its final value\)")
+                                        r"--schedule-length 96u \(past its end the rate holds its final value, "
+                                        r"0: those updates would not train\)")
         # Resumed as planned, nothing is said.
         again = run("train", "--resume", run_dir)
         self.assertNotIn("re-planned", again.stderr)

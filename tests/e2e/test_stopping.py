@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import struct
 
 import e2e_common
@@ -29,7 +30,14 @@ def metadata(path):
 
 
 def evaluations(run_dir):
-    return [r for r in records(run_dir) if "val_loss" in r]
+    """Each evaluation once: a run ending at an interval's evaluation records it again as its
+    partial epoch (same step, same figures)."""
+    seen, out = set(), []
+    for r in records(run_dir):
+        if "val_loss" in r and r["step"] not in seen:
+            seen.add(r["step"])
+            out.append(r)
+    return out
 
 
 def expected_stop(evals, key, rises, patience, min_delta):
@@ -113,20 +121,65 @@ class StoppingTest(CliTestCase):
         self.assertEqual(longer.returncode, 0, longer.stderr)
         self.assertGreater(update_records(whole)[-1]["step"], stop)
 
-    def test_a_best_from_past_the_resumed_checkpoint_is_removed(self):
+    def test_a_resume_gets_back_the_best_its_checkpoint_knew_of(self):
         run_dir = self.path("branch")
         args = [*ARGS, "--keep-best", "val_loss", "--checkpoint-every", "2u", "--keep-checkpoints", "100",
                 "--max-updates", "12"]
         run("train", *args, "--out", run_dir, check=True)
-        best = metadata(os.path.join(run_dir, "best.safetensors"))
-        self.assertIn(best["step"], ["6", "12"])
-        older = os.path.join(run_dir, "checkpoints", "step_000004")
-        branched = run("train", "--resume", older, "--discard-newer", "--max-updates", "5")
+        best = os.path.join(run_dir, "best.safetensors")
+        self.assertIn(metadata(best)["step"], ["6", "12"])
+        # Each checkpoint keeps the best as it stood: none before the first evaluation (update 6).
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "checkpoints", "step_000004", "best.safetensors")))
+        kept_at_8 = os.path.join(run_dir, "checkpoints", "step_000008", "best.safetensors")
+        self.assertEqual(metadata(kept_at_8)["step"], "6")
+        # From update 8, with the run's file replaced by another (as an abandoned history's later
+        # best would be): the checkpoint's copy comes back.
+        shutil.copyfile(os.path.join(run_dir, "weights.safetensors"), best)
+        branched = run("train", "--resume", os.path.join(run_dir, "checkpoints", "step_000008"), "--discard-newer",
+                       "--max-updates", "8")
         self.assertEqual(branched.returncode, 0, branched.stderr)
-        self.assertIn(f"best.safetensors (update {best['step']}): it is not the best of the history this run "
-                      "resumes (update 4)", branched.stderr)
-        # The new history's own evaluation (where it ends, at update 5) is its best.
-        self.assertEqual(metadata(os.path.join(run_dir, "best.safetensors"))["step"], "5")
+        self.assertIn(f"restored {best} (update 6, the best the checkpoint knew of) from the checkpoint",
+                      branched.stderr)
+        # The run then ends at update 8 with the evaluation of its partial epoch: the restored
+        # best stays unless that one beats it.
+        now, kept = metadata(best), metadata(kept_at_8)
+        if now["step"] == "6":
+            with open(best, "rb") as a, open(kept_at_8, "rb") as b:
+                self.assertEqual(a.read(), b.read())
+        else:
+            self.assertEqual(now["step"], "8")
+            self.assertLess(float(now["best_value"]), float(kept["best_value"]))
+        # From update 4, before any evaluation: the later file goes, and the new history's own
+        # evaluation (where it ends, at update 5) is its best.
+        branched = run("train", "--resume", os.path.join(run_dir, "checkpoints", "step_000004"), "--discard-newer",
+                       "--max-updates", "5")
+        self.assertEqual(branched.returncode, 0, branched.stderr)
+        self.assertIn(f"removed {best}: it is from past the checkpoint this run resumes (update 4)", branched.stderr)
+        self.assertEqual(metadata(best)["step"], "5")
+
+    def test_an_early_stop_at_an_interval_counts_that_evaluation_once(self):
+        # Stopped at an --eval-every evaluation inside an epoch, the run's end records that same
+        # evaluation as its partial epoch: counted once, so one more --patience trains on.
+        run_dir = self.path("interval")
+        result = run("train", *ARGS, "--eval-every", "1u", "--early-stop", "val_loss", "--patience", "2",
+                     "--checkpoint-every", "1e", "--out", run_dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        stop = [r for r in records(run_dir) if r.get("event") == "early_stop"][0]["step"]
+        evals = [r for r in evaluations(run_dir) if r["step"] <= stop]
+        self.assertEqual(expected_stop(evals, "val_loss", False, patience=2, min_delta=0)[0], stop)
+        longer = run("train", "--resume", run_dir, "--patience", "3")
+        self.assertEqual(longer.returncode, 0, longer.stderr)
+        self.assertNotIn("stopped early", longer.stderr)
+        self.assertGreater(update_records(run_dir)[-1]["step"], stop)
+
+    def test_another_metric_on_a_resume_starts_the_count_again(self):
+        run_dir = self.path("switch")
+        run("train", *ARGS, "--early-stop", "val_loss", "--patience", "2", "--checkpoint-every", "1e",
+            "--max-updates", "12", "--out", run_dir, check=True)
+        switched = run("train", "--resume", run_dir, "--max-updates", "18", "--early-stop", "val_accuracy")
+        self.assertEqual(switched.returncode, 0, switched.stderr)
+        self.assertIn("--early-stop now watches val_accuracy where the checkpoint counted val_loss: its count "
+                      "starts again here", switched.stderr)
 
     def test_ranks_stop_early_together(self):
         out = self.path("ranks")

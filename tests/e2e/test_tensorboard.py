@@ -1,11 +1,12 @@
 """TensorBoard event files in the run directory, read back by TensorBoard's own reader (it
 checks every record's CRC-32C and drops a record that fails): the scalars equal metrics.jsonl's
 figures update by update and evaluation by evaluation, with samples and tokens as steps too; a
-run killed and resumed has one event file saying what its metrics.jsonl says; --no-tensorboard
-writes none.
+run resumed from an older checkpoint has one event file saying what its metrics.jsonl says;
+--no-tensorboard writes none, and a resume under it removes the run's older ones.
 
 TensorBoard is installed by pip into the PyTorch 2.x environment of scripts/test.sh's second
-stage; under a Python without it (Debian's, for the 1.13 build) the tests skip.
+stage; under a Python without it (Debian's, for the 1.13 build) those tests skip, and
+EventFileTest still checks every record's framing and checksums with a CRC-32C of its own.
 """
 import glob
 import os
@@ -36,16 +37,40 @@ def scalars(run_dir):
             for tag in accumulator.Tags()["scalars"]}
 
 
-def record_count(path):
-    """The TFRecord records in a file, counted by their length fields alone."""
+def crc32c(data):
+    """CRC-32C bit by bit (reflected polynomial 0x82F63B78): slow, obviously right."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecords(path):
+    """The file's records, each checked against both of its masked CRC-32Cs."""
     with open(path, "rb") as f:
         data = f.read()
-    count = offset = 0
+    records, offset = [], 0
     while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset:offset + 8])
-        offset += 8 + 4 + length + 4
-        count += 1
-    return count
+        header = data[offset:offset + 8]
+        (length,) = struct.unpack("<Q", header)
+        (length_crc,) = struct.unpack("<I", data[offset + 8:offset + 12])
+        payload = data[offset + 12:offset + 12 + length]
+        (payload_crc,) = struct.unpack("<I", data[offset + 12 + length:offset + 16 + length])
+        assert length_crc == masked(crc32c(header)), f"record at byte {offset}: length checksum"
+        assert payload_crc == masked(crc32c(payload)), f"record at byte {offset}: data checksum"
+        records.append(payload)
+        offset += 16 + length
+    return records
+
+
+def record_count(path):
+    return len(tfrecords(path))
 
 
 def float32(x):
@@ -126,11 +151,35 @@ class TensorBoardTest(CliTestCase):
         self.assertEqual([(s, v) for s, v, _ in shown["by_tokens/val_bpb"]],
                          [(r["tokens_seen"], float32(r["val_bpb"])) for r in held_out])
 
-    def test_no_tensorboard_writes_no_event_file(self):
+
+
+class EventFileTest(CliTestCase):
+    """What needs no TensorBoard: the files are there, whole, and go when asked."""
+
+    def test_every_record_is_whole_and_its_checksums_hold(self):
+        run_dir = self.path("run")
+        run("train", *MLP, "--epochs", "1", "--out", run_dir, check=True)
+        files = event_files(run_dir)
+        self.assertEqual(len(files), 1, files)
+        records = tfrecords(files[0])
+        self.assertIn(b"brain.Event:2", records[0])
+        # One event per update and per evaluation at least (the by_samples steps add more).
+        self.assertGreaterEqual(len(records), 1 + len(update_records(run_dir)))
+        self.assertTrue(any(b"train/loss" in r for r in records))
+
+    def test_no_tensorboard_writes_none_and_a_resume_with_it_removes_them(self):
         run_dir = self.path("none")
         run("train", *MLP, "--epochs", "1", "--no-tensorboard", "--out", run_dir, check=True)
         self.assertEqual(event_files(run_dir), [])
         self.assertTrue(os.path.exists(os.path.join(run_dir, "metrics.jsonl")))
+        # A run with events, resumed without: they would show a history the resume may abandon.
+        other = self.path("other")
+        run("train", *MLP, "--epochs", "1", "--checkpoint-every", "1e", "--out", other, check=True)
+        self.assertEqual(len(event_files(other)), 1)
+        resumed = run("train", "--resume", other, "--epochs", "2", "--no-tensorboard")
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn("--no-tensorboard: removed the run's 1 TensorBoard event file", resumed.stderr)
+        self.assertEqual(event_files(other), [])
 
 
 if __name__ == "__main__":

@@ -69,6 +69,16 @@ TEST(BatchPlan, OneGivenSizeFillsTheOtherFromDefaults) {
   EXPECT_EQ(resolve(std::nullopt, std::nullopt, 4).micro_batch_size, 64);
 }
 
+TEST(BatchPlan, TheDefaultMicroBatchNeverExceedsARanksShare) {
+  // Nobody asked for 32: a smaller global batch is one micro-batch per rank, not a refusal.
+  const BatchPlan two_ranks = resolve(50, std::nullopt, std::nullopt, 2);
+  EXPECT_EQ(two_ranks.micro_batch_size, 25);
+  EXPECT_EQ(two_ranks.accumulation_steps, 1);
+  EXPECT_EQ(resolve(8, std::nullopt, std::nullopt).micro_batch_size, 8);
+  // A micro-batch the user gave is theirs: still refused.
+  EXPECT_THROW(resolve(8, 16, std::nullopt), Error);
+}
+
 TEST(BatchPlan, WorldSizeKeepsTheGlobalBatch) {
   const BatchPlan one = resolve(1024, 32, std::nullopt, 1);
   const BatchPlan four = resolve(1024, 32, std::nullopt, 4);

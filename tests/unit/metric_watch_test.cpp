@@ -36,6 +36,16 @@ TEST(MetricWatch, AccuracyImprovesGoingUpAndMinDeltaIsStrict) {
   EXPECT_EQ(watch.since_best, 1);
 }
 
+TEST(MetricWatch, AnEvaluationRecordedTwiceCountsOnce) {
+  // A run that ends at an interval's evaluation records it again as its partial epoch.
+  MetricWatch watch;
+  watch.observe(0.5, 10, /*rises=*/false, 0);
+  watch.observe(0.6, 20, false, 0);
+  EXPECT_FALSE(watch.observe(0.6, 20, false, 0));
+  EXPECT_EQ(watch.since_best, 1);
+  EXPECT_EQ(watch.counted_step, 20);
+}
+
 TEST(MetricWatch, ANonFiniteValueNeverImproves) {
   MetricWatch watch;
   EXPECT_FALSE(watch.observe(std::nan(""), 1, false, 0));

@@ -1,6 +1,7 @@
 // TensorBoard event files: the TFRecord framing and its CRC-32C against published vectors, an
 // Event's bytes field by field, which record keys become which tags, and the files a run
-// directory keeps. tests/e2e/test_cli.py reads a run's events back with TensorBoard's own reader.
+// directory keeps. tests/e2e/test_tensorboard.py reads a run's events back with TensorBoard's own
+// reader.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -171,13 +172,19 @@ TEST_F(TensorBoardDirectory, AResumedRunReplacesItsEventsWithWhatMetricsKept) {
     tensorboard.write(metrics.write({{"step", 2}, {"loss", 1.5}, {"lr", 0.1}}));
     first_file = tensorboard.path();
   }
-  // Something that is not ours stays.
+  // Something that is not ours stays; an older file of ours (another process's) goes.
   std::ofstream(dir_ / "events.out.tfevents.123.other") << "x";
+  const std::string older = (dir_ / "events.out.tfevents.0000000001.host.1.bigbatch").string();
+  std::ofstream(older) << "x";
+  ASSERT_EQ(event_files().size(), 2u);
+  std::filesystem::remove(older);
   ASSERT_EQ(event_files(), std::vector<std::string>{first_file});
   const std::string first = read_text_file(first_file);
+  std::ofstream(older) << "x";
   {
     TensorBoardLog resumed(dir_.string(), metrics_path);
     resumed.flush();
+    EXPECT_FALSE(path_exists(older));
     ASSERT_EQ(event_files(), std::vector<std::string>{resumed.path()});
     // Same records, same stamped times: the same bytes (the version event's time aside).
     const std::string replayed = read_text_file(resumed.path());
