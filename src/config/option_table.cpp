@@ -425,7 +425,10 @@ std::vector<OptionSpec> build_table() {
                  "the schedule's length when it is not the run's: 5000u, 10e, 2e6s (past it "
                  "the rate holds its final value); a resume at a longer --epochs keeps the "
                  "run's schedule with its old length here",
-                 "INTERVAL", both, nullptr, nullptr};
+                 "INTERVAL",
+                 both,
+                 nullptr,
+                 nullptr};
     s.set = [](TrainConfig& c, const std::string& text) {
       c.schedule_length = Interval::parse(text);
     };
@@ -485,7 +488,8 @@ std::vector<OptionSpec> build_table() {
     t.push_back(s);
   }
   // A watched metric's name, normalised, so config.toml and the rank check read one spelling.
-  const auto metric_option = [](std::string name, std::string help, std::string TrainConfig::*field) {
+  const auto metric_option = [](std::string name, std::string help,
+                                std::string TrainConfig::*field) {
     OptionSpec s = string_option(name, std::move(help), "METRIC", field);
     s.set = [name, field](TrainConfig& c, const std::string& text) {
       c.*field = text.empty() ? std::string() : WatchedMetric::parse(text, "--" + name).name();

@@ -39,7 +39,8 @@ std::optional<std::string> split_metric_name(const std::string& text, WatchedMet
     }
   }
   const auto guess = closest_match(name, kMetrics);
-  return "names metric '" + name + "', which is not one of accuracy, loss, perplexity, bpb or rmse" +
+  return "names metric '" + name +
+         "', which is not one of accuracy, loss, perplexity, bpb or rmse" +
          (guess ? " (did you mean '" + *guess + "'?)" : std::string());
 }
 

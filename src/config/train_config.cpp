@@ -320,15 +320,15 @@ void TrainConfig::validate() const {
   check_config(!schedule_length || !schedule_length->is_zero(),
                "--schedule-length must be longer than 0",
                "e.g. --schedule-length 10e, or leave it out to decay over the run's length");
-  check_config(!schedule_length || schedule == ScheduleKind::Cosine ||
-                   schedule == ScheduleKind::Linear,
-               "--schedule-length sets where a cosine or linear decay ends, and the " +
-                   std::string(to_string(schedule)) + " schedule has no such end",
-               "drop --schedule-length (a step schedule decays at its --step-milestones)");
+  check_config(
+      !schedule_length || schedule == ScheduleKind::Cosine || schedule == ScheduleKind::Linear,
+      "--schedule-length sets where a cosine or linear decay ends, and the " +
+          std::string(to_string(schedule)) + " schedule has no such end",
+      "drop --schedule-length (a step schedule decays at its --step-milestones)");
   early_stop_metric();  // each throws with the accepted names
   keep_best_metric();
-  check_config(patience >= 1, "--patience must be at least 1 evaluation, got " +
-                                  std::to_string(patience),
+  check_config(patience >= 1,
+               "--patience must be at least 1 evaluation, got " + std::to_string(patience),
                "e.g. --patience 3");
   check_config(std::isfinite(min_delta) && min_delta >= 0,
                "--min-delta must be a finite number >= 0, got " + format_double(min_delta),

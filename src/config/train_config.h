@@ -107,7 +107,8 @@ struct TrainConfig {
   bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;
-  bool tensorboard = true;  // TensorBoard event files in the run directory (report/tensorboard_log.h)
+  // TensorBoard event files in the run directory (report/tensorboard_log.h).
+  bool tensorboard = true;
   // Keep denormal floats (x86 FTZ/DAZ off): slower, bit-for-bit IEEE (train/run_setup.h).
   bool keep_denormals = false;
   Precision precision = Precision::Fp32;  // bf16: autocast forward, fp32 weights and gradients

@@ -71,7 +71,8 @@ void AppendFile::flush() {
   if (::ftruncate(fd_, static_cast<off_t>(flushed_bytes_)) != 0) {
     // Nothing more can be done; the resume's cut to its checkpoint's length still applies.
   }
-  throw Error(ErrorKind::Io, "cannot append to " + what_ + " '" + path_ + "': " + std::strerror(error),
+  throw Error(ErrorKind::Io,
+              "cannot append to " + what_ + " '" + path_ + "': " + std::strerror(error),
               "check the free disk space");
 }
 

@@ -71,12 +71,11 @@ std::string table(const std::vector<ComparedRun>& runs) {
     }
     html += "<tr><td><span style=\"color:" + std::string(chart_colour(i)) + "\">&#9632;</span> " +
             xml_escape(run.dir) + "</td><td>" + cell(global_batch) + "</td><td>" + cell(steps) +
-            "</td><td>" + (samples ? human_count(*samples) : "-") + "</td><td>" +
-            cell(final_loss) + "</td><td>" + cell(best_of(run.held_out, "val_loss", false)) +
-            "</td><td>" + cell(best_of(run.held_out, "val_accuracy", true), true) + "</td><td>" +
-            cell(test_accuracy, true) + "</td><td>" +
-            (seconds ? human_duration(*seconds) : "-") + "</td><td>" +
-            (throughput ? human_count(*throughput) : "-") + "</td></tr>";
+            "</td><td>" + (samples ? human_count(*samples) : "-") + "</td><td>" + cell(final_loss) +
+            "</td><td>" + cell(best_of(run.held_out, "val_loss", false)) + "</td><td>" +
+            cell(best_of(run.held_out, "val_accuracy", true), true) + "</td><td>" +
+            cell(test_accuracy, true) + "</td><td>" + (seconds ? human_duration(*seconds) : "-") +
+            "</td><td>" + (throughput ? human_count(*throughput) : "-") + "</td></tr>";
   }
   return html + "</table>";
 }
@@ -88,7 +87,8 @@ std::string render_comparison_report(const std::vector<std::string>& run_dirs) {
   for (const auto& dir : run_dirs) {
     const std::string metrics = dir + "/metrics.jsonl";
     if (!path_exists(metrics)) {
-      throw Error(ErrorKind::Io, "'" + dir + "' has no metrics.jsonl, so there is nothing to compare",
+      throw Error(ErrorKind::Io,
+                  "'" + dir + "' has no metrics.jsonl, so there is nothing to compare",
                   "give run directories written by bigbatch train");
     }
     ComparedRun run{dir, read_run_records(metrics), {}, false};
@@ -98,8 +98,8 @@ std::string render_comparison_report(const std::vector<std::string>& run_dirs) {
     runs.push_back(std::move(run));
   }
   // Language models and image runs together: samples still line them up.
-  const bool tokens = std::all_of(runs.begin(), runs.end(),
-                                  [](const ComparedRun& r) { return r.tokens; });
+  const bool tokens =
+      std::all_of(runs.begin(), runs.end(), [](const ComparedRun& r) { return r.tokens; });
   const char* data_key = tokens ? "tokens_seen" : "samples_seen";
   const std::string data_label = tokens ? "tokens" : "samples";
 
@@ -127,8 +127,8 @@ std::string render_comparison_report(const std::vector<std::string>& run_dirs) {
        true, "val_bpb", 1, false, false},
       {"test accuracy against " + data_label, "accuracy (%)", data_key, data_label, true,
        "test_accuracy", 100, false, false},
-      {"learning rate against " + data_label, "learning rate", data_key, data_label, false, "lr",
-       1, false, false},
+      {"learning rate against " + data_label, "learning rate", data_key, data_label, false, "lr", 1,
+       false, false},
       {"global batch against " + data_label, "samples per update", data_key, data_label, false,
        "global_batch", 1, false, true},
       {"throughput against updates", "samples / s", "step", "updates", false, "samples_per_s", 1,

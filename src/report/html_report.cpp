@@ -170,9 +170,8 @@ std::string summary(const RunRecords& r) {
   }
   if (best) {
     row("best weights (best.safetensors)",
-        text_of(*best, "metric") + " " +
-            format_significant(best->value("value", 0.0), 4) + " at update " +
-            std::to_string(best->value("step", int64_t{0})));
+        text_of(*best, "metric") + " " + format_significant(best->value("value", 0.0), 4) +
+            " at update " + std::to_string(best->value("step", int64_t{0})));
   }
   int64_t spikes = 0;
   for (const auto& u : r.updates)

@@ -185,14 +185,13 @@ std::string format_plan_text(const ResolvedRun& run) {
   } else {
     out += line("warmup", count_of(run.schedule.config().warmup_updates, "update"));
     const int64_t schedule_updates = run.schedule.config().total_updates;
-    out += line("schedule",
-                std::string(to_string(run.schedule.config().kind)) + " over " +
-                    std::to_string(schedule_updates) + " updates (" +
-                    (schedule_updates == run.total_updates
-                         ? std::to_string(run.epochs) + " epochs)"
-                         : "--schedule-length; the run trains " +
-                               std::to_string(run.total_updates) + " updates, " +
-                               std::to_string(run.epochs) + " epochs)"));
+    out += line("schedule", std::string(to_string(run.schedule.config().kind)) + " over " +
+                                std::to_string(schedule_updates) + " updates (" +
+                                (schedule_updates == run.total_updates
+                                     ? std::to_string(run.epochs) + " epochs)"
+                                     : "--schedule-length; the run trains " +
+                                           std::to_string(run.total_updates) + " updates, " +
+                                           std::to_string(run.epochs) + " epochs)"));
   }
   for (const auto& w : e.warnings)
     out += "warning: " + w + "\n";

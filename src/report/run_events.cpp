@@ -221,15 +221,16 @@ RunEvent best_weights_event(const TrainingProgress& at, const std::string& metri
 RunEvent early_stop_event(const TrainingProgress& at, const std::string& metric, int64_t patience,
                           double min_delta) {
   const MetricWatch& watch = at.early_stop;
-  RunEvent event{{{"event", "early_stop"},
-                  {"step", at.step},
-                  {"samples_seen", at.samples_seen},
-                  {"metric", metric},
-                  {"best", watch.seen ? nlohmann::json(watch.best) : nlohmann::json(nullptr)},
-                  {"best_step", watch.seen ? nlohmann::json(watch.best_step) : nlohmann::json(nullptr)},
-                  {"patience", patience},
-                  {"min_delta", min_delta}},
-                 {}};
+  RunEvent event{
+      {{"event", "early_stop"},
+       {"step", at.step},
+       {"samples_seen", at.samples_seen},
+       {"metric", metric},
+       {"best", watch.seen ? nlohmann::json(watch.best) : nlohmann::json(nullptr)},
+       {"best_step", watch.seen ? nlohmann::json(watch.best_step) : nlohmann::json(nullptr)},
+       {"patience", patience},
+       {"min_delta", min_delta}},
+      {}};
   const std::string stopping = " (--patience " + std::to_string(patience) +
                                "); stopping at update " + std::to_string(at.step);
   if (!watch.seen) {

@@ -30,7 +30,9 @@ void put_varint(std::string& out, uint64_t value) {
   }
   out += static_cast<char>(value);
 }
-void put_key(std::string& out, uint32_t field, WireType type) { put_varint(out, (field << 3) | type); }
+void put_key(std::string& out, uint32_t field, WireType type) {
+  put_varint(out, (field << 3) | type);
+}
 void put_bytes(std::string& out, uint32_t field, const std::string& bytes) {
   put_key(out, field, kLengthDelimited);
   put_varint(out, bytes.size());
@@ -70,8 +72,7 @@ struct ScalarList {
   void add(const nlohmann::json& record, const char* key, const std::string& tag) {
     add_at(record, key, tag, step);
   }
-  void add_at(const nlohmann::json& record, const char* key, const std::string& tag,
-              int64_t at) {
+  void add_at(const nlohmann::json& record, const char* key, const std::string& tag, int64_t at) {
     if (const auto value = number(record, key))
       out.push_back({tag, at, *value});
   }
@@ -191,8 +192,7 @@ bool is_bigbatch_event_file(const std::string& name) {
 }
 
 TensorBoardLog::TensorBoardLog(const std::string& run_dir, const std::string& metrics_path)
-    : file_(run_dir + "/" + event_file_name(), "TensorBoard event file",
-            AppendFile::Start::Empty) {
+    : file_(run_dir + "/" + event_file_name(), "TensorBoard event file", AppendFile::Start::Empty) {
   try {
     file_.append(tfrecord_frame(file_version_event(unix_time_now())));
     std::ifstream kept(metrics_path);

@@ -12,12 +12,12 @@
 namespace bigbatch {
 
 struct MetricWatch {
-  std::string metric;        // the record's key it watches ("val_loss"); empty: none yet
-  bool seen = false;         // a finite value was counted
-  double best = 0;           // the best value so far
-  int64_t best_step = 0;     // the update it was reached at
-  int64_t since_best = 0;    // evaluations since (all of them while none was finite)
-  int64_t counted_step = -1; // the update of the last evaluation counted
+  std::string metric;         // the record's key it watches ("val_loss"); empty: none yet
+  bool seen = false;          // a finite value was counted
+  double best = 0;            // the best value so far
+  int64_t best_step = 0;      // the update it was reached at
+  int64_t since_best = 0;     // evaluations since (all of them while none was finite)
+  int64_t counted_step = -1;  // the update of the last evaluation counted
 
   // Counts an evaluation's `value` at update `step`: true, and the new best, when it improves on
   // the best by more than `min_delta` (up when `rises`, else down; the first finite value

@@ -460,8 +460,7 @@ void FitLoop::watch_metrics(const nlohmann::json& record) {
 }
 
 void FitLoop::share_stop_verdict() {
-  if ((run_.config.stop_target() || run_.config.early_stop_metric()) &&
-      run_.job.world_size > 1) {
+  if ((run_.config.stop_target() || run_.config.early_stop_metric()) && run_.job.world_size > 1) {
     std::vector<torch::Tensor> verdict = {
         torch::tensor({target_reached_ ? 1 : 0, early_stopped_ ? 1 : 0})};
     run_.reducer->broadcast_from_first_rank(verdict);
@@ -511,8 +510,7 @@ void FitLoop::finish() {
   if ((checkpoints_.has_cadence() || run_.resuming) && checkpoints_.last_step() != at.step)
     checkpoints_.write();
   if (const auto best = run_.config.keep_best_metric()) {
-    console_.say(best_weights_line(at.keep_best,
-                                   best->metric_in(run_.data.validation.size() > 0),
+    console_.say(best_weights_line(at.keep_best, best->metric_in(run_.data.validation.size() > 0),
                                    run_.run_dir + "/best.safetensors"));
   }
   const std::string verdict = batch_size_verdict(noise_, run_.schedule->plan().global_batch_size,

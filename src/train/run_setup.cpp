@@ -200,11 +200,11 @@ void check_metric_reported(const WatchedMetric& watched, const std::string& flag
   const std::string& m = watched.metric;
   const TensorDataset& train = data.train;
   if (m == "accuracy" && train.is_regression()) {
-    throw Error(ErrorKind::Config,
-                flag + " " + verb +
-                    " accuracy, and these float targets make a regression, which has none",
-                "drop " + flag + " (or use " + instead +
-                    "), or save integer class labels for a classifier");
+    throw Error(
+        ErrorKind::Config,
+        flag + " " + verb + " accuracy, and these float targets make a regression, which has none",
+        "drop " + flag + " (or use " + instead +
+            "), or save integer class labels for a classifier");
   }
   if (m == "rmse" && !train.is_regression()) {
     throw Error(ErrorKind::Config, flag + " " + verb + " RMSE, which only a regression has",
@@ -245,10 +245,27 @@ void check_watched_metrics(const TrainConfig& config, const DatasetSplits& data)
                           regression ? "--target val_rmse<=X" : "--target val_loss<=X", data);
   }
   const std::string other = regression ? "val_rmse" : "val_loss";
-  if (const auto watched = config.early_stop_metric())
-    check_metric_reported(*watched, "--early-stop", "watches", "--early-stop " + other, data);
-  if (const auto watched = config.keep_best_metric())
-    check_metric_reported(*watched, "--keep-best", "keeps the best", "--keep-best " + other, data);
+  const bool has_validation = data.validation.size() > 0;
+  struct Watch {
+    std::optional<WatchedMetric> metric;
+    const char* flag;
+    const char* verb;
+  };
+  const Watch watches[] = {{config.early_stop_metric(), "--early-stop", "watches"},
+                           {config.keep_best_metric(), "--keep-best", "keeps the best"}};
+  for (const auto& [watched, flag, verb] : watches) {
+    if (!watched)
+      continue;
+    check_metric_reported(*watched, flag, verb, std::string(flag) + " " + other, data);
+    // Choosing the run's end or its weights by the test split tunes on it: only when asked.
+    if (watched->split.empty() && !has_validation) {
+      throw Error(ErrorKind::Config,
+                  std::string(flag) + " " + watched->name() +
+                      " would decide on the test split, as this run holds no validation split",
+                  std::string("add --val-size N to hold one out (the usual way), or write ") +
+                      flag + " test_" + watched->metric + " to decide on the test split knowingly");
+    }
+  }
 }
 
 void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const TensorDataset& train) {

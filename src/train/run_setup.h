@@ -20,8 +20,9 @@ torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset
 
 // --target (or --target-accuracy), --early-stop and --keep-best name metrics the run's
 // evaluations will report: the split is there and the data has the metric (accuracy: labels;
-// rmse: a regression; perplexity and bpb: token rows, bpb with known text bytes). Checked
-// before anything is written.
+// rmse: a regression; perplexity and bpb: token rows, bpb with known text bytes), and
+// --early-stop and --keep-best decide on the test split only when it is named (test_loss).
+// Checked before anything is written.
 void check_watched_metrics(const TrainConfig& config, const DatasetSplits& data);
 // --eval-every evaluates held-out splits: there is one (validation or test).
 void check_eval_every(const TrainConfig& config, const DatasetSplits& data);

@@ -114,8 +114,8 @@ void restart_watches_of_other_metrics(TrainingRun& r, Console& console) {
     if (!watched || watch->counted_step < 0 || watch->metric == watched->metric_in(has_validation))
       continue;
     console.say(std::string(watch == &r.at.early_stop ? "--early-stop" : "--keep-best") +
-                " now watches " + watched->metric_in(has_validation) + " where the checkpoint counted " +
-                watch->metric + ": its count starts again here");
+                " now watches " + watched->metric_in(has_validation) +
+                " where the checkpoint counted " + watch->metric + ": its count starts again here");
     *watch = MetricWatch{};
   }
 }
@@ -625,18 +625,18 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
     changes.push_back("--max-updates changed");
   console.say((changes.empty() ? std::string("--schedule-length changed")
                                : "the run's length changed (" + join(changes, ", ") + ")") +
-              ": its " +
-              to_string(now.kind) + " schedule is re-planned over " +
+              ": its " + to_string(now.kind) + " schedule is re-planned over " +
               count_of(now.total_updates, "update") + " where the run planned " +
               count_of(was.total_updates, "update") + ", so update " +
               std::to_string(r.at.step + 1) + " trains at " + format_significant(rate_now, 4) +
               " where the plan had " + format_significant(rate_was, 4) +
-              (r.at.step > 0 && decays ? "; to keep the planned schedule, add --schedule-length " +
-                                             std::to_string(was.total_updates) +
-                                             "u (past its end the rate holds its final value, " +
-                                             format_significant(end_rate, 4) +
-                                             (end_rate > 0 ? ")" : ": those updates would not train)")
-                                       : std::string()));
+              (r.at.step > 0 && decays
+                   ? "; to keep the planned schedule, add --schedule-length " +
+                         std::to_string(was.total_updates) +
+                         "u (past its end the rate holds its final value, " +
+                         format_significant(end_rate, 4) +
+                         (end_rate > 0 ? ")" : ": those updates would not train)")
+                   : std::string()));
 }
 
 void resume_from_checkpoint(TrainingRun& r, Console& console) {
@@ -835,7 +835,8 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
     if (config.tensorboard) {
       r.tensorboard = std::make_unique<TensorBoardLog>(r.run_dir, r.run_dir + "/metrics.jsonl");
     } else if (const int64_t removed = r.resuming ? remove_event_files(r.run_dir) : 0) {
-      console.say("--no-tensorboard: removed the run's " + count_of(removed, "TensorBoard event file") +
+      console.say("--no-tensorboard: removed the run's " +
+                  count_of(removed, "TensorBoard event file") +
                   " (they may show updates past the checkpoint)");
     }
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");

@@ -90,7 +90,7 @@ struct TrainingRun {
   std::unique_ptr<AccumulationEngine> engine;
   // --bn-mode window on a model with BatchNorm: each window's statistics pass.
   std::unique_ptr<WindowBatchNorm> window_bn;
-  std::unique_ptr<MetricsWriter> metrics;  // rank 0 only
+  std::unique_ptr<MetricsWriter> metrics;       // rank 0 only
   std::unique_ptr<TensorBoardLog> tensorboard;  // rank 0, unless --no-tensorboard
 
   // What a checkpoint must match to be resumed into this run.

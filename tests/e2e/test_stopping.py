@@ -209,6 +209,14 @@ class StoppingTest(CliTestCase):
         no_validation = [a for a in ARGS if a not in ("--val-size", "200")]
         result = run("train", *no_validation, "--early-stop", "val_loss", "--out", out)
         self.assert_one_line_error(result, "config", "--early-stop reads the validation split, and this run holds none")
+        # Without a split named and no validation split, the test set would decide: only when asked.
+        result = run("train", *no_validation, "--keep-best", "loss", "--out", out)
+        self.assert_one_line_error(result, "config", "--keep-best loss would decide on the test split",
+                                   "add --val-size N", "--keep-best test_loss")
+        self.assertFalse(os.path.exists(out))
+        asked = run("train", *no_validation, "--keep-best", "test_loss", "--max-updates", "6", "--out", out)
+        self.assertEqual(asked.returncode, 0, asked.stderr)
+        self.assertEqual(metadata(os.path.join(out, "best.safetensors"))["best_metric"], "test_loss")
 
 
 if __name__ == "__main__":

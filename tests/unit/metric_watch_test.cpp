@@ -70,7 +70,8 @@ TEST(WatchedMetric, ParsesNamesWithOrWithoutTheirSplit) {
     WatchedMetric::parse("val_lose", "--early-stop");
     FAIL() << "accepted val_lose";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--early-stop 'val_lose' names metric 'lose'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("--early-stop 'val_lose' names metric 'lose'"),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("did you mean 'loss'"), std::string::npos) << e.what();
   }

@@ -19,7 +19,9 @@
 namespace bigbatch {
 namespace {
 
-uint32_t crc_of(const std::string& bytes) { return crc32c(bytes.data(), bytes.size()); }
+uint32_t crc_of(const std::string& bytes) {
+  return crc32c(bytes.data(), bytes.size());
+}
 
 std::string bytes(std::initializer_list<int> values) {
   std::string out;
@@ -64,11 +66,11 @@ TEST(TensorBoardEvents, EncodeEventSummaryAndValueFieldByField) {
   const std::string event = scalar_event(1.5, 3, {{"a", 3, 0.5}});
   const std::string expected =
       bytes({0x09, 0, 0, 0, 0, 0, 0, 0xF8, 0x3F})  // wall_time = 1.5, double
-      + bytes({0x10, 3})                          // step = 3, varint
-      + bytes({0x2A, 10})                         // summary, 10 bytes
-      + bytes({0x0A, 8})                          // one value, 8 bytes
-      + bytes({0x0A, 1, 'a'})                     // tag "a"
-      + bytes({0x15, 0, 0, 0, 0x3F});             // simple_value = 0.5f
+      + bytes({0x10, 3})                           // step = 3, varint
+      + bytes({0x2A, 10})                          // summary, 10 bytes
+      + bytes({0x0A, 8})                           // one value, 8 bytes
+      + bytes({0x0A, 1, 'a'})                      // tag "a"
+      + bytes({0x15, 0, 0, 0, 0x3F});              // simple_value = 0.5f
   EXPECT_EQ(event, expected);
   // A step past 127 takes varint continuation bytes; step 0 is left out (proto3's default).
   EXPECT_EQ(scalar_event(0, 300, {}).substr(9, 3), bytes({0x10, 0xAC, 0x02}));
