@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/append_file.h"
+#include "core/clock.h"
 
 namespace bigbatch {
 
@@ -22,8 +23,8 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path) : file_(path, "metrics file") {}
 
   // `record` with "time" added (seconds since the Unix epoch) unless it has one. Returns what
-  // was written.
-  nlohmann::json write(const nlohmann::json& record);
+  // was written. By value: a caller done with its record moves it in, and nothing is copied.
+  nlohmann::json write(nlohmann::json record);
   void flush() { file_.flush(); }
   // The file's length up to the last flush(): where a checkpoint written now stands in it.
   int64_t flushed_bytes() const { return file_.flushed_bytes(); }
@@ -32,8 +33,5 @@ class MetricsWriter {
  private:
   AppendFile file_;
 };
-
-// Seconds since the Unix epoch, to the microsecond.
-double unix_time_now();
 
 }  // namespace bigbatch

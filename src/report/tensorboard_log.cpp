@@ -10,9 +10,9 @@
 #include <map>
 #include <optional>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "io/tfrecord.h"
-#include "report/metrics_writer.h"
 
 namespace bigbatch {
 namespace {

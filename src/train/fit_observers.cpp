@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/text.h"
 #include "runtime/runtime_env.h"
@@ -84,8 +85,8 @@ std::string evaluation_summary(const nlohmann::json& record) {
 }
 
 // metrics.jsonl, and the same record (its time stamp included) as TensorBoard events.
-void log(const TrainingRun& run, const nlohmann::json& record) {
-  const nlohmann::json written = run.metrics->write(record);
+void log(const TrainingRun& run, nlohmann::json record) {
+  const nlohmann::json written = run.metrics->write(std::move(record));
   if (run.tensorboard)
     run.tensorboard->write(written);
 }
@@ -131,7 +132,7 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
     if (schedule.micro_batch_tokens() > 0)  // the micro-batches' bound (after any back-off)
       record["micro_batch_tokens"] = schedule.micro_batch_tokens();
   }
-  log(run, record);
+  log(run, std::move(record));
 }
 
 void MetricsLog::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
