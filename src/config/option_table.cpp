@@ -372,6 +372,10 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("clip-norm",
                             "clip the accumulated gradient to this global L2 norm (0: off)",
                             &TrainConfig::clip_norm));
+  t.push_back(double_option("label-smoothing",
+                            "smooth the training cross-entropy's targets (PyTorch's "
+                            "label_smoothing; 0: off); evaluations report the plain loss",
+                            &TrainConfig::label_smoothing));
   t.push_back(enum_option("precision",
                           "fp32, or bf16: forward pass under bfloat16 autocast with fp32 "
                           "weights, loss and gradient accumulation",

@@ -280,6 +280,9 @@ void TrainConfig::validate() const {
                "use e.g. --weight-decay 5e-4");
   check_config(clip_norm >= 0, "--clip-norm must be zero (off) or positive",
                "use e.g. --clip-norm 1.0");
+  check_config(label_smoothing >= 0 && label_smoothing < 1,
+               "--label-smoothing must be in [0, 1), got " + format_double(label_smoothing),
+               "use e.g. --label-smoothing 0.1");
   check_config(adam_beta1 >= 0 && adam_beta1 < 1 && adam_beta2 >= 0 && adam_beta2 < 1,
                "--adam-beta1 and --adam-beta2 must be in [0, 1)", "use e.g. 0.9 and 0.999");
   check_config(adam_eps > 0, "--adam-eps must be positive", "use e.g. --adam-eps 1e-8");

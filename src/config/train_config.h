@@ -104,6 +104,8 @@ struct TrainConfig {
   bool nesterov = true;
   double weight_decay = 5e-4;
   double clip_norm = 0.0;   // 0: no clipping
+  // The training cross-entropy's label smoothing (0: none); evaluations stay unsmoothed.
+  double label_smoothing = 0.0;
   bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;

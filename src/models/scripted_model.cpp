@@ -82,21 +82,35 @@ class ScriptedForwardImpl : public torch::nn::Module {
                   "model '" + path_ +
                       "' computes its own loss (forward(inputs, targets)), so it "
                       "gives no logits",
-                  "predicting and sampling need a module whose forward(inputs) returns logits");
+                  "predicting and sampling need a module whose forward(inputs) returns logits "
+                  "(its loss can be a loss(outputs, targets) method beside it)");
     }
-    const c10::IValue out = call({inputs}, inputs);
-    if (!out.isTensor()) {
-      throw Error(
-          ErrorKind::Model,
-          "model '" + path_ + "' forward() returned " + out.tagKind() + ", not a tensor of logits",
-          "return the logits: [batch, classes] for images, [batch, tokens, vocabulary] "
-          "for token sequences (docs/your-model.md)");
+    return logits_of(call("forward", {inputs}, inputs));
+  }
+
+  ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+    const c10::IValue outputs = call("forward", {inputs}, inputs);
+    ScoredLoss scored;
+    scored.logits = logits_of(outputs);
+    const c10::IValue loss = call("loss", {outputs, targets}, inputs);
+    if (loss.isTensor())
+      scored.loss_sum = loss.toTensor();
+    if (!scored.loss_sum.defined() || scored.loss_sum.dim() != 0 ||
+        !scored.loss_sum.is_floating_point()) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path_ + "' loss(outputs, targets) returned " +
+                      (loss.isTensor() ? "a tensor of shape " + c10::str(loss.toTensor().sizes()) +
+                                             " " + c10::toString(loss.toTensor().scalar_type())
+                                       : std::string(loss.tagKind())) +
+                      ", not the summed loss as a floating-point scalar tensor",
+                  "return the loss summed over the batch's items (reduction='sum'); bigbatch "
+                  "counts the items itself (docs/your-model.md)");
     }
-    return out.toTensor();
+    return scored;
   }
 
   ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
-    const c10::IValue out = call({inputs, targets}, inputs);
+    const c10::IValue out = call("forward", {inputs, targets}, inputs);
     const std::string contract =
         "return (loss_sum, item_count): the loss summed over the micro-batch's items, and their "
         "count (docs/your-model.md)";
@@ -165,12 +179,31 @@ class ScriptedForwardImpl : public torch::nn::Module {
   }
 
  private:
-  // Runs forward() on `arguments`; errors inside the module become one line naming it and the
-  // inputs, except an out-of-memory, which stays one.
-  c10::IValue call(std::vector<c10::IValue> arguments, const torch::Tensor& inputs) {
+  // The logits in what forward() returned: the tensor itself, or the first element of a tuple
+  // (a module that also returns hidden states or auxiliary outputs, as many do).
+  torch::Tensor logits_of(const c10::IValue& out) const {
+    if (out.isTensor())
+      return out.toTensor();
+    if (out.isTuple() && !out.toTupleRef().elements().empty() &&
+        out.toTupleRef().elements()[0].isTensor())
+      return out.toTupleRef().elements()[0].toTensor();
+    throw Error(ErrorKind::Model,
+                "model '" + path_ + "' forward() returned " + out.tagKind() +
+                    (out.isTuple() ? " that does not start with a tensor" : "") +
+                    ", not a tensor of logits",
+                "return the logits, or a tuple that starts with them: [batch, classes] for "
+                "images, [batch, tokens, vocabulary] for token sequences (docs/your-model.md)");
+  }
+
+  // Runs the module's `method` on `arguments`; errors inside the module become one line naming
+  // it, the method and the inputs, except an out-of-memory, which stays one.
+  c10::IValue call(const char* method, std::vector<c10::IValue> arguments,
+                   const torch::Tensor& inputs) {
     const int64_t refused_before = memory_counters().refused_allocations;
     try {
-      return module_->forward(std::move(arguments));
+      if (std::string(method) == "forward")
+        return module_->forward(std::move(arguments));
+      return module_->get_method(method)(std::move(arguments));
     } catch (const c10::OutOfMemoryError&) {
       throw;  // the trainer backs off: a smaller micro-batch, the same update
     } catch (const Error&) {
@@ -185,8 +218,8 @@ class ScriptedForwardImpl : public torch::nn::Module {
       }
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in forward() on inputs " + describe(inputs) + ": " +
-                      summary,
+                  "model '" + path_ + "' failed in " + method + "() on inputs " +
+                      describe(inputs) + ": " + summary,
                   "run the module on the same inputs in Python to see where");
     }
   }
@@ -203,6 +236,7 @@ ScriptedModelImpl::ScriptedModelImpl(torch::jit::Module module, std::string path
   // forward(self, inputs) gives logits; forward(self, inputs, targets) the loss itself.
   const auto forward = module_->find_method("forward");
   computes_loss_ = forward && forward->function().getSchema().arguments().size() == 3;
+  has_loss_method_ = module_->find_method("loss").has_value();
   forward_->set_computes_loss(computes_loss_);
   push_back(kForwardLayer, forward_);
   register_state();
@@ -283,6 +317,11 @@ std::vector<std::string> ScriptedModelImpl::batch_norm_layers(bool training_only
 ModuleLoss ScriptedModelImpl::forward_loss(const torch::Tensor& inputs,
                                            const torch::Tensor& targets) {
   return forward_->forward_loss(inputs, targets);
+}
+
+ScoredLoss ScriptedModelImpl::forward_and_loss(const torch::Tensor& inputs,
+                                               const torch::Tensor& targets) {
+  return forward_->forward_and_loss(inputs, targets);
 }
 
 void ScriptedModelImpl::freeze_batch_norm() {
@@ -373,6 +412,24 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
                     "forward(inputs, targets), which returns (loss_sum, item_count)",
                 "make forward take the inputs alone and return logits, and bigbatch computes the "
                 "summed loss itself (docs/your-model.md)");
+  }
+  if (const auto loss = module.find_method("loss")) {
+    const size_t loss_arguments = loss->function().getSchema().arguments().size();
+    if (arguments.size() == 3) {
+      throw Error(ErrorKind::Model,
+                  "model '" + path + "' computes its loss twice: in forward(inputs, targets) and "
+                  "in loss()",
+                  "keep one: forward(inputs) -> logits with loss(outputs, targets), or "
+                  "forward(inputs, targets) -> (loss_sum, item_count) (docs/your-model.md)");
+    }
+    if (loss_arguments != 3) {  // self, outputs, targets
+      throw Error(ErrorKind::Model,
+                  "model '" + path + "' loss() takes " + std::to_string(loss_arguments - 1) +
+                      " argument(s); bigbatch calls loss(outputs, targets) with what forward "
+                      "returned and the targets",
+                  "define @torch.jit.export def loss(self, outputs, targets) returning the "
+                  "summed loss (docs/your-model.md)");
+    }
   }
   auto model = std::make_shared<ScriptedModelImpl>(std::move(module), path);
   if (model->parameters().empty()) {

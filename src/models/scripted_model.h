@@ -36,6 +36,13 @@ struct ModuleLoss {
   int64_t items = 0;
 };
 
+// A module with a loss() method: forward's logits (the first tensor when forward returns a
+// tuple) and loss(outputs, targets), the loss summed over the batch's items.
+struct ScoredLoss {
+  torch::Tensor logits;
+  torch::Tensor loss_sum;
+};
+
 class ScriptedModelImpl : public torch::nn::SequentialImpl {
  public:
   // `module` is a loaded TorchScript module; `path` names it in messages.
@@ -48,6 +55,12 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
   // The engine then takes the count from the module and divides after the reduction.
   bool computes_loss() const { return computes_loss_; }
   ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // forward(inputs) returns logits (or a tuple that starts with them) and the module exports
+  // loss(outputs, targets), which receives what forward returned and gives the loss summed over
+  // the batch's items (bigbatch counts them: samples, or target tokens). One forward pass gives
+  // both the loss and the predictions that are scored.
+  bool has_loss_method() const { return has_loss_method_; }
+  ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets);
   // The second names of tied weights, each with the parameter it aliases.
   const std::vector<std::pair<std::string, std::string>>& aliases() const { return aliases_; }
 
@@ -72,6 +85,7 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
   std::shared_ptr<ScriptedForwardImpl> forward_;
   std::string path_;
   bool computes_loss_ = false;
+  bool has_loss_method_ = false;
   std::vector<std::pair<std::string, std::string>> aliases_;
 };
 
@@ -79,8 +93,8 @@ class ScriptedModelImpl : public torch::nn::SequentialImpl {
 // also makes before its data loads.
 void check_model_file_exists(const std::string& path);
 // Loads FILE and checks the contract bigbatch can see without data: a TorchScript module whose
-// forward() takes the inputs (and returns logits) or the inputs and the targets (and returns
-// the loss), and that has parameters.
+// forward() takes the inputs (and returns logits, with a loss(outputs, targets) method or
+// without) or the inputs and the targets (and returns the loss), and that has parameters.
 std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path);
 
 // The scripted model inside `model`, or null for a built-in one.

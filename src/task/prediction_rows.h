@@ -25,12 +25,15 @@ inline PredictionRows prediction_rows(const torch::Tensor& logits, const torch::
   return {logits.reshape({-1, logits.size(-1)}), targets.reshape({-1})};
 }
 
-// Summed over the rows whose target is not kIgnoreTarget (PyTorch's ignore_index default).
-inline torch::Tensor summed_cross_entropy(const PredictionRows& rows) {
+// Summed over the rows whose target is not kIgnoreTarget (PyTorch's ignore_index default);
+// `label_smoothing` as PyTorch's (0: the plain cross-entropy).
+inline torch::Tensor summed_cross_entropy(const PredictionRows& rows,
+                                          double label_smoothing = 0.0) {
   return torch::nn::functional::cross_entropy(rows.logits, rows.targets,
                                               torch::nn::functional::CrossEntropyFuncOptions()
                                                   .reduction(torch::kSum)
-                                                  .ignore_index(kIgnoreTarget));
+                                                  .ignore_index(kIgnoreTarget)
+                                                  .label_smoothing(label_smoothing));
 }
 
 // Regression (float targets [B] or [B, K]): the squared error summed over samples and outputs,

@@ -1,5 +1,7 @@
 #include "task/task.h"
 
+#include "core/error.h"
+#include "core/text.h"
 #include "data/text_corpus.h"
 #include "models/scripted_model.h"
 #include "task/prediction_rows.h"
@@ -20,14 +22,48 @@ torch::Tensor at_least_fp32(const torch::Tensor& t) {
 Task Task::of(const torch::nn::Module& model, bool regression) {
   const auto* scripted = dynamic_cast<const ScriptedModelImpl*>(&model);
   if (scripted && scripted->computes_loss())
-    return Task(Task::Kind::OwnLoss);
-  return Task(regression ? Task::Kind::Regress : Task::Kind::Classify);
+    return Task(Task::Kind::OwnLoss, false);
+  return Task(regression ? Task::Kind::Regress : Task::Kind::Classify,
+              scripted && scripted->has_loss_method());
+}
+
+Task Task::with_label_smoothing(double epsilon) const {
+  if (epsilon == 0.0)
+    return *this;
+  const std::string flag = "--label-smoothing " + format_significant(epsilon);
+  check_config(kind_ != Kind::Regress, flag + " smooths class targets, but this run regresses",
+               "drop " + flag + ", or give integer class labels");
+  check_config(kind_ != Kind::OwnLoss && !module_loss_,
+               flag + " smooths bigbatch's cross-entropy, but the module computes its own loss",
+               "smooth inside the module's loss (F.cross_entropy(..., label_smoothing=" +
+                   format_significant(epsilon) + ")), or drop " + flag);
+  Task smoothed = *this;
+  smoothed.label_smoothing_ = epsilon;
+  return smoothed;
 }
 
 TaskLoss Task::loss(torch::nn::Sequential& model, const Batch& batch, Precision precision,
                     PredictionTally* tally) const {
   const c10::DeviceType device = batch.inputs.device().type();
   TaskLoss result;
+  if (module_loss_) {
+    ScoredLoss scored;
+    {
+      AutocastScope autocast(precision, device);
+      scored = as_scripted(*model)->forward_and_loss(batch.inputs, batch.targets);
+    }
+    result.loss_sum = at_least_fp32(scored.loss_sum);
+    result.items = batch.items;
+    if (tally) {
+      if (kind_ == Task::Kind::Classify) {
+        const PredictionRows rows = prediction_rows(at_least_fp32(scored.logits), batch.targets);
+        tally->add(rows.logits, result.loss_sum, rows.targets);
+      } else {
+        tally->add_loss(result.loss_sum);
+      }
+    }
+    return result;
+  }
   if (kind_ == Task::Kind::OwnLoss) {
     ModuleLoss own;
     {
@@ -54,7 +90,7 @@ TaskLoss Task::loss(torch::nn::Sequential& model, const Batch& batch, Precision 
     return result;
   }
   const PredictionRows rows = prediction_rows(output, batch.targets);
-  result.loss_sum = summed_cross_entropy(rows);
+  result.loss_sum = summed_cross_entropy(rows, label_smoothing_);
   if (tally)
     tally->add(rows.logits, result.loss_sum, rows.targets);
   return result;

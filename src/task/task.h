@@ -11,6 +11,12 @@
 //   OwnLoss   a TorchScript module that computes its loss itself (forward(inputs, targets) ->
 //             (loss sum, items), models/scripted_model.h); nothing scored
 //
+// A TorchScript module may instead keep forward(inputs) -> logits and export loss(outputs,
+// targets): it classifies or regresses as above, scored as above, with its own loss in place
+// of bigbatch's. A classifier's training loss may be label-smoothed (--label-smoothing);
+// evaluations report the plain cross-entropy, so that their loss, perplexity and bits per byte
+// mean what they say.
+//
 // Whether the data are token rows (perplexity, bits per byte) is the data's to say, not the
 // task's: a language model classifies tokens.
 //
@@ -45,12 +51,19 @@ class Task {
   static Task of(const torch::nn::Module& model, const TensorDataset& train) {
     return of(model, train.is_regression());
   }
+  // This task with bigbatch's cross-entropy smoothed by `epsilon` (PyTorch's label_smoothing:
+  // the target is (1 - epsilon) on the class and epsilon spread evenly over every logit).
+  // Error (Config) for a task whose loss is not bigbatch's cross-entropy.
+  Task with_label_smoothing(double epsilon) const;
 
   Kind kind() const { return kind_; }
   // Whether predictions are compared with the targets: accuracy is measured and reported.
   bool scores_predictions() const { return kind_ == Kind::Classify; }
   bool is_regression() const { return kind_ == Kind::Regress; }
   bool computes_own_loss() const { return kind_ == Kind::OwnLoss; }
+  // The module's loss(outputs, targets) gives the loss (items still counted by bigbatch).
+  bool uses_module_loss() const { return module_loss_; }
+  double label_smoothing() const { return label_smoothing_; }
 
   // The forward pass of `batch` (on the model's device) under `precision`'s autocast and its
   // summed loss, computed in fp32 (a lower-precision output is widened first). `batch.items`
@@ -64,8 +77,10 @@ class Task {
   static int64_t items_of(const torch::Tensor& targets);
 
  private:
-  explicit Task(Kind kind) : kind_(kind) {}
+  Task(Kind kind, bool module_loss) : kind_(kind), module_loss_(module_loss) {}
   Kind kind_;
+  bool module_loss_ = false;
+  double label_smoothing_ = 0.0;
 };
 
 }  // namespace bigbatch

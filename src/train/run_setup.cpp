@@ -1,9 +1,11 @@
 #include "train/run_setup.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "config/resolved_run.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/sampler.h"
 #include "data/text_corpus.h"
 #include "device/device.h"
@@ -51,6 +53,42 @@ void check_differentiable(const ScriptedModelImpl& model, const torch::Tensor& r
               ".item() (docs/your-model.md)");
 }
 
+// A module's loss summed over its batch adds up over samples: loss(a) + loss(b) = loss(a, b).
+// A mean (reduction='mean', PyTorch's default) gives their average instead, and accumulating
+// means weighs a small micro-batch's samples more than one big batch would. Named here, on the
+// first two samples alone and together (in eval mode: no dropout), before anything trains. A
+// loss that neither adds up nor averages (random masking inside the module) is let through.
+void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
+  if (data.size() < 2)
+    return;
+  const torch::NoGradGuard no_grad;
+  auto loss_of = [&](int64_t begin, int64_t end) {
+    const Batch batch = batch_of(data, begin, end);
+    const torch::Tensor loss =
+        model.computes_loss() ? model.forward_loss(batch.inputs, batch.targets).loss_sum
+                              : model.forward_and_loss(batch.inputs, batch.targets).loss_sum;
+    return loss.item<double>();
+  };
+  const double first = loss_of(0, 1);
+  const double second = loss_of(1, 2);
+  const double both = loss_of(0, 2);
+  const double sum = first + second;
+  const double tolerance = 1e-4 * std::abs(sum);
+  if (!(std::abs(sum) > 1e-6) || std::abs(both - sum) <= tolerance ||
+      std::abs(both - sum / 2) > tolerance)
+    return;
+  const std::string method =
+      model.computes_loss() ? "forward(inputs, targets)" : "loss(outputs, targets)";
+  throw Error(ErrorKind::Model,
+              "model '" + model.path() + "' " + method +
+                  " returns the mean over its batch, not the sum: " +
+                  format_significant(first, 4) + " and " + format_significant(second, 4) +
+                  " for two samples alone, " + format_significant(both, 4) + " for both",
+              "sum over the batch (reduction='sum'): bigbatch divides once by the whole "
+              "update's items, so micro-batches of any size weigh as in one big batch "
+              "(docs/your-model.md)");
+}
+
 // A user's module meets the data here, before anything is written: one forward pass on two
 // samples, in eval mode (no dropout: no random numbers drawn), with gradients so that a result
 // detached from the parameters is named now, not as an internal error in the first backward.
@@ -70,11 +108,21 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
   model.eval();
   if (model.computes_loss()) {  // its own loss: the tuple's form is checked by forward_loss
     const torch::Tensor loss = model.forward_loss(probe.inputs, probe.targets).loss_sum;
+    check_loss_is_summed(model, data);
     model.train(training);
     check_differentiable(model, loss, "a loss");
     return;
   }
-  const torch::Tensor logits = model.forward(probe.inputs);
+  torch::Tensor logits;
+  torch::Tensor loss;
+  if (model.has_loss_method()) {  // the loss's form is checked by forward_and_loss
+    const ScoredLoss scored = model.forward_and_loss(probe.inputs, probe.targets);
+    logits = scored.logits;
+    loss = scored.loss_sum;
+    check_loss_is_summed(model, data);
+  } else {
+    logits = model.forward(probe.inputs);
+  }
   model.train(training);
   const std::string seen = "forward() returned " + c10::str(logits.sizes()) + " for inputs " +
                            c10::str(probe.inputs.sizes());
@@ -124,6 +172,8 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
                 "return the floating-point logits before any argmax");
   }
   check_differentiable(model, logits, "outputs");
+  if (loss.defined())
+    check_differentiable(model, loss, "a loss");
 }
 
 }  // namespace

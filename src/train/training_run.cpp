@@ -1007,6 +1007,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   r.model = make_model ? make_model() : build_model(config, r.data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *r.model);
+  r.task();  // a loss option the task cannot take (--label-smoothing on a regression) ends here
   // Weights, buffers and, from here on, gradients and optimizer state on the run's device.
   r.model->to(r.device);
   // What the training samples hold, read once: the ranks compare it, checkpoints record it.

@@ -104,8 +104,10 @@ struct TrainingRun {
   // The resolved --threads (measured when auto).
   int64_t threads = 1;
 
-  // What the model learns from the data (task/task.h).
-  Task task() const { return Task::of(*model, data.train); }
+  // What the model learns from the data (task/task.h), with the run's label smoothing.
+  Task task() const {
+    return Task::of(*model, data.train).with_label_smoothing(config.label_smoothing);
+  }
   // The resolved run with the plan in force: what checkpoints and plan.txt describe.
   ResolvedRun resolved_now() const;
   // Writes config.toml and plan.txt (rank 0).

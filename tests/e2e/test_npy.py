@@ -258,6 +258,8 @@ class RegressionTest(NpyTestCase):
                                    "config", "a regression, which has none")
         self.assert_one_line_error(run("train", "--task", "regress", "--out", self.path("bad-run")), "config",
                                    "--task regress needs value targets")
+        self.assert_one_line_error(self.train(directory, self.path("bad-run"), "--label-smoothing", "0.1"),
+                                   "config", "--label-smoothing 0.1 smooths class targets, but this run regresses")
         self.assertFalse(os.path.exists(self.path("bad-run")))
 
 

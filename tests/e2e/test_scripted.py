@@ -219,6 +219,43 @@ class ScriptedTrainTest(ScriptedTestCase):
         self.assert_one_line_error(run("predict", out, "--input", os.path.join(self.dir, "x.npy"), "--output",
                                        os.path.join(self.dir, "y.npy")), "data", "not found")
 
+    def test_label_smoothing_three_ways_trains_the_same(self):
+        # PyTorch's label-smoothed cross-entropy (0.1) from mlp.pt's initial weights, three ways:
+        # the module's forward(x, y) -> (sum, count); its exported loss(outputs, y) over what
+        # forward returns, (logits, probabilities); and bigbatch's --label-smoothing 0.1 on the
+        # plain module. The same updates, so the same weights.
+        cases = (("own", "smoothed_own_loss.pt", []), ("method", "loss_method.pt", []),
+                 ("flag", "mlp.pt", ["--label-smoothing", "0.1"]))
+        weights, results = {}, {}
+        for name, model, extra in cases:
+            out = self.path(name)
+            results[name] = run("train", "--model", module(model), *images("--micro-batch", "16", "--out", out, *extra))
+            self.assertEqual(results[name].returncode, 0, results[name].stderr)
+            weights[name] = {k.removeprefix("net."): v
+                             for k, v in read_safetensors(os.path.join(out, "weights.safetensors")).items()}
+        diff = max(((weights[a][k] - weights["own"][k]).norm() / weights["own"][k].norm()).item()
+                   for a in ("method", "flag") for k in weights["own"])
+        print(f"\nlabel smoothing 0.1, module loss vs loss() vs --label-smoothing: max relative weight difference "
+              f"{diff:.3g}")
+        self.assertLess(diff, 1e-5)
+        # The loss method's logits are scored, in training and evaluation alike; the module's own
+        # forward(x, y) gives none.
+        self.assertNotIn("accuracy", results["own"].stdout)
+        self.assertIn("test accuracy", results["method"].stdout)
+        self.assertRegex([line for line in results["method"].stderr.splitlines() if line.startswith("epoch 1:")][0],
+                         r"acc \d")
+        method, flag = (json.loads(run("evaluate", self.path(name), "--json").stdout) for name in ("method", "flag"))
+        self.assertAlmostEqual(method["accuracy"], flag["accuracy"], places=6)
+        # --label-smoothing smooths training only: evaluations report the plain cross-entropy,
+        # below the module's own smoothed loss on the same weights.
+        self.assertGreater(method["loss"], flag["loss"] + 0.05)
+        # predict runs forward: the logits, the tuple's first element.
+        x = self.path("x.npy")
+        subprocess.run([sys.executable, "-c", f"import numpy; numpy.save({x!r}, numpy.zeros((3, 1, 28, 28), 'float32'))"],
+                       check=True)
+        result = run("predict", self.path("method"), "--input", x, "--output", self.path("p.npy"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+
     def test_batch_norm_inside_a_module_is_announced(self):
         result = run("train", "--model", module("cnn_bn.pt"), *images("--micro-batch", "16", "--max-updates", "2",
                                                                     "--out", self.path("bn")))
@@ -291,7 +328,10 @@ class BadModelTest(ScriptedTestCase):
             ("wrong_arguments.pt", "forward() takes (x, y, z)", "forward(inputs, targets)"),
             ("throws.pt", "failed in forward() on inputs [2, 1, 28, 28] float32: RuntimeError: this module refuses "
              "every batch", "in Python"),
-            ("returns_tuple.pt", "returned Tuple", "return the logits"),
+            ("returns_tuple.pt", "returned Tuple that does not start with a tensor", "a tuple that starts with them"),
+            ("loss_arity.pt", "loss() takes 1 argument(s)", "def loss(self, outputs, targets)"),
+            ("mean_loss_method.pt", "loss(outputs, targets) returns the mean over its batch, not the sum",
+             "reduction='sum'"),
             ("seven_classes.pt", "returned [2, 7] for inputs [2, 1, 28, 28]", "nn.Linear(features, 10)"),
         ]
         for name, problem, fix in cases:
@@ -339,6 +379,10 @@ class BadModelTest(ScriptedTestCase):
                                    "not (loss_sum, item_count)")
         self.assert_one_line_error(self.train("--model", module("own_loss_mlp.pt"), "--target-accuracy", "0.5"),
                                    "config", "--target-accuracy needs predictions")
+        self.assert_one_line_error(self.train("--model", module("loss_method.pt"), "--label-smoothing", "0.1"),
+                                   "config", "the module computes its own loss", "label_smoothing=0.1")
+        self.assert_one_line_error(self.train("--label-smoothing", "1"), "config",
+                                   "--label-smoothing must be in [0, 1), got 1")
         self.assertFalse(os.path.exists(self.path("bad")))
 
 

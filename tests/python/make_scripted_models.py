@@ -9,6 +9,7 @@ Usage: make_scripted_models.py OUT_DIR
 import math
 import os
 import sys
+from typing import Tuple
 
 import torch
 from torch import nn
@@ -122,13 +123,47 @@ class Throws(nn.Module):
 
 
 class ReturnsTuple(nn.Module):
+    """A tuple that does not start with the logits: refused (one that does trains)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x) -> Tuple[int, torch.Tensor]:
+        return x.shape[0], self.fc(x.flatten(1))
+
+
+class LossMethod(nn.Module):
+    """forward(x) -> (logits, probabilities) and an exported loss(outputs, targets): bigbatch
+    scores the logits and trains on the module's loss, label-smoothed here."""
+
+    def __init__(self, net: nn.Module, smoothing: float, reduction: str = "sum"):
+        super().__init__()
+        self.net = net
+        self.smoothing = smoothing
+        self.reduction = reduction
+
+    def forward(self, x) -> Tuple[torch.Tensor, torch.Tensor]:
+        logits = self.net(x)
+        return logits, logits.softmax(-1)
+
+    @torch.jit.export
+    def loss(self, outputs: Tuple[torch.Tensor, torch.Tensor], targets):
+        return nn.functional.cross_entropy(outputs[0], targets, reduction=self.reduction,
+                                           label_smoothing=self.smoothing)
+
+
+class LossArity(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(784, 10)
 
     def forward(self, x):
-        y = self.fc(x.flatten(1))
-        return y, y
+        return self.fc(x.flatten(1))
+
+    @torch.jit.export
+    def loss(self, outputs):
+        return outputs.sum()
 
 
 class Shifted(nn.Module):
@@ -209,6 +244,13 @@ def main():
     torch.manual_seed(0)  # the same initial weights as mlp.pt, under "net."
     save(OwnLoss(mlp(), 0.0), "own_loss_mlp.pt")
     save(OwnLoss(mlp(), 0.1), "smoothed_mlp.pt")
+    # Label smoothing three ways from mlp.pt's initial weights (with --label-smoothing 0.1).
+    torch.manual_seed(0)
+    save(OwnLoss(mlp(), 0.1), "smoothed_own_loss.pt")
+    torch.manual_seed(0)
+    save(LossMethod(mlp(), 0.1), "loss_method.pt")
+    save(LossMethod(mlp(), 0.0, "mean"), "mean_loss_method.pt")
+    save(LossArity(), "loss_arity.pt")
     save(OwnTokenLoss(), "own_loss_lm.pt")
     save(MeanLoss(), "mean_loss.pt")
     save(ThreeResults(), "three_results.pt")

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/error.h"
 #include "data/text_corpus.h"
 #include "task/task.h"
 
@@ -67,6 +68,37 @@ TEST(Task, TokenRowsCountTheirTargetTokensAndIgnorePadding) {
   }
   EXPECT_NEAR(loss.loss_sum.item<double>(), by_hand, 1e-5);
   EXPECT_EQ(loss.items, 4);
+}
+
+TEST(Task, LabelSmoothingMixesTheTargetWithTheUniformDistributionOverLogits) {
+  // In float64, token rows with padding: each counted row's loss is
+  // (1 - eps) (-log p[target]) + eps mean_j (-log p[j]); padding adds nothing; the items stay
+  // the target tokens.
+  auto model = linear(2, 5);
+  model->to(torch::kFloat64);
+  torch::manual_seed(11);
+  const torch::Tensor targets = torch::tensor({{1, 2, 3}, {4, kIgnoreTarget, kIgnoreTarget}});
+  const Batch batch{torch::randn({2, 3, 2}, torch::kFloat64), targets, 4};
+  const double eps = 0.2;
+  const Task task = Task::of(*model, false).with_label_smoothing(eps);
+  EXPECT_EQ(task.label_smoothing(), eps);
+  const TaskLoss loss = task.loss(model, batch, Precision::Fp32);
+  const torch::Tensor log_p = torch::log_softmax(model->forward(batch.inputs), -1);
+  double by_hand = 0;
+  for (int64_t row = 0; row < 2; ++row) {
+    for (int64_t t = 0; t < 3; ++t) {
+      const int64_t target = targets[row][t].item<int64_t>();
+      if (target == kIgnoreTarget)
+        continue;
+      by_hand += -(1 - eps) * log_p[row][t][target].item<double>() -
+                 eps * log_p[row][t].mean().item<double>();
+    }
+  }
+  EXPECT_NEAR(loss.loss_sum.item<double>(), by_hand, 1e-12);
+  EXPECT_EQ(loss.items, 4);
+  // Zero is the plain task; a regression or a module's own loss cannot be smoothed.
+  EXPECT_EQ(Task::of(*model, false).with_label_smoothing(0).label_smoothing(), 0);
+  EXPECT_THROW(Task::of(*model, /*regression=*/true).with_label_smoothing(eps), Error);
 }
 
 TEST(Task, RegressionSumsTheSquaredErrorOverSamplesAndOutputs) {
