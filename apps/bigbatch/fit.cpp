@@ -16,6 +16,9 @@ class FitCommand final : public Subcommand {
       : Subcommand(parent, "fit",
                    "measure the largest and the fastest micro-batch that fit a memory budget") {
     register_options(app(), kFitCommand, flags_);
+    app().add_option("--world-size", world_size_,
+                     "data-parallel ranks the run will have: the search stops at a rank's share "
+                     "of the global batch (default 1)");
     app().add_flag("--json", json_,
                    "print {budget_bytes, max_micro_batch, fastest_micro_batch, table} as JSON");
   }
@@ -23,7 +26,7 @@ class FitCommand final : public Subcommand {
   int run() override {
     TrainConfig config;
     apply_flags(config, kFitCommand, flags_);
-    const FitReport report = run_fit(config);
+    const FitReport report = run_fit(config, world_size_);
     std::cout << (json_ ? report.json + "\n" : report.text);
     return report.max_micro_batch > 0 ? kExitOk : kExitOutOfMemory;
   }
@@ -31,6 +34,7 @@ class FitCommand final : public Subcommand {
  private:
   FlagValues flags_;
   bool json_ = false;
+  int64_t world_size_ = 1;
 };
 
 }  // namespace

@@ -2,9 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 
 #include "config/option_table.h"
+#include "console/progress.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "device/device.h"
@@ -13,31 +18,73 @@
 
 namespace bigbatch {
 
-FitReport run_fit(const TrainConfig& config) {
-  config.validate();
-  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
-  // A GPU's budget is its memory (free now); a CPU shares its memory with everything else.
-  if (config.memory_budget == 0 && !device.is_cuda()) {
-    throw Error(ErrorKind::Usage, "bigbatch fit needs the budget to fit in",
-                "give --memory-budget SIZE, e.g. bigbatch fit --model " + config.model +
-                    " --memory-budget 512MiB");
+namespace {
+
+// Each probe as it ends: one line rewritten in place on a terminal (the table that follows is
+// the record, so every row is printed once), a line per probe when --progress lines asks.
+std::function<void(int64_t, bool)> probe_progress(ProgressMode mode) {
+  const bool terminal = ::isatty(::fileno(stderr)) != 0;
+  if (mode == ProgressMode::Off || (mode == ProgressMode::Auto && !terminal))
+    return {};
+  if (mode == ProgressMode::Lines) {
+    return [](int64_t micro, bool fits) {
+      std::fprintf(stderr, "fit: micro-batch %lld %s\n", static_cast<long long>(micro),
+                   fits ? "fits" : "does not fit");
+    };
   }
+  return [probes = 0](int64_t micro, bool fits) mutable {
+    std::fprintf(stderr, "\rfit: probe %d, micro-batch %lld %s\x1b[K", ++probes,
+                 static_cast<long long>(micro), fits ? "fits" : "does not fit");
+    std::fflush(stderr);
+  };
+}
+
+size_t rounds_of(const FitResult& fit, int64_t micro_batch) {
+  for (const FitProbe& row : fit.table) {
+    if (row.micro_batch == micro_batch)
+      return row.rounds.size();
+  }
+  return 0;
+}
+
+}  // namespace
+
+FitReport run_fit(const TrainConfig& config, int64_t world_size) {
+  config.validate();
+  check_config(world_size >= 1, "--world-size must be 1 or more", "e.g. --world-size 4");
+  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
   start_memory_accounting(config, device);
   configure_cpu(config, resolve_thread_count(config.threads));
   const DatasetSplits data = load_data_outside_budget(config);
   torch::manual_seed(config.seed);
-  // Far past any size worth a single pass on one device, and a bound on the search's time.
+  // Past a rank's share of the global batch no run of this configuration trains; and far past
+  // any size worth a single pass on one device, a bound on the search's time.
   constexpr int64_t kLargestProbe = 65536;
-  const FitResult fit = measure_micro_batch_fit(
-      config, data.train, std::min<int64_t>(kLargestProbe, data.train.size()), /*quiet=*/false);
+  const int64_t useful = largest_useful_micro_batch(config, world_size);
+  const int64_t cap = std::min({kLargestProbe, useful, data.train.size()});
+  const auto progress = probe_progress(config.progress);
+  const FitResult fit = measure_micro_batch_fit(config, data.train, cap, progress);
+  if (progress && config.progress != ProgressMode::Lines)
+    std::fprintf(stderr, "\r\x1b[K");
   FitReport report;
   report.max_micro_batch = fit.max_micro_batch;
   report.json = fit.to_json().dump(2);
+  const std::string budget_source =
+      config.memory_budget > 0 ? "" : device.is_cuda() ? ", the device's free memory"
+                                                        : ", the memory available now";
   report.text = config.model + " with " + to_string(config.optimizer) + " on " +
                 describe_device(device) + ", budget " + human_bytes(double(fit.budget_bytes)) +
-                " (usable " + human_bytes(double(fit.usable_bytes)) + " after the " +
-                format_double(100 * config.fit_margin) + "% margin), " +
+                budget_source + " (usable " + human_bytes(double(fit.usable_bytes)) +
+                " after the " + format_double(100 * config.fit_margin) + "% margin), " +
                 std::to_string(torch::get_num_threads()) + " thread(s)\n";
+  if (cap == useful) {
+    const int64_t global = useful * world_size;
+    report.text += "searched up to micro-batch " + std::to_string(cap) + ": " +
+                   (world_size > 1 ? "a rank's share of " : std::string()) + "the global batch " +
+                   std::to_string(global) +
+                   (config.global_batch ? "" : " (the default; --global-batch searches further)") +
+                   "\n";
+  }
   if (fit.probe_row_tokens > 0) {
     report.text += "each size probed at the longest rows (" + std::to_string(fit.probe_row_tokens) +
                    " target tokens, the widest micro-batch a window can hold)\n";
@@ -49,20 +96,33 @@ FitReport run_fit(const TrainConfig& config) {
     const std::string given =
         flags_set_in(config, {"global-batch", "micro-batch", "accum-steps", "micro-batch-tokens",
                               "memory-budget", "fit-margin", "out", "progress"});
+    const std::string global_flag =
+        config.global_batch ? std::to_string(*config.global_batch) : std::string("G");
+    std::string as_fast;
+    for (const int64_t size : fit.as_fast)
+      as_fast += (as_fast.empty() ? "" : ", ") + std::to_string(size);
     report.text += "largest fitting micro-batch: " + std::to_string(fit.max_micro_batch) +
-                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch);
+                   "\nfastest fitting micro-batch: " + std::to_string(fit.fastest_micro_batch) +
+                   " (the median of " + std::to_string(rounds_of(fit, fit.fastest_micro_batch)) +
+                   " timing rounds" +
+                   (as_fast.empty() ? std::string()
+                                    : "; " + as_fast + " within its noise, the largest named") +
+                   ")";
     if (config.micro_batch_tokens > 0 && fit.probe_row_tokens > 0) {
       // Micro-batches cut by tokens: the fitting rows of the longest length, as a token bound.
       report.text += "\ntrain with it: bigbatch train" + given +
-                     " --global-batch G --micro-batch-tokens " +
+                     " --global-batch " + global_flag + " --micro-batch-tokens " +
                      std::to_string(fit.fastest_micro_batch * fit.probe_row_tokens) + " (" +
                      std::to_string(fit.fastest_micro_batch) + " of the longest rows, " +
                      std::to_string(fit.probe_row_tokens) + " tokens each)\n";
     } else {
       report.text += "\ntrain with it: bigbatch train" + given +
-                     " --global-batch G --micro-batch " + std::to_string(fit.fastest_micro_batch) +
-                     " (or --micro-batch auto --memory-budget " +
-                     exact_byte_size(fit.budget_bytes) + ")\n";
+                     " --global-batch " + global_flag + " --micro-batch " + std::to_string(fit.fastest_micro_batch) +
+                     " (or --micro-batch auto" +
+                     (config.memory_budget > 0
+                          ? " --memory-budget " + exact_byte_size(fit.budget_bytes)
+                          : std::string()) +
+                     ")\n";
     }
   }
   return report;

@@ -15,6 +15,8 @@ struct FitReport {
   int64_t max_micro_batch = 0;
 };
 
-FitReport run_fit(const TrainConfig& config);
+// The search up to a rank's share of the global batch over `world_size` ranks; progress on
+// stderr as --progress says (a line rewritten in place on a terminal: the table is the record).
+FitReport run_fit(const TrainConfig& config, int64_t world_size = 1);
 
 }  // namespace bigbatch

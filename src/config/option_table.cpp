@@ -250,7 +250,8 @@ std::vector<OptionSpec> build_table() {
       "accumulation (default 2 in one process, 1 over ranks) x ranks and double it while the "
       "measured noise scale and update cost say it pays (--max-global-batch, --growth-threshold, "
       "--update-cost)",
-      &TrainConfig::global_batch, &TrainConfig::global_batch_auto, both));
+      &TrainConfig::global_batch, &TrainConfig::global_batch_auto,
+      both | kFitCommand));  // fit searches up to a rank's share of it
   t.push_back(int_option("max-global-batch",
                          "--global-batch auto: the largest global batch it may grow to (0: 64 "
                          "times the start, at most the training set)",
@@ -546,8 +547,10 @@ std::vector<OptionSpec> build_table() {
   t.push_back(string_option("save-weights", "also write the final weights here (safetensors)",
                             "FILE", &TrainConfig::save_weights));
   t.push_back(enum_option("progress",
-                          "auto (bar on a terminal, lines otherwise), bar, lines or off",
-                          &TrainConfig::progress, &progress_mode_names));
+                          "auto (bar on a terminal, lines otherwise; fit: nothing otherwise), "
+                          "bar, lines or off",
+                          &TrainConfig::progress, &progress_mode_names,
+                          kTrainCommand | kFitCommand));
   {
     OptionSpec s{"eval-every",
                  "also evaluate on an interval between epoch ends: 500u updates, 0.25e epochs, "

@@ -33,6 +33,14 @@ class BudgetScope {
   int64_t previous_;
 };
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Builds the model and optimizer afresh at `micro`, runs two updates, and (when asked) times
+// accumulating micro-steps: the probe's peak, whether it fits, one round of timing.
 FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSettings& settings,
                const TensorDataset& data, const std::vector<int64_t>& order,
                const FitOptions& options) {
@@ -74,6 +82,7 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
         elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       } while (steps < 2 || elapsed < options.seconds_per_probe);
       result.samples_per_s = double(steps * micro) / elapsed;
+      result.rounds = {result.samples_per_s};
       engine.discard();
     }
     result.peak_bytes = memory_counters().peak_bytes;
@@ -83,6 +92,7 @@ FitProbe probe(int64_t micro, const ModelFactory& make_model, const OptimizerSet
     result.fits = false;
     result.peak_bytes = 0;
     result.samples_per_s = 0;
+    result.rounds.clear();
   }
   if (options.on_probe)
     options.on_probe(micro, result.fits);
@@ -146,23 +156,56 @@ FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSetting
     }
   }
 
+  // More rounds of timing, the fitting sizes taking turns.
+  if (options.measure_speed) {
+    for (int round = 1; round < options.timing_rounds; ++round) {
+      for (auto& [micro, row] : probes) {
+        if (!row.fits)
+          continue;
+        const FitProbe again = probe(micro, make_model, optimizer, data, order, options);
+        if (again.fits && again.samples_per_s > 0)
+          row.rounds.push_back(again.samples_per_s);
+      }
+    }
+    for (auto& [micro, row] : probes) {
+      if (!row.rounds.empty())
+        row.samples_per_s = median(row.rounds);
+    }
+  }
+
   FitResult result;
   result.budget_bytes = options.budget_bytes;
   result.usable_bytes = static_cast<int64_t>(double(options.budget_bytes) * (1.0 - options.margin));
   result.max_micro_batch = good;
   if (data.is_tokens())
     result.probe_row_tokens = data.lengths[size_t(order.front())];
-  double best_speed = 0;
+  const FitProbe* best = nullptr;
   for (const auto& [micro, row] : probes) {
     result.table.push_back(row);
-    // Sizes within 3% of the fastest count as equally fast: prefer the larger (fewer steps).
-    if (row.fits && row.samples_per_s > 0 && row.samples_per_s >= 0.97 * best_speed) {
-      if (row.samples_per_s > best_speed)
-        best_speed = std::max(best_speed, row.samples_per_s);
-      result.fastest_micro_batch = micro;
+    if (row.fits && row.samples_per_s > 0 && (!best || row.samples_per_s > best->samples_per_s))
+      best = &row;
+  }
+  if (best) {
+    // Equally fast: within the fastest's own spread, and at least 3%. The largest of them is
+    // named (fewer micro-steps per update); the others are listed.
+    const double noise = std::max(0.03, best->spread());
+    std::vector<int64_t> tied;
+    for (const auto& [micro, row] : probes) {
+      if (row.fits && row.samples_per_s >= (1.0 - noise) * best->samples_per_s)
+        tied.push_back(micro);
     }
+    result.fastest_micro_batch = tied.back();
+    tied.pop_back();
+    result.as_fast = tied;
   }
   return result;
+}
+
+double FitProbe::spread() const {
+  if (rounds.size() < 2)
+    return 0.0;
+  const auto [slowest, fastest] = std::minmax_element(rounds.begin(), rounds.end());
+  return (*fastest - *slowest) / median(rounds);
 }
 
 nlohmann::json FitResult::to_json() const {
@@ -173,13 +216,15 @@ nlohmann::json FitResult::to_json() const {
                     {"peak_bytes",
                      row.peak_bytes > 0 ? nlohmann::json(row.peak_bytes) : nlohmann::json(nullptr)},
                     {"samples_per_s", row.samples_per_s > 0 ? nlohmann::json(row.samples_per_s)
-                                                            : nlohmann::json(nullptr)}});
+                                                            : nlohmann::json(nullptr)},
+                    {"samples_per_s_rounds", row.rounds}});
   }
   return {{"budget_bytes", budget_bytes},
           {"usable_bytes", usable_bytes},
           {"max_micro_batch", max_micro_batch},
           {"fastest_micro_batch",
            fastest_micro_batch > 0 ? nlohmann::json(fastest_micro_batch) : nlohmann::json(nullptr)},
+          {"as_fast", as_fast},
           {"probe_row_tokens",
            probe_row_tokens > 0 ? nlohmann::json(probe_row_tokens) : nlohmann::json(nullptr)},
           {"table", rows}};
@@ -187,13 +232,18 @@ nlohmann::json FitResult::to_json() const {
 
 std::string FitResult::to_text() const {
   std::string out;
-  char line[160];
-  std::snprintf(line, sizeof line, "%12s  %12s  %12s  %s\n", "micro batch", "peak memory",
-                "samples/s", "");
+  char line[200];
+  std::snprintf(line, sizeof line, "%12s  %12s  %18s  %s\n", "micro batch", "peak memory",
+                "samples/s (spread)", "");
   out += line;
   for (const auto& row : table) {
     const std::string peak = row.peak_bytes > 0 ? human_bytes(double(row.peak_bytes)) : "-";
-    const std::string speed = row.samples_per_s > 0 ? human_count(row.samples_per_s) : "-";
+    std::string speed = "-";
+    if (row.samples_per_s > 0) {
+      speed = human_count(row.samples_per_s);
+      if (row.rounds.size() > 1)
+        speed += " (" + format_fixed(100 * row.spread(), 0) + "%)";
+    }
     const char* verdict = row.fits             ? "fits"
                           : row.peak_bytes > 0 ? "over the margin"
                                                : "out of memory";
@@ -202,7 +252,9 @@ std::string FitResult::to_text() const {
       mark += "  <- largest";
     if (row.micro_batch == fastest_micro_batch)
       mark += "  <- fastest";
-    std::snprintf(line, sizeof line, "%12lld  %12s  %12s  %s%s\n",
+    else if (std::find(as_fast.begin(), as_fast.end(), row.micro_batch) != as_fast.end())
+      mark += "  <- as fast, within the noise";
+    std::snprintf(line, sizeof line, "%12lld  %12s  %18s  %s%s\n",
                   static_cast<long long>(row.micro_batch), peak.c_str(), speed.c_str(), verdict,
                   mark.c_str());
     out += line;

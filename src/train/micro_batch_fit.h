@@ -12,6 +12,12 @@
 // sample). `bigbatch fit` prints the table; `--micro-batch auto` trains at the fastest fitting
 // size, since accumulation makes every micro-batch compute the same update.
 //
+// Speed is timed in rounds: after the search every fitting size is timed again, the sizes
+// taking turns, so a busy moment of the machine falls on one round of one size rather than on
+// all of a size's timing. A size's speed is the median of its rounds, shown with their spread;
+// sizes within the fastest's spread (at least 3%) count as equally fast, and the largest of
+// them is named (fewer micro-steps per update).
+//
 //   FitOptions options;
 //   options.budget_bytes = 512 << 20;  options.margin = 0.1;  options.max_micro_batch = 4096;
 //   FitResult fit = fit_micro_batch(make, settings, data.train, options);
@@ -36,7 +42,8 @@ struct FitOptions {
   double margin = 0.1;
   int64_t max_micro_batch = 0;     // the largest size worth probing (per-rank batch, dataset)
   bool measure_speed = true;       // time micro-steps of every fitting size
-  double seconds_per_probe = 0.3;  // timing per size (at least 2 micro-steps)
+  double seconds_per_probe = 0.2;  // timing per size and round (at least 2 micro-steps)
+  int timing_rounds = 3;           // rounds of timing per fitting size
   // Where the probes run: their models and batches go there, and memory is that device's.
   torch::Device device{torch::kCPU};
   // Called after each probe (progress for a long search).
@@ -47,7 +54,11 @@ struct FitProbe {
   int64_t micro_batch = 0;
   bool fits = false;
   int64_t peak_bytes = 0;    // tracked peak of the probe; 0 when it ran out of memory
-  double samples_per_s = 0;  // 0 when not measured
+  double samples_per_s = 0;  // the median of the rounds; 0 when not measured
+  std::vector<double> rounds;  // samples/s of each round of timing
+
+  // (slowest - fastest) / median of the rounds: how far the machine's noise moved this size.
+  double spread() const;
 };
 
 struct FitResult {
@@ -55,6 +66,8 @@ struct FitResult {
   int64_t usable_bytes = 0;         // budget x (1 - margin)
   int64_t max_micro_batch = 0;      // largest fitting size (0: none)
   int64_t fastest_micro_batch = 0;  // fitting size with the most samples/s (0: not measured)
+  // The other fitting sizes within the timing noise of the fastest (smallest first).
+  std::vector<int64_t> as_fast;
   std::vector<FitProbe> table;      // every probe, by size
   // Token rows: the target tokens of the longest row, which every probe is padded to (probes
   // take the longest rows first: the worst micro-batch a window can hold); 0 for samples.

@@ -1,8 +1,10 @@
 #include "train/run_setup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "batching/batch_plan.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -13,6 +15,7 @@
 #include "models/scripted_model.h"
 #include "optim/optimizer.h"
 #include "runtime/runtime_env.h"
+#include "schedule/batch_schedule.h"
 
 namespace bigbatch {
 
@@ -390,8 +393,23 @@ void start_memory_accounting(const TrainConfig& config, const torch::Device& dev
   set_memory_budget(config.memory_budget);
 }
 
+int64_t largest_useful_micro_batch(const TrainConfig& config, int64_t world_size) {
+  int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
+  // The automatic batch starts at the micro-batch: at most the largest it may grow to.
+  if (config.global_batch_auto && config.max_global_batch > 0)
+    global = config.max_global_batch;
+  if (!config.global_batch_schedule.empty()) {
+    const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
+    global = std::min_element(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+               return a.global_batch < b.global_batch;
+             })->global_batch;
+  }
+  return std::max<int64_t>(1, global / world_size);
+}
+
 FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
-                                  int64_t max_micro_batch, bool quiet,
+                                  int64_t max_micro_batch,
+                                  const std::function<void(int64_t, bool)>& on_probe,
                                   const ModelFactory& make_model) {
   FitOptions options;
   options.device = accounted_memory_device();
@@ -404,12 +422,7 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
   }
   options.margin = config.fit_margin;
   options.max_micro_batch = max_micro_batch;
-  if (!quiet) {
-    options.on_probe = [](int64_t micro, bool fits) {
-      std::fprintf(stderr, "fit: micro-batch %lld %s\n", static_cast<long long>(micro),
-                   fits ? "fits" : "does not fit");
-    };
-  }
+  options.on_probe = on_probe;
   const ModelFactory factory =
       make_model ? make_model : ModelFactory([&] { return build_model(config, data); });
   return fit_micro_batch(factory, OptimizerSettings::from(config), data, options);

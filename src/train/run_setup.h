@@ -66,11 +66,18 @@ bool configure_cpu(const TrainConfig& config, int64_t threads);
 // CPU's tracking allocator, or a GPU's caching allocator).
 void start_memory_accounting(const TrainConfig& config, const torch::Device& device);
 
+// The largest micro-batch a run of `config` over `world_size` ranks can train at: a rank's share
+// of its global batch (of the largest the automatic batch may reach, of a schedule's smallest,
+// which every step must serve; of the default batch when none is given). Probing past it
+// measures sizes the run never uses.
+int64_t largest_useful_micro_batch(const TrainConfig& config, int64_t world_size);
+
 // The micro-batch search for this configuration, up to `max_micro_batch`, under
-// --memory-budget (or the memory the system reports available); `quiet` hides the per-probe
-// lines. `make_model` replaces build_model (a C++ program's own model).
+// --memory-budget (or the memory the system reports available); `on_probe` (when given) hears
+// of each probe. `make_model` replaces build_model (a C++ program's own model).
 FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset& data,
-                                  int64_t max_micro_batch, bool quiet,
+                                  int64_t max_micro_batch,
+                                  const std::function<void(int64_t, bool)>& on_probe = {},
                                   const ModelFactory& make_model = {});
 
 }  // namespace bigbatch

@@ -194,19 +194,8 @@ std::unique_ptr<GradientReducer> make_reducer(const JobPlace& job, const TrainCo
 void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const JobPlace& job,
                         GradientReducer& reducer, Console& console,
                         const ModelFactory& make_model) {
-  int64_t global = config.global_batch.value_or(kDefaultGlobalBatchSize);
-  // The automatic batch starts at the micro-batch: at most the largest it may grow to.
-  if (config.global_batch_auto && config.max_global_batch > 0)
-    global = config.max_global_batch;
-  if (!config.global_batch_schedule.empty()) {
-    const auto steps = GlobalBatchSchedule::parse(config.global_batch_schedule).steps();
-    global = std::min_element(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
-               return a.global_batch < b.global_batch;
-             })->global_batch;
-  }
-  const FitResult fit =
-      measure_micro_batch_fit(config, train, std::max<int64_t>(1, global / job.world_size),
-                              /*quiet=*/true, make_model);
+  const int64_t per_rank = largest_useful_micro_batch(config, job.world_size);
+  const FitResult fit = measure_micro_batch_fit(config, train, per_rank, {}, make_model);
   if (fit.max_micro_batch == 0) {
     throw Error(ErrorKind::Memory,
                 "not even a micro-batch of 1 fits the memory budget of " +
@@ -221,7 +210,6 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
   if (config.global_batch_schedule.empty() && !config.global_batch_auto) {
     // The same number of micro-steps in equal parts: no ragged last micro-batch, and a peak no
     // larger (a smaller size of a fitting one fits).
-    const int64_t per_rank = std::max<int64_t>(1, global / job.world_size);
     const int64_t steps = (per_rank + fastest - 1) / fastest;
     const int64_t even = (per_rank + steps - 1) / steps;
     if (even < fastest) {

@@ -236,9 +236,6 @@ class BadInputCorpus(CliTestCase):
     def test_norm_unknown(self):
         self.expect(self.train("--norm", "layer"), "config", "--norm 'layer' is not known")
 
-    def test_fit_needs_a_budget(self):
-        self.expect(["fit", "--model", "mlp"], "usage", "bigbatch fit needs the budget")
-
     def test_fit_margin_out_of_range(self):
         self.expect(["fit", "--memory-budget", "1GiB", "--fit-margin", "1.5"], "config", "--fit-margin must be in [0, 1)")
 

@@ -108,7 +108,9 @@ class BackOffTest(MemoryTestCase):
 
 class FitTest(MemoryTestCase):
     def test_fit_json_never_exceeds_the_budget(self):
-        result = run("fit", "--model", "mlp", "--memory-budget", "32MiB", "--threads", "1", "--json")
+        # A global batch large enough that the budget, not the batch, ends the search.
+        result = run("fit", "--model", "mlp", "--memory-budget", "32MiB", "--global-batch", "8192", "--threads", "1",
+                     "--json")
         self.assertEqual(result.returncode, 0, result.stderr)
         fit = json.loads(result.stdout)
         self.assertEqual(fit["budget_bytes"], 32 << 20)
@@ -121,8 +123,14 @@ class FitTest(MemoryTestCase):
             self.assertEqual(row["fits"], size <= best, row)
             if row["fits"]:
                 self.assertLessEqual(row["peak_bytes"], fit["usable_bytes"])
-                self.assertGreater(row["samples_per_s"], 0)
+                # Timed in three rounds; the speed shown is their median.
+                self.assertEqual(len(row["samples_per_s_rounds"]), 3, row)
+                self.assertEqual(row["samples_per_s"], sorted(row["samples_per_s_rounds"])[1])
         self.assertIn(fit["fastest_micro_batch"], [s for s, r in rows.items() if r["fits"]])
+        # Named the fastest: the largest of the sizes within the timing noise of the best median.
+        best_speed = max(r["samples_per_s"] for r in rows.values() if r["fits"])
+        self.assertGreaterEqual(rows[fit["fastest_micro_batch"]]["samples_per_s"], 0.5 * best_speed)
+        self.assertTrue(all(s < fit["fastest_micro_batch"] for s in fit["as_fast"]))
         # Peak memory grows with the micro-batch.
         fitting = sorted(s for s, r in rows.items() if r["fits"])
         self.assertGreater(rows[fitting[-1]]["peak_bytes"], rows[fitting[0]]["peak_bytes"])
@@ -163,6 +171,29 @@ class FitTest(MemoryTestCase):
         words = line[len("train with it: bigbatch train "):].split(" (")[0].replace(" G ", " 64 ").split()
         planned = run("plan", *words)
         self.assertEqual(planned.returncode, 0, planned.stderr)
+
+    def test_fit_searches_up_to_the_global_batch_in_the_available_memory(self):
+        # No budget: the memory available now, as --micro-batch auto takes; no --global-batch:
+        # the default 256 bounds the search, since no run trains at a larger micro-batch.
+        result = run("fit", "--model", "mlp", "--threads", "1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("the memory available now", result.stdout)
+        self.assertIn("searched up to micro-batch 256: the global batch 256 (the default; --global-batch searches "
+                      "further)", result.stdout)
+        sizes = [int(line.split()[0]) for line in result.stdout.splitlines() if re.match(r"\s+\d+\s", line)]
+        self.assertEqual(sizes, [1, 2, 4, 8, 16, 32, 64, 128, 256])
+        self.assertIn("largest fitting micro-batch: 256", result.stdout)
+        self.assertRegex(result.stdout, r"fastest fitting micro-batch: \d+ \(the median of 3 timing rounds")
+        # Each row printed once: progress goes to a terminal only (or when --progress lines asks).
+        self.assertNotIn("fit: ", result.stderr)
+        # Four ranks share a global batch of 512: 128 each.
+        result = run("fit", "--model", "mlp", "--threads", "1", "--global-batch", "512", "--world-size", "4",
+                     "--memory-budget", "64MiB", "--progress", "lines")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("searched up to micro-batch 128: a rank's share of the global batch 512\n", result.stdout)
+        self.assertIn("--global-batch 512 --micro-batch ", result.stdout)
+        probed = [line for line in result.stderr.splitlines() if line.startswith("fit: micro-batch ")]
+        self.assertGreaterEqual(len(probed), 8 + 2 * 8)  # the search, then two more timing rounds
 
     def test_fit_with_nothing_fitting_exits_non_zero(self):
         result = run("fit", "--model", "mlp", "--memory-budget", "1MiB", "--threads", "1", "--json")
