@@ -742,7 +742,7 @@ void load_toml_config_text(TrainConfig& config, const std::string& text, const s
                 "config file '" + path + "' is not valid TOML at line " +
                     std::to_string(e.source().begin.line) + ", column " +
                     std::to_string(e.source().begin.column) + ": " + std::string(e.description()),
-                "fix the syntax (the README's 'Configuration files' shows the format)");
+                "fix the syntax (docs/reference.md's 'Configuration files' shows the format)");
   }
   std::vector<std::string> names;
   for (const auto& spec : option_table())

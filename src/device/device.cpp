@@ -36,7 +36,7 @@ torch::Device choose_device(const DeviceChoice& choice, int64_t local_rank, int6
     throw Error(ErrorKind::Config,
                 flag + ": this bigbatch is built against a libtorch without CUDA (CPU only)",
                 "use --device cpu (it also overrides the device of a --config file or of a "
-                "resumed run), or build bigbatch against a CUDA libtorch (README, 'GPUs')");
+                "resumed run), or build bigbatch against a CUDA libtorch (docs/gpu.md)");
   }
   if (visible == 0) {
     throw Error(

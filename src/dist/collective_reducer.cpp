@@ -563,8 +563,8 @@ class CollectiveReducer final : public GradientReducer {
       throw Error(ErrorKind::Distributed,
                   "ranks on CUDA devices need NCCL, and this bigbatch was built without it (the "
                   "NCCL headers were not found when it was configured)",
-                  "build against a CUDA libtorch with nccl.h on the include path (README, "
-                  "'GPUs'), or train the ranks with --device cpu");
+                  "build against a CUDA libtorch with nccl.h on the include path "
+                  "(docs/gpu.md), or train the ranks with --device cpu");
     }
     return gloo_.get();
   }

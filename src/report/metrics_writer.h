@@ -3,8 +3,8 @@
 // lines, written out at least once a second, at every flush() — the trainer flushes before each
 // checkpoint and after each epoch's record — and when the writer closes; a failed write never
 // leaves half a line). Every record is stamped with `time`, the Unix time it was written (what
-// a resumed run's TensorBoard events take as their wall time). Keys are documented in the
-// README.
+// a resumed run's TensorBoard events take as their wall time). Keys are documented in
+// docs/reference.md.
 //
 //   MetricsWriter metrics(run_dir + "/metrics.jsonl");
 //   metrics.write({{"step", 12}, {"loss", 0.41}, {"lr", 0.05}});

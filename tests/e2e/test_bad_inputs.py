@@ -287,10 +287,10 @@ class BadInputCorpus(CliTestCase):
 
     def test_config_syntax(self):
         result = self.expect(self.train("--config", self.write_config("lr = = 3\n")), "config", "line 1")
-        # The hint names a section the README has (issue 35: it named one that did not exist).
-        self.assertIn("the README's 'Configuration files' shows the format", result.stderr)
-        readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-        self.assertIn("\n### Configuration files\n", readme)
+        # The hint names a section the docs have (issue 35: it named one that did not exist).
+        self.assertIn("docs/reference.md's 'Configuration files' shows the format", result.stderr)
+        reference = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "reference.md")).read()
+        self.assertIn("\n## Configuration files\n", reference)
 
     def test_config_wrong_type(self):
         self.expect(self.train("--config", self.write_config('global-batch = "many"\n')), "config",

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""The examples of docs/your-model.md, run as written: its Python writes the module, its
-commands train and verify it, and its last Python loads the results (with a stand-in for the
-`safetensors` package, which Debian does not ship, reading the same file format).
+"""The commands of the README and of docs/, run or planned as written; the examples of
+docs/your-model.md, run as written: its Python writes the module, its commands train and verify
+it, and its last Python loads the results (with a stand-in for the `safetensors` package, which
+Debian does not ship, reading the same file format).
 Usage: test_docs_examples.py BIGBATCH_BINARY [unittest arguments]."""
 import json
 import os
@@ -32,24 +33,56 @@ class DocTestCase(CliTestCase):
     PREFIX = "bigbatch_docs_"
 
 
-def readme_commands():
-    """Every `bigbatch ...` line of the README's sh blocks, continuations joined, comments cut."""
+README = os.path.join(ROOT, "README.md")
+DOCS = [README] + sorted(os.path.join(ROOT, "docs", name) for name in os.listdir(os.path.join(ROOT, "docs"))
+                         if name.endswith(".md"))
+
+
+def doc_commands(paths=DOCS):
+    """Every `bigbatch ...` line of the sh blocks of `paths` (the README and every page of docs/
+    by default), continuations joined, comments cut."""
     commands = []
-    for block in blocks(os.path.join(ROOT, "README.md"), "sh"):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line.startswith("bigbatch "):
-                commands.append(shlex.split(line))
+    for path in paths:
+        for block in blocks(path, "sh"):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split("  #")[0].strip()
+                if line.startswith("bigbatch "):
+                    commands.append(shlex.split(line))
     return commands
 
 
+def readme_commands():
+    return doc_commands([README])
+
+
+def write_arrays(directory):
+    """What the README's *Your own arrays* expects in data/: 3 classes of 20 features, a test
+    split, and x_new.npy to predict."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, (3, 20)).astype(np.float32)
+    os.makedirs(os.path.join(directory, "data"), exist_ok=True)
+    for split, n in (("train", 600), ("test", 150)):
+        y = rng.integers(0, 3, n)
+        np.save(os.path.join(directory, "data", f"x_{split}.npy"), centres[y] + rng.normal(0, 1, (n, 20)).astype(np.float32))
+        np.save(os.path.join(directory, "data", f"y_{split}.npy"), y.astype(np.int64))
+    np.save(os.path.join(directory, "x_new.npy"), rng.normal(0, 3, (4, 20)).astype(np.float32))
+
+
 class ReadmeExamplesTest(DocTestCase):
-    """The README's commands: each train command plans as written (its flags, values, batch
-    sizes and learning rate hold together), and the featured example trains as written."""
+    """The commands of the README and docs/: each train command plans as written (its flags,
+    values, batch sizes and learning rate hold together), each plan command runs as written, and
+    the README's recipes train as written."""
 
     def test_every_train_command_plans_as_written(self):
+        write_arrays(self.dir)  # the README's npy:data
         planned = 0
-        for words in readme_commands():
+        for words in doc_commands():
+            if words[1] == "plan":
+                result = run(*words[1:], timeout=300, cwd=self.dir)
+                self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
+                self.assertIn("batch plan", result.stdout)
+                continue
             world = 1
             if words[1] == "launch":  # bigbatch launch --nproc N [...] -- bigbatch train ...
                 world = int(words[words.index("--nproc") + 1]) * int(
@@ -71,7 +104,7 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertGreaterEqual(planned, 5)
 
     def test_the_featured_example_and_its_repeat_train_as_written(self):
-        commands = [w for w in readme_commands() if "runs/mlp-1024" in " ".join(w)]
+        commands = [w for w in doc_commands() if "runs/mlp-1024" in " ".join(w)]
         self.assertEqual(len(commands), 2, commands)
         for words in commands:
             result = run(*words[1:], "--progress", "off", cwd=self.dir)
@@ -79,7 +112,7 @@ class ReadmeExamplesTest(DocTestCase):
             accuracy = float(result.stdout.split("test accuracy ")[1].split("%")[0])
             self.assertGreater(accuracy, 85.0, result.stdout)
         # The TOML twin of the configuration section trains too.
-        twin = [b for b in blocks(os.path.join(ROOT, "README.md"), "toml") if "global-batch = 1024" in b]
+        twin = [b for path in DOCS for b in blocks(path, "toml") if "global-batch = 1024" in b]
         self.assertEqual(len(twin), 1)
         with open(os.path.join(self.dir, "twin.toml"), "w") as f:
             f.write(twin[0])
@@ -89,7 +122,7 @@ class ReadmeExamplesTest(DocTestCase):
 
 
     def test_the_automatic_batch_example_grows_as_written(self):
-        (words,) = [w for w in readme_commands()
+        (words,) = [w for w in doc_commands()
                     if "--global-batch" in w and w[w.index("--global-batch") + 1] == "auto"]
         result = run(*words[1:], "--progress", "off", cwd=self.dir)
         self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
@@ -100,8 +133,9 @@ class ReadmeExamplesTest(DocTestCase):
         evening's work) exactly as the README gives them; evaluate and predict run on the
         TorchScript run they name, in YourModelDocTest."""
         by_command = {}
-        for words in readme_commands():
-            by_command.setdefault(words[1], []).append(words)
+        for words in doc_commands():
+            if not any(w.startswith("torchscript:") for w in words):  # YourModelDocTest runs those
+                by_command.setdefault(words[1], []).append(words)
         (verify,) = by_command["verify"]
         result = run(*verify[1:], cwd=self.dir)
         self.assertEqual(result.returncode, 0, " ".join(verify) + "\n" + result.stderr)
@@ -118,6 +152,30 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertEqual(len([line for line in result.stdout.splitlines() if line.startswith("gb")]), 48)
         self.assertIn("(dry run: nothing was trained or written)", result.stdout)
         self.assertEqual(os.listdir(self.dir), [])
+
+
+    def test_the_recipe_for_your_own_arrays_runs_as_written(self):
+        write_arrays(self.dir)
+        commands = [w for w in readme_commands() if "runs/mine" in w or "npy:data" in w]
+        self.assertEqual([w[1] for w in commands], ["train", "evaluate", "predict"])
+        for words in commands:
+            result = run(*words[1:], cwd=self.dir)
+            self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
+            if words[1] == "train":
+                self.assertIn("3 classes", result.stderr)
+                self.assertGreater(float(result.stdout.split("test accuracy ")[1].split("%")[0]), 90.0)
+            if words[1] == "evaluate":
+                self.assertIn("accuracy", result.stdout)
+        import numpy as np
+        predictions = np.load(os.path.join(self.dir, words[words.index("--output") + 1]))
+        self.assertEqual(predictions.shape, (4, 3))
+
+    def test_the_readme_trains_only_modules_docs_your_model_writes_and_runs(self):
+        your_model = doc_commands([os.path.join(ROOT, "docs", "your-model.md")])
+        scripted = [w for w in readme_commands() if any(x.startswith("torchscript:") for x in w)]
+        self.assertGreaterEqual(len(scripted), 1)
+        for words in scripted:
+            self.assertIn(words, your_model)
 
 
 class BenchmarkCommandsTest(unittest.TestCase):
@@ -174,11 +232,11 @@ class YourModelDocTest(DocTestCase):
                                 text=True)
         self.assertEqual(result.returncode, 0, result.stderr)
 
-        # The README's evaluate and predict, on this run (runs/small_cnn), as written.
+        # docs/reference.md's evaluate and predict, on this run (runs/small_cnn), as written.
         import numpy as np
         np.save(os.path.join(self.dir, "x_new.npy"), np.random.default_rng(0).random((5, 28, 28), np.float32))
-        for words in readme_commands():
-            if words[1] in ("evaluate", "predict"):
+        for words in doc_commands():
+            if words[1] in ("evaluate", "predict") and "runs/small_cnn" in words:
                 result = run(*words[1:], cwd=self.dir)
                 self.assertEqual(result.returncode, 0, " ".join(words) + "\n" + result.stderr)
                 if words[1] == "evaluate":
