@@ -192,6 +192,7 @@ int run(int argc, char** argv) {
   commands.push_back(make_plan_command(app));
   commands.push_back(make_train_command(app));
   commands.push_back(make_fit_command(app));
+  commands.push_back(make_lr_find_command(app));
   commands.push_back(make_verify_command(app));
   commands.push_back(make_sweep_command(app));
   commands.push_back(make_report_command(app));

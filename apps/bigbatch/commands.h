@@ -1,5 +1,5 @@
 #pragma once
-// The bigbatch command line: the subcommands `plan`, `train`, `fit`, `verify`, `sweep`,
+// The bigbatch command line: the subcommands `plan`, `train`, `fit`, `lr-find`, `verify`, `sweep`,
 // `report`, `sample`, `evaluate`, `predict` and `launch` (one file each, subcommand.h), their flags
 // (flags.h, from config/option_table.h), and the single place where errors become one line on
 // stderr and an exit code:

@@ -36,6 +36,7 @@ class Subcommand {
 std::unique_ptr<Subcommand> make_plan_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_train_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_fit_command(CLI::App& parent);
+std::unique_ptr<Subcommand> make_lr_find_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_verify_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_sweep_command(CLI::App& parent);
 std::unique_ptr<Subcommand> make_report_command(CLI::App& parent);

@@ -111,9 +111,10 @@ class SweepCommand final : public Subcommand {
                   "e.g. --jobs 2, or leave it out for CPUs / threads per cell");
     if (max_epochs_ < 1)
       throw Error(ErrorKind::Config, "--max-epochs must be at least 1", "e.g. --max-epochs 20");
-    // The rate is tuned at the smallest batch, and scaled from there (the seed's practice).
+    // A rate given is tuned at the smallest batch, and scaled from there (the seed's
+    // practice); the default rate at its own batch.
     if (!base.lr_ref_batch)
-      base.lr_ref_batch = options.grid.global_batches.front();
+      base.lr_ref_batch = base.lr_reference(options.grid.global_batches.front());
     options.grid.reference_batch = *base.lr_ref_batch;
     options.micro_batch = base.micro_batch.value_or(kDefaultMicroBatchSize);
     base.micro_batch.reset();

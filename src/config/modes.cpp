@@ -33,10 +33,6 @@ const NameTable<OptimizerKind>& optimizer_names() {
   return table;
 }
 
-bool is_adaptive(OptimizerKind kind) {
-  return kind == OptimizerKind::AdamW || kind == OptimizerKind::Lamb;
-}
-
 const NameTable<Precision>& precision_names() {
   static const NameTable<Precision> table{
       "--precision", "--precision", {{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}};

@@ -35,8 +35,6 @@ inline const char* to_string(SequenceMode mode) {
 
 enum class OptimizerKind { Sgd, AdamW, Lars, Lamb };
 const NameTable<OptimizerKind>& optimizer_names();
-// Adam-type optimizers (AdamW, LAMB): the square-root rule is theirs under --lr-scaling auto.
-bool is_adaptive(OptimizerKind kind);
 inline const char* to_string(OptimizerKind kind) {
   return optimizer_names().name(kind);
 }

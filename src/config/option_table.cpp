@@ -347,15 +347,31 @@ std::vector<OptionSpec> build_table() {
                           "(layer-wise Adam; uses --adam-beta1/2 and --adam-eps)",
                           &TrainConfig::optimizer, &optimizer_names,
                           kTrainCommand | kFitCommand | kPlanCommand));
-  t.push_back(
-      double_option("lr", "base learning rate, tuned at --lr-ref-batch", &TrainConfig::lr, both));
-  t.push_back(optional_int_option(
-      "lr-ref-batch", "batch size the base --lr is tuned at (default: the global batch)",
-      &TrainConfig::lr_ref_batch, both));
+  {
+    OptionSpec s{"lr",
+                 "base learning rate, tuned at --lr-ref-batch (default: 0.05, tuned at a global "
+                 "batch of 256 and scaled from there)",
+                 "X",
+                 both,
+                 nullptr,
+                 nullptr};
+    s.set = [](TrainConfig& c, const std::string& text) { c.lr = to_double("lr", text); };
+    s.get = [](const TrainConfig& c) -> std::optional<ConfigValue> {
+      if (!c.lr)
+        return std::nullopt;
+      return *c.lr;
+    };
+    t.push_back(s);
+  }
+  t.push_back(optional_int_option("lr-ref-batch",
+                                  "batch size the base --lr is tuned at (default: 256 for the "
+                                  "default rate; the global batch for a --lr given)",
+                                  &TrainConfig::lr_ref_batch, both));
   t.push_back(enum_option("lr-scaling",
-                          "scale the rate from --lr-ref-batch to the global batch: auto (linear "
-                          "for sgd, sqrt for adamw), none, linear, sqrt, or adascale (sgd: a gain "
-                          "measured each update from the gradient noise; Johnson et al. 2020)",
+                          "scale the rate from --lr-ref-batch to the global batch: auto (sqrt; "
+                          "linear for lars: the rule that held here, docs/benchmarks.md), none, "
+                          "linear, sqrt, or adascale (sgd: a gain measured each update from the "
+                          "gradient noise; Johnson et al. 2020)",
                           &TrainConfig::lr_scaling, &lr_scaling_names, both));
   t.push_back(switch_option("adam-sqrt-adjust",
                             "with adamw and the sqrt rule, also scale the betas and epsilon "
@@ -447,7 +463,9 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("warmup-start-factor",
                             "warmup starts at this fraction of the peak rate",
                             &TrainConfig::warmup_start_factor, both));
-  t.push_back(enum_option("schedule", "decay after warmup: constant, cosine, linear or step",
+  t.push_back(enum_option("schedule",
+                          "decay after warmup: constant, cosine, linear or step (range-test: "
+                          "bigbatch lr-find's rising rate)",
                           &TrainConfig::schedule, &schedule_kind_names, both));
   t.push_back(double_option("min-lr-factor", "cosine and linear decay end at peak x this factor",
                             &TrainConfig::min_lr_factor, both));

@@ -14,11 +14,12 @@ namespace {
 LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const BatchPlan& plan,
                          const EpochPlan& epoch, int64_t total_updates) {
   LrScheduleConfig s;
-  s.base_lr = config.lr;
-  s.reference_batch = config.lr_ref_batch.value_or(global_batch);
+  s.base_lr = config.base_lr();
+  s.reference_batch = config.lr_reference(global_batch);
+  s.reference_note = config.lr_reference_note();
   s.global_batch = global_batch;
-  const bool adaptive = is_adaptive(config.optimizer);
-  s.scaling = resolve_lr_scaling(config.lr_scaling, adaptive);
+  s.layer_wise_trust = config.optimizer == OptimizerKind::Lars;
+  s.scaling = resolve_lr_scaling(config.lr_scaling, s.layer_wise_trust);
   if (config.lr_scaling == LrScaling::Auto)
     s.scaling_note = std::string("auto for ") + to_string(config.optimizer);
   s.warmup_updates = config.warmup.to_updates(plan, epoch);
@@ -44,13 +45,13 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
                 std::string("use --optimizer sgd, or --lr-scaling auto for ") +
                     to_string(config.optimizer));
   }
-  if (!config.lr_ref_batch) {
+  if (!config.lr_ref_batch && config.lr) {
     throw Error(ErrorKind::Config,
                 "--lr-scaling adascale needs --lr-ref-batch: the batch the base --lr was tuned at",
                 "add e.g. --lr-ref-batch " +
                     std::to_string(std::max<int64_t>(1, plan.global_batch_size / 8)));
   }
-  const int64_t reference = *config.lr_ref_batch;
+  const int64_t reference = config.lr_reference(plan.global_batch_size);
   if (reference <= 0 || reference > dataset_size) {
     throw Error(ErrorKind::Config,
                 "--lr-ref-batch " + std::to_string(reference) + " must be between 1 and the " +
@@ -137,7 +138,7 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
           "add --last-window drop, or choose batches that divide " + std::to_string(dataset_size));
     }
   }
-  ramp.reference_batch = config.lr_ref_batch.value_or(plan.global_batch_size);
+  ramp.reference_batch = config.lr_reference(plan.global_batch_size);
   BatchPlan reference_plan;
   reference_plan.micro_batch_size = std::min(ramp.reference_batch, dataset_size);
   reference_plan.global_batch_size = ramp.reference_batch;

@@ -354,6 +354,15 @@ void TrainConfig::validate() const {
                "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
 }
 
+std::string TrainConfig::lr_reference_note() const {
+  if (lr_ref_batch)
+    return "";
+  if (schedule == ScheduleKind::RangeTest)
+    return "the range test's rates, at this batch";
+  return lr ? "--lr taken as tuned at this batch; --lr-ref-batch B scales it from B"
+            : "the default rate's batch";
+}
+
 BatchRequest TrainConfig::batch_request(int64_t world_size) const {
   BatchRequest request;
   request.global_batch_size = global_batch;

@@ -20,6 +20,12 @@
 
 namespace bigbatch {
 
+// The default rate: SGD with Nesterov momentum 0.9 on the default job (cnn, Fashion-MNIST) at
+// its global batch of 256. Other batches scale it (--lr-scaling); docs/benchmarks.md's
+// learning-rate limits give how far each rule held for each built-in model.
+inline constexpr double kDefaultLr = 0.05;
+inline constexpr int64_t kDefaultLrRefBatch = 256;
+
 inline constexpr const char* kFashionMnistDirectory = "/usr/share/datasets/fashion-mnist";
 // Fashion-MNIST's training-set pixel mean and standard deviation (of pixel / 255): what runs
 // from before the normalisation was measured and recorded used for every IDX dataset.
@@ -96,14 +102,17 @@ struct TrainConfig {
 
   // Optimizer and learning rate.
   OptimizerKind optimizer = OptimizerKind::Sgd;
-  double lr = 0.05;
-  std::optional<int64_t> lr_ref_batch;     // unset: the global batch (no scaling)
-  LrScaling lr_scaling = LrScaling::Auto;  // linear for sgd, sqrt for adamw
+  // Unset: the default rate, kDefaultLr, which was tuned at kDefaultLrRefBatch (the default
+  // job's global batch) and is scaled from there. A rate given without --lr-ref-batch is taken
+  // as tuned at the run's global batch. base_lr() and lr_reference() say which.
+  std::optional<double> lr;
+  std::optional<int64_t> lr_ref_batch;
+  LrScaling lr_scaling = LrScaling::Auto;  // sqrt; linear for lars (resolve_lr_scaling)
   bool adam_sqrt_adjust = false;           // Malladi's beta/eps adjustments with the sqrt rule
   double momentum = 0.9;
   bool nesterov = true;
   double weight_decay = 5e-4;
-  double clip_norm = 0.0;   // 0: no clipping
+  double clip_norm = 0.0;  // 0: no clipping
   // The training cross-entropy's label smoothing (0: none); evaluations stay unsmoothed.
   double label_smoothing = 0.0;
   bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
@@ -186,6 +195,26 @@ struct TrainConfig {
   TrainConfig with_absolute_paths() const;
 
   BatchRequest batch_request(int64_t world_size) const;
+
+  // The base rate, and the batch it was tuned at for a run whose (first) global batch is
+  // `run_global_batch`: --lr-ref-batch; else kDefaultLrRefBatch for the default rate, the global
+  // batch itself for a given one.
+  double base_lr() const { return lr.value_or(kDefaultLr); }
+  int64_t lr_reference(int64_t run_global_batch) const {
+    return lr_ref_batch ? *lr_ref_batch : lr ? run_global_batch : kDefaultLrRefBatch;
+  }
+  // Why the rate's reference batch is what it is, for the start line and the plan: "the
+  // default rate's", "as given at the global batch", or empty for --lr-ref-batch.
+  std::string lr_reference_note() const;
+  // The default rate written out (lr and its reference batch), so that config.toml reruns
+  // and resumes the run with the very rate it trained at.
+  void resolve_default_rate() {
+    if (!lr) {
+      lr = kDefaultLr;
+      if (!lr_ref_batch)
+        lr_ref_batch = kDefaultLrRefBatch;
+    }
+  }
   // The dataset directory named by `dataset` (fashion-mnist, idx:DIR, npy:DIR).
   std::string dataset_directory() const;
   // text:PATH or jsonl:FILE, and its path.

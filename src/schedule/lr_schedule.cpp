@@ -35,7 +35,8 @@ const NameTable<ScheduleKind>& schedule_kind_names() {
                                              {{ScheduleKind::Constant, "constant"},
                                               {ScheduleKind::Cosine, "cosine"},
                                               {ScheduleKind::Linear, "linear"},
-                                              {ScheduleKind::Step, "step"}}};
+                                              {ScheduleKind::Step, "step"},
+                                              {ScheduleKind::RangeTest, "range-test"}}};
   return table;
 }
 
@@ -55,10 +56,10 @@ double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, L
   BB_INTERNAL_ASSERT(false, "the auto scaling rule must be resolved before it is applied");
 }
 
-LrScaling resolve_lr_scaling(LrScaling scaling, bool adaptive_optimizer) {
+LrScaling resolve_lr_scaling(LrScaling scaling, bool layer_wise_trust) {
   if (scaling != LrScaling::Auto)
     return scaling;
-  return adaptive_optimizer ? LrScaling::Sqrt : LrScaling::Linear;
+  return layer_wise_trust ? LrScaling::Linear : LrScaling::Sqrt;
 }
 
 AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_reference,
@@ -106,6 +107,13 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
                 "--min-lr-factor must be in [0, 1], got " + format_double(config_.min_lr_factor),
                 "use e.g. --min-lr-factor 0.01");
   }
+  if (config_.kind == ScheduleKind::RangeTest &&
+      (config_.min_lr_factor <= 0 || config_.warmup_updates > 0)) {
+    throw Error(ErrorKind::Config,
+                "--schedule range-test rises from --lr x --min-lr-factor to --lr over the run, "
+                "which needs a positive --min-lr-factor and no warmup",
+                "run it as bigbatch lr-find --lr-min LOW --lr-max HIGH");
+  }
   if (config_.gamma <= 0) {
     throw Error(ErrorKind::Config,
                 "--step-gamma must be positive, got " + format_double(config_.gamma),
@@ -124,6 +132,11 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
 }
 
 double LrSchedule::lr_at_position(double step) const {
+  if (config_.kind == ScheduleKind::RangeTest) {
+    const double progress =
+        std::clamp(step / double(std::max<int64_t>(1, config_.total_updates - 1)), 0.0, 1.0);
+    return peak_lr_ * std::pow(config_.min_lr_factor, 1.0 - progress);
+  }
   const int64_t warmup = config_.warmup_updates;
   if (step < double(warmup)) {
     const double f = config_.warmup_start_factor;
@@ -139,6 +152,8 @@ double LrSchedule::lr_at_position(double step) const {
       return floor_lr + (peak_lr_ - floor_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
     case ScheduleKind::Linear:
       return peak_lr_ + (floor_lr - peak_lr_) * progress;
+    case ScheduleKind::RangeTest:  // above
+      return peak_lr_;
     case ScheduleKind::Step: {
       const auto passed =
           std::upper_bound(config_.milestones.begin(), config_.milestones.end(), step,
@@ -159,6 +174,7 @@ std::string LrSchedule::describe_scaling() const {
            (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
   }
   return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
+         (config_.reference_note.empty() ? std::string() : " (" + config_.reference_note + ")") +
          " -> " + format_significant(peak_lr_) + " @ " + std::to_string(config_.global_batch) +
          " (" + to_string(config_.scaling) +
          (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
@@ -178,6 +194,33 @@ std::vector<std::string> LrSchedule::warnings() const {
         " applies from the first update, while the weights are random and the gradients large "
         "and fast-changing; past ~1024 this diverges or costs accuracy (Goyal et al. 2017). "
         "Add a gradual warmup, e.g. --warmup 5e, or use --lr-scaling sqrt");
+  }
+  // How far the rules held, scaling the default job's rate from 256 for each built-in image
+  // model over 2 epochs (bench/lr_limits_bench.py, docs/benchmarks.md): at 4x the linear rule
+  // diverged for the cnn and trailed the square-root rule by 2.2-3.4 points for cnn-bn and
+  // cnn-gn; past 4x no rule beat the unscaled rate for any of them (the square-root rule
+  // diverged for the cnn at 16x and fell to 19% for cnn-bn). (The gpt with AdamW, from a rate
+  // below its best, took the linear rule to 16x: a measured rate, lr-find's, is the remedy.)
+  const double factor =
+      scaled_up ? double(config_.global_batch) / double(config_.reference_batch) : 1.0;
+  const std::string scaled =
+      "the rate " + format_significant(config_.base_lr) + " @ " +
+      std::to_string(config_.reference_batch) + " to " + format_significant(peak_lr_) + " @ " +
+      std::to_string(config_.global_batch) + " (" + format_significant(factor, 3) + "x the batch)";
+  if (config_.scaling == LrScaling::Linear && !config_.layer_wise_trust && factor > 2) {
+    out.push_back("the linear rule takes " + scaled +
+                  ": from the default job's rate it diverged at 4x for the built-in cnn, where "
+                  "the square-root rule held (docs/benchmarks.md, learning-rate limits). Use "
+                  "--lr-scaling sqrt unless the linear rule is known to hold this far, or "
+                  "measure a rate at this batch with bigbatch lr-find");
+  } else if ((config_.scaling == LrScaling::Linear || config_.scaling == LrScaling::Sqrt) &&
+             !config_.layer_wise_trust && factor > 4) {  // LARS was not measured here
+    out.push_back("the " + std::string(to_string(config_.scaling)) + " rule takes " + scaled +
+                  ": past 4x no rule beat the unscaled rate for the built-in image models with "
+                  "SGD here (the square-root rule diverged at 16x for the cnn; docs/benchmarks.md, "
+                  "learning-rate limits). Measure a rate at this batch (bigbatch lr-find, "
+                  "bigbatch sweep), grow the batch during the run (--global-batch-schedule, "
+                  "--global-batch auto), or let --lr-scaling adascale measure the gain");
   }
   if (config_.warmup_updates >= config_.total_updates && config_.warmup_updates > 0) {
     out.push_back("the warmup (" + std::to_string(config_.warmup_updates) +

@@ -28,7 +28,9 @@ namespace bigbatch {
 // each update multiplies it by a measured gain (schedule/adascale.h), so the schedule's
 // updates are counted at the reference batch.
 enum class LrScaling { None, Linear, Sqrt, Auto, AdaScale };
-enum class ScheduleKind { Constant, Cosine, Linear, Step };
+// RangeTest is `bigbatch lr-find`'s: the rate rises exponentially over the run, from peak x
+// min_lr_factor at the first update to the peak at the last (no warmup).
+enum class ScheduleKind { Constant, Cosine, Linear, Step, RangeTest };
 
 const NameTable<LrScaling>& lr_scaling_names();
 const NameTable<ScheduleKind>& schedule_kind_names();
@@ -43,9 +45,12 @@ inline const char* to_string(ScheduleKind kind) {
 // AdaScale returns base_lr: its gain is applied per update.
 double scale_lr(double base_lr, int64_t reference_batch, int64_t global_batch, LrScaling scaling);
 
-// Auto -> Linear for SGD-type optimizers (adaptive = false), Sqrt for Adam-type ones; any
-// other rule is returned as given.
-LrScaling resolve_lr_scaling(LrScaling scaling, bool adaptive_optimizer);
+// Auto -> Linear for LARS (`layer_wise_trust`: its trust ratio bounds each layer's step, and
+// You et al. scale it linearly), Sqrt for every other optimizer: Malladi et al.'s rule for
+// Adam-type ones, and for SGD what held here — scaling the default job's rate, the linear rule
+// diverged at 4x the tuned batch for the built-in cnn while the square-root rule held for every
+// built-in model (bench/lr_limits_bench.py, docs/benchmarks.md). Any other rule as given.
+LrScaling resolve_lr_scaling(LrScaling scaling, bool layer_wise_trust);
 
 // Malladi et al.'s square-root rule for Adam in full: with the batch multiplied by kappa, besides
 // lr x sqrt(kappa), beta_i -> 1 - kappa (1 - beta_i) and eps -> eps / sqrt(kappa), so that the
@@ -65,6 +70,10 @@ struct LrScheduleConfig {
   int64_t global_batch = 1;
   LrScaling scaling = LrScaling::None;
   std::string scaling_note;  // why this rule, e.g. "auto for sgd" (shown by describe_scaling)
+  // Where the reference batch came from, e.g. "the default rate's batch" (describe_scaling).
+  std::string reference_note;
+  // LARS: a layer-wise trust ratio bounds each step, so the linear rule is its own (no warning).
+  bool layer_wise_trust = false;
   int64_t warmup_updates = 0;
   double warmup_start_factor = 0.0;
   ScheduleKind kind = ScheduleKind::Constant;

@@ -38,14 +38,6 @@ std::string default_run_timestamp() {
   return stamp;
 }
 
-std::string default_run_directory() {
-  const std::string stamp = default_run_timestamp();
-  std::string dir = std::string("runs/") + stamp;
-  for (int suffix = 2; path_exists(dir); ++suffix)
-    dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
-  return dir;
-}
-
 // A run directory holding a run is refused. Unless this process holds its lock, a run training
 // there is named first (DirectoryLock says by which process), then a run that ended there.
 enum class LockHeld { No, Yes };
@@ -306,27 +298,28 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
   }
   if (run.auto_batch) {
     const GrowthRule& rule = *run.auto_batch;
-    console.say("global batch auto: starts at " + std::to_string(run.plan.global_batch_size) +
-                ", doubles while the predicted goodput gain is at least " +
-                format_significant(100 * rule.threshold, 3) +
-                "% (at the noise scale's low end; an "
-                "update's cost " +
-                (rule.update_cost
-                     ? "given as " + format_significant(*rule.update_cost, 4) + " samples"
-                     : "timed over updates " + std::to_string(kCostWarmupUpdates + 1) + "-" +
-                           std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates)) +
-                "), at most " + std::to_string(rule.max_global_batch) + "; lr " +
-                format_double(config.lr) + " @ " + std::to_string(run.ramp->reference_batch) +
-                ", " + to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
-                to_string(run.schedule.config().kind) + " schedule counted in samples (" +
-                std::to_string(run.schedule.config().warmup_updates) + " and " +
-                std::to_string(run.schedule.config().total_updates) + " updates of " +
-                std::to_string(run.ramp->reference_batch) + ")");
+    console.say(
+        "global batch auto: starts at " + std::to_string(run.plan.global_batch_size) +
+        ", doubles while the predicted goodput gain is at least " +
+        format_significant(100 * rule.threshold, 3) +
+        "% (at the noise scale's low end; an "
+        "update's cost " +
+        (rule.update_cost ? "given as " + format_significant(*rule.update_cost, 4) + " samples"
+                          : "timed over updates " + std::to_string(kCostWarmupUpdates + 1) + "-" +
+                                std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates)) +
+        "), at most " + std::to_string(rule.max_global_batch) + "; lr " +
+        format_double(config.base_lr()) + " @ " + std::to_string(run.ramp->reference_batch) + ", " +
+        to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
+        to_string(run.schedule.config().kind) + " schedule counted in samples (" +
+        std::to_string(run.schedule.config().warmup_updates) + " and " +
+        std::to_string(run.schedule.config().total_updates) + " updates of " +
+        std::to_string(run.ramp->reference_batch) + ")");
   } else if (run.ramp) {
     console.say("global batch schedule " + run.ramp->batches.to_string() + ": " +
                 std::to_string(run.ramp->phases.size()) + " steps, " +
-                std::to_string(run.total_updates) + " updates; lr " + format_double(config.lr) +
-                " @ " + std::to_string(run.ramp->reference_batch) + ", " +
+                std::to_string(run.total_updates) + " updates; lr " +
+                format_double(config.base_lr()) + " @ " +
+                std::to_string(run.ramp->reference_batch) + ", " +
                 to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
                 to_string(run.schedule.config().kind) + " schedule counted in samples (" +
                 std::to_string(run.schedule.config().warmup_updates) + " and " +
@@ -865,6 +858,14 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
 
 }  // namespace
 
+std::string default_run_directory(const std::string& prefix) {
+  const std::string stamp = prefix + default_run_timestamp();
+  std::string dir = std::string("runs/") + stamp;
+  for (int suffix = 2; path_exists(dir); ++suffix)
+    dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
+  return dir;
+}
+
 void TrainingRun::save_model_weights(const std::string& path, int64_t step,
                                      const std::map<std::string, std::string>& extra) const {
   auto meta = weights_metadata(config, step);
@@ -980,6 +981,7 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   ResolvedRun resolved =
       resolve_run(resolved_config, data.train.size(), job.world_size, items_per_sample(data.train));
   measure_token_cut(resolved, resolved_config, data.train);
+  resolved_config.resolve_default_rate();  // config.toml names the rate and its batch
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
   r.schedule = make_run_schedule(r.resolved);
   r.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);

@@ -124,6 +124,9 @@ struct TrainingRun {
   void discard_unstarted();
 };
 
+// runs/<prefix><local time> ("runs/20261201-154354"), with a suffix when that exists already.
+std::string default_run_directory(const std::string& prefix = "");
+
 // Resolves and builds the run. Bad input is a bigbatch::Error before anything is written: a
 // new run directory appears only once the data, the plan and the weights are accepted.
 // `problem`: a C++ program's own model and data (train/custom_problem.h), or null.

@@ -130,7 +130,8 @@ class BadInputCorpus(CliTestCase):
         self.expect(self.train("--warmup", "2.5u"), "config", "not a whole number")
 
     def test_flag_adascale_without_reference_batch(self):
-        self.expect(self.train("--lr-scaling", "adascale"), "config", "needs --lr-ref-batch")
+        # A rate given needs the batch it was tuned at (the default rate carries its own, 256).
+        self.expect(self.train("--lr-scaling", "adascale", "--lr", "0.1"), "config", "needs --lr-ref-batch")
 
     def test_flag_adascale_with_adamw(self):
         self.expect(self.train("--lr-scaling", "adascale", "--lr-ref-batch", "16", "--optimizer", "adamw"), "config",

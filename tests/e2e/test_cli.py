@@ -181,9 +181,19 @@ class TrainTest(CliTestCase):
 
     def test_no_scaling_warning_when_nothing_was_scaled(self):
         # Issue 20: "past ~1024 diverges" was printed for lr 0.05 @ 4096 -> 0.05 @ 4096.
-        result = run("plan", "--global-batch", "4096", "--micro-batch", "64", "--lr-scaling", "linear",
-                     check=True)
+        # A rate given without --lr-ref-batch is tuned at the given batch: nothing is scaled.
+        result = run("plan", "--global-batch", "4096", "--micro-batch", "64", "--lr", "0.05", "--lr-scaling",
+                     "linear", check=True)
         self.assertNotIn("past ~1024", result.stdout + result.stderr)
+        self.assertNotIn("warning", result.stdout + result.stderr)
+        self.assertIn("lr 0.05 @ 4096 (--lr taken as tuned at this batch; --lr-ref-batch B scales it from B) -> 0.05 @ "
+                      "4096 (linear)", result.stdout)
+        # The default rate carries the batch it was tuned at (issue 35): 16x the batch is
+        # scaled, and warned as past what the rules held here.
+        default = run("plan", "--global-batch", "4096", "--micro-batch", "64", check=True)
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.2 @ 4096 (sqrt; auto for sgd)", default.stdout)
+        self.assertIn("past 4x no rule beat the unscaled rate for the built-in image models with SGD here",
+                      default.stdout + default.stderr)
         scaled = run("train", *SMALL, "--global-batch", "2048", "--lr-ref-batch", "64", "--lr-scaling",
                      "linear", "--max-updates", "0", "--out", self.path("scaled"), check=True)
         self.assertIn("past ~1024", scaled.stderr)
@@ -306,7 +316,11 @@ class TrainTest(CliTestCase):
     def test_lr_scaling_auto_follows_the_optimizer(self):
         sgd = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.1", "--json",
                              check=True).stdout)
-        self.assertEqual((sgd["lr_scaling"], sgd["lr"]), ("linear", 0.4))
+        # The square root for SGD: what held here (issue 35); linear for LARS, its own rule.
+        self.assertEqual((sgd["lr_scaling"], sgd["lr"]), ("sqrt", 0.2))
+        lars = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.1", "--optimizer",
+                              "lars", "--json", check=True).stdout)
+        self.assertEqual((lars["lr_scaling"], lars["lr"]), ("linear", 0.4))
         adam = json.loads(run("plan", "--global-batch", "1024", "--lr-ref-batch", "256", "--lr", "0.001",
                               "--optimizer", "adamw", "--adam-sqrt-adjust", "--json", check=True).stdout)
         self.assertEqual(adam["lr_scaling"], "sqrt")
@@ -411,7 +425,8 @@ class TrainTest(CliTestCase):
         result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)
         self.assertIn("epoch 2/2 update 4/4", result.stderr)
         self.assertNotIn("\r", result.stderr)
-        self.assertIn("lr 0.05 @ 128 -> 0.05 @ 128 (linear; auto for sgd)", result.stderr)
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.0353553 @ 128 (sqrt; auto for sgd)",
+                      result.stderr)
         # Each line carries its elapsed time (Slurm logs have no clock of their own).
         self.assertRegex(result.stderr, r"epoch 2/2 update 4/4 loss [\d.]+ .* elapsed \d+s ETA")
         # The start line says the optimizer in full, Nesterov's default included (issue 20).

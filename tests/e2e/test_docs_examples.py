@@ -129,7 +129,7 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertRegex(result.stderr, r"automatic batch: 32 -> 64\b.*replay it with --global-batch-schedule")
 
     def test_the_other_commands_run_as_written(self):
-        """verify, fit --json and the sweep (listed by --dry-run: 48 cells of 20 epochs are an
+        """verify, fit --json, lr-find and the sweep (listed by --dry-run: 48 cells of 20 epochs are an
         evening's work) exactly as the README gives them; evaluate and predict run on the
         TorchScript run they name, in YourModelDocTest."""
         by_command = {}
@@ -152,7 +152,13 @@ class ReadmeExamplesTest(DocTestCase):
         self.assertEqual(len([line for line in result.stdout.splitlines() if line.startswith("gb")]), 48)
         self.assertIn("(dry run: nothing was trained or written)", result.stdout)
         self.assertEqual(os.listdir(self.dir), [])
-
+        # lr-find writes a run of its own (runs/lr-find-<time>): after the sweep's empty check.
+        lr_find = by_command["lr-find"][0]  # the README's, which docs/reference.md repeats
+        self.assertTrue(all(words == lr_find for words in by_command["lr-find"]))
+        result = run(*lr_find[1:], cwd=self.dir)
+        self.assertEqual(result.returncode, 0, " ".join(lr_find) + "\n" + result.stderr)
+        self.assertRegex(result.stdout, r"train with it: bigbatch train --model mlp --global-batch 1024 --micro-batch 64 "
+                                        r"--lr [\d.e-]+ \(taken as tuned at this global batch")
 
     def test_the_recipe_for_your_own_arrays_runs_as_written(self):
         write_arrays(self.dir)

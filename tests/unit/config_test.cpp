@@ -42,7 +42,7 @@ TEST_F(ConfigFileTest, KeysMirrorTheFlags) {
   EXPECT_EQ(config.model, "mlp");
   EXPECT_EQ(config.global_batch, 1024);
   EXPECT_EQ(config.micro_batch, 64);
-  EXPECT_DOUBLE_EQ(config.lr, 0.05);
+  EXPECT_EQ(config.lr, 0.05);
   EXPECT_EQ(config.lr_scaling, LrScaling::Linear);
   EXPECT_EQ(config.warmup.to_string(), "2e");
   EXPECT_EQ(config.hidden, (std::vector<int64_t>{128, 64}));
@@ -67,7 +67,7 @@ TEST_F(ConfigFileTest, ValuesOfAnotherTypeAreRefusedNotCoerced) {
   write("lr = 1\nglobal-batch = 'auto'\neval-every = '500u'\nhidden = 64\nno-shuffle = true\n");
   TrainConfig config;
   load_toml_config(config, path_);
-  EXPECT_DOUBLE_EQ(config.lr, 1.0);
+  EXPECT_EQ(config.lr, 1.0);
   EXPECT_TRUE(config.global_batch_auto);
   EXPECT_EQ(config.hidden, (std::vector<int64_t>{64}));
   EXPECT_FALSE(config.shuffle);
@@ -252,16 +252,21 @@ TEST(ResolvedRun, ScheduleLengthDecaysOverItsOwnLengthThenHolds) {
   EXPECT_THROW(config.validate(), Error);
 }
 
-TEST(ResolvedRun, AutoScalingIsLinearForSgdAndSqrtForAdamw) {
+TEST(ResolvedRun, AutoScalingIsSqrtAndLinearForLars) {
   TrainConfig config;
   config.global_batch = 1024;
   config.lr_ref_batch = 256;
   config.lr = 0.1;
   ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.schedule.config().scaling, LrScaling::Sqrt);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.2);
+  EXPECT_NE(run.schedule.describe_scaling().find("sqrt; auto for sgd"), std::string::npos);
+  EXPECT_FALSE(run.adam.has_value());
+  config.optimizer = OptimizerKind::Lars;
+  run = resolve_run(config, 60000, 1);
   EXPECT_EQ(run.schedule.config().scaling, LrScaling::Linear);
   EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.4);
-  EXPECT_NE(run.schedule.describe_scaling().find("linear; auto for sgd"), std::string::npos);
-  EXPECT_FALSE(run.adam.has_value());
+  EXPECT_TRUE(run.schedule.warnings().empty());  // LARS's own rule
 
   config.optimizer = OptimizerKind::AdamW;
   config.lr = 1e-3;
@@ -278,6 +283,63 @@ TEST(ResolvedRun, AutoScalingIsLinearForSgdAndSqrtForAdamw) {
   EXPECT_THROW(resolve_run(config, 60000, 1), Error);
   config.optimizer = OptimizerKind::Sgd;  // and to Adam
   EXPECT_THROW(config.validate(), Error);
+}
+
+TEST(ResolvedRun, TheDefaultRateCarriesTheBatchItWasTunedAt) {
+  // Unset: 0.05 tuned at 256, scaled to the run's batch and said so; a given rate is taken as
+  // tuned at the run's batch (nothing scaled), and --lr-ref-batch names another.
+  TrainConfig config;
+  config.global_batch = 1024;
+  ResolvedRun run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.schedule.config().reference_batch, 256);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.1);
+  EXPECT_EQ(run.schedule.describe_scaling(),
+            "lr 0.05 @ 256 (the default rate's batch) -> 0.1 @ 1024 (sqrt; auto for sgd)");
+  config.global_batch = 256;
+  EXPECT_DOUBLE_EQ(resolve_run(config, 60000, 1).schedule.peak_lr(), 0.05);
+  config.global_batch = 1024;
+  config.lr = 0.05;
+  run = resolve_run(config, 60000, 1);
+  EXPECT_EQ(run.schedule.config().reference_batch, 1024);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.05);
+  EXPECT_NE(run.schedule.describe_scaling().find("@ 1024 (--lr taken as tuned at this batch"),
+            std::string::npos);
+  config.lr_ref_batch = 64;
+  run = resolve_run(config, 60000, 1);
+  EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.2);
+  EXPECT_EQ(run.schedule.describe_scaling(), "lr 0.05 @ 64 -> 0.2 @ 1024 (sqrt; auto for sgd)");
+  // Written out, the default names itself: a rerun of config.toml trains at the same rate.
+  TrainConfig unset;
+  unset.resolve_default_rate();
+  EXPECT_EQ(unset.lr, 0.05);
+  EXPECT_EQ(unset.lr_ref_batch, 256);
+}
+
+TEST(ResolvedRun, ScalingPastWhatHeldHereIsWarned) {
+  TrainConfig config;
+  config.lr = 0.05;
+  config.lr_ref_batch = 256;
+  config.global_batch = 512;  // 2x: both rules held
+  config.lr_scaling = LrScaling::Linear;
+  EXPECT_TRUE(resolve_run(config, 60000, 1).schedule.warnings().empty());
+  config.global_batch = 1024;  // 4x: linear diverged for the cnn
+  auto warnings = resolve_run(config, 60000, 1).schedule.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("the linear rule takes the rate 0.05 @ 256 to 0.2 @ 1024 (4x the "
+                             "batch): from the default job's rate it diverged at 4x"),
+            std::string::npos)
+      << warnings[0];
+  config.lr_scaling = LrScaling::Sqrt;
+  EXPECT_TRUE(resolve_run(config, 60000, 1).schedule.warnings().empty());
+  config.global_batch = 4096;  // 16x: past what any rule held
+  warnings = resolve_run(config, 60000, 1).schedule.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(
+      warnings[0].find("the sqrt rule takes the rate 0.05 @ 256 to 0.2 @ 4096 (16x the "
+                       "batch): past 4x no rule beat the unscaled rate for the built-in image "
+                       "models with SGD"),
+      std::string::npos)
+      << warnings[0];
 }
 
 TEST(ResolvedRun, MaxUpdatesBoundsTheRun) {
@@ -316,6 +378,7 @@ TEST(ResolvedRun, AdaScaleNamesWhatItNeeds) {
   config.global_batch = 1024;
   config.micro_batch = 128;
   config.lr_scaling = LrScaling::AdaScale;
+  config.lr = 0.05;  // a rate given (the default one carries its batch, 256)
   const auto message = [&] {
     try {
       resolve_run(config, 60000, 1);

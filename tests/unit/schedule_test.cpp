@@ -102,6 +102,7 @@ TEST(LrSchedule, StepDecayAtMilestones) {
 TEST(LrSchedule, AdvisesWarmupPastTenTwentyFourWithTheLinearRule) {
   LrScheduleConfig c = base(0.1, ScheduleKind::Constant, 0, 100);
   c.scaling = LrScaling::Linear;
+  c.layer_wise_trust = true;  // LARS: the linear rule is its own, only the warmup is advised
   c.reference_batch = 256;
   c.global_batch = 2048;
   ASSERT_EQ(LrSchedule(c).warnings().size(), 1u);
@@ -154,8 +155,8 @@ TEST(LrSchedule, RejectsImpossibleSettings) {
 }
 
 TEST(LrSchedule, AutoRulePerOptimizer) {
-  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*adaptive_optimizer=*/false), LrScaling::Linear);
-  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*adaptive_optimizer=*/true), LrScaling::Sqrt);
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*layer_wise_trust=*/true), LrScaling::Linear);
+  EXPECT_EQ(resolve_lr_scaling(LrScaling::Auto, /*layer_wise_trust=*/false), LrScaling::Sqrt);
   EXPECT_EQ(resolve_lr_scaling(LrScaling::None, true), LrScaling::None);
   EXPECT_EQ(resolve_lr_scaling(LrScaling::Linear, true), LrScaling::Linear);
 }

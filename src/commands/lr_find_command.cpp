@@ -1,0 +1,177 @@
+#include "commands/lr_find_command.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "config/option_table.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "dist/environment.h"
+#include "report/lr_range.h"
+#include "report/run_records.h"
+#include "report/svg_chart.h"
+#include "train/trainer.h"
+#include "train/training_run.h"
+
+namespace bigbatch {
+
+namespace {
+
+// The flags the test sets itself: one given is refused rather than silently replaced.
+void check_owned_flags(const TrainConfig& config, const LrFindOptions& options) {
+  const TrainConfig defaults;
+  const std::string hint =
+      "the range test sets the rate itself: give its range with --lr-min "
+      "and --lr-max, and its length with --updates";
+  auto refuse_if = [&](bool given, const std::string& flag) {
+    check_config(!given, "bigbatch lr-find does not take " + flag, hint);
+  };
+  refuse_if(config.lr.has_value(), "--lr");
+  refuse_if(config.lr_ref_batch.has_value(), "--lr-ref-batch");
+  refuse_if(config.lr_scaling != defaults.lr_scaling, "--lr-scaling");
+  refuse_if(config.warmup.to_string() != defaults.warmup.to_string(), "--warmup");
+  refuse_if(config.schedule != defaults.schedule, "--schedule");
+  refuse_if(config.schedule_length.has_value(), "--schedule-length");
+  refuse_if(config.max_updates.has_value(), "--max-updates");
+  check_config(config.resume.empty(), "bigbatch lr-find starts a run of its own; it resumes none",
+               "drop --resume");
+  check_config(!config.global_batch_auto && config.global_batch_schedule.empty(),
+               "bigbatch lr-find tests one global batch; a growing batch has a rate per batch",
+               "give the batch to test with --global-batch N");
+  check_config(std::isfinite(options.lr_min) && std::isfinite(options.lr_max) &&
+                   options.lr_min > 0 && options.lr_min < options.lr_max,
+               "--lr-min and --lr-max must be positive with --lr-min below --lr-max, got " +
+                   format_significant(options.lr_min) + " and " +
+                   format_significant(options.lr_max),
+               "e.g. --lr-min 1e-6 --lr-max 1");
+  check_config(options.updates >= int64_t(kMinLrRangePoints) && options.updates <= 100000,
+               "--updates must be from " + std::to_string(kMinLrRangePoints) + " to 100000, got " +
+                   std::to_string(options.updates),
+               "e.g. --updates 100");
+  const auto launched = read_dist_environment(process_environment);
+  check_config(!launched || launched->world_size == 1,
+               "bigbatch lr-find runs in one process (this is rank " +
+                   std::to_string(launched ? launched->rank : 0) + " of " +
+                   std::to_string(launched ? launched->world_size : 1) + ")",
+               "run it without a launcher: one process with the same global batch accumulates "
+               "the same mean gradient, so the curve is the same");
+}
+
+std::string chart_page(const LrRangeReading& reading, const std::vector<LrRangePoint>& raw,
+                       const std::string& title) {
+  LineChart chart;
+  chart.title = "training loss against the learning rate";
+  chart.x_label = "learning rate";
+  chart.y_label = "loss";
+  chart.log_x = true;
+  // Past divergence the loss dwarfs the curve: the measured points shown stop at 1.5x the
+  // highest smoothed loss before it.
+  double ceiling = 0;
+  for (size_t i = 0; i < reading.end; ++i)
+    ceiling = std::max(ceiling, 1.5 * reading.smoothed[i].loss);
+  ChartSeries measured{"loss", chart_colour(0), {}};
+  for (const LrRangePoint& p : raw) {
+    if (p.loss <= ceiling)
+      measured.points.push_back({p.lr, p.loss});
+  }
+  ChartSeries smooth{"smoothed", chart_colour(1), {}};
+  for (size_t i = 0; i < reading.end; ++i)
+    smooth.points.push_back({reading.smoothed[i].lr, reading.smoothed[i].loss});
+  chart.series = {measured, smooth};
+  chart.x_markers = {{reading.suggested_lr, "suggested " + chart_number(reading.suggested_lr)},
+                     {reading.smoothed[reading.lowest].lr, "lowest loss"}};
+  std::string page = html_page_start(title) + "<h1>" + xml_escape(title) + "</h1>\n" +
+                     render_svg(chart) + "\n</body></html>\n";
+  return page;
+}
+
+}  // namespace
+
+LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options) {
+  given.validate();
+  check_owned_flags(given, options);
+  TrainConfig config = given;
+  config.lr = options.lr_max;  // taken as tuned at the run's own batch: nothing is scaled
+  config.lr_scaling = LrScaling::None;
+  config.schedule = ScheduleKind::RangeTest;
+  config.min_lr_factor = options.lr_min / options.lr_max;
+  config.max_updates = options.updates;
+  config.epochs = options.updates;  // every epoch has an update: --updates ends the run
+  if (config.out.empty())
+    config.out = default_run_directory("lr-find-");
+
+  LrFindReport report;
+  report.run_dir = config.out;
+  bool diverged_run = false;
+  try {
+    run_training(config);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Diverged)
+      throw;
+    diverged_run = true;  // the guard stopped it: the curve so far is the test's
+  }
+
+  const RunRecords records = read_run_records(config.out + "/metrics.jsonl");
+  std::vector<LrRangePoint> points;
+  for (const nlohmann::json& update : records.updates) {
+    if (update.contains("lr") && update.contains("loss") && update["loss"].is_number())
+      points.push_back({update["lr"].get<double>(), update["loss"].get<double>()});
+  }
+  const LrRangeReading reading = read_lr_range(points);
+  const nlohmann::json& first = records.updates.front();
+  const int64_t global_batch = first.value("global_batch", int64_t{0});
+  const int64_t micro_batch = first.value("micro_batch", int64_t{0});
+  // Where it diverged: the smoothed loss's stop, or where the guard stopped the run (its
+  // skipped updates' losses rise too fast for the average to reach 4x before it).
+  const bool diverged = reading.diverged || diverged_run;
+  const double diverged_lr = reading.diverged ? reading.smoothed[reading.end].lr
+                             : diverged_run   ? points.back().lr
+                                              : 0.0;
+
+  nlohmann::json points_json = nlohmann::json::array();
+  for (size_t i = 0; i < reading.smoothed.size(); ++i)
+    points_json.push_back(
+        {{"lr", reading.smoothed[i].lr}, {"smoothed_loss", reading.smoothed[i].loss}});
+  const nlohmann::json json = {
+      {"global_batch", global_batch},
+      {"micro_batch", micro_batch},
+      {"lr_min", options.lr_min},
+      {"lr_max", options.lr_max},
+      {"updates", points.size()},
+      {"suggested_lr", reading.suggested_lr},
+      {"rule", "steepest descent of the smoothed loss against log(lr)"},
+      {"lowest_loss_lr", reading.smoothed[reading.lowest].lr},
+      {"lowest_loss_lr_over_10", reading.lowest_lr_over_10},
+      {"diverged", diverged},
+      {"diverged_lr", diverged ? nlohmann::json(diverged_lr) : nlohmann::json(nullptr)},
+      {"smoothed", points_json}};
+  report.json = json.dump(2);
+  atomic_write_file(config.out + "/lr_find.json", report.json + "\n");
+  const std::string title = "lr-find: " + std::to_string(points.size()) +
+                            " updates at global batch " + std::to_string(global_batch);
+  atomic_write_file(config.out + "/lr_find.html", chart_page(reading, points, title));
+
+  const std::string given_flags =
+      flags_set_in(given, {"out", "progress"});  // the test's own run directory
+  report.text =
+      "lr-find: " + std::to_string(points.size()) + " updates at global batch " +
+      std::to_string(global_batch) + " (micro-batch " + std::to_string(micro_batch) +
+      "), the rate rising from " + format_significant(options.lr_min) + " to " +
+      format_significant(options.lr_max) + "\nthe smoothed loss fell fastest at lr " +
+      format_significant(reading.suggested_lr, 3) + " and was lowest at " +
+      format_significant(reading.smoothed[reading.lowest].lr, 3) +
+      (diverged ? "; it diverged past " + format_significant(diverged_lr, 3)
+                : std::string("; it did not diverge below --lr-max")) +
+      "\nsuggested: --lr " + format_significant(reading.suggested_lr, 2) +
+      " (the steepest descent, as Lightning's lr_find; fastai's lowest-loss rate / 10: " +
+      format_significant(reading.lowest_lr_over_10, 2) + ")\ntrain with it: bigbatch train" +
+      given_flags + " --lr " + format_significant(reading.suggested_lr, 2) +
+      " (taken as tuned at this global batch; add --lr-ref-batch " + std::to_string(global_batch) +
+      " to scale it to another)\nreport: " + config.out + "/lr_find.html\n";
+  return report;
+}
+
+}  // namespace bigbatch
