@@ -62,7 +62,7 @@ class SweepCommand final : public Subcommand {
     app()
         .add_option("--lr-scaling", lr_scalings_,
                     "LR rules to compare, e.g. none,linear,sqrt (default auto, as train's: "
-                    "linear for sgd, sqrt for adamw)")
+                    "sqrt, linear for lars)")
         ->type_name("LIST");
     app()
         .add_option("--warmup", warmups_, "warmups to compare, e.g. 0u,2e (default 0u)")

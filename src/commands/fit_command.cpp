@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "batching/batch_plan.h"
 #include "config/option_table.h"
 #include "console/progress.h"
 #include "core/error.h"
@@ -69,19 +70,22 @@ FitReport run_fit(const TrainConfig& config, int64_t world_size) {
   FitReport report;
   report.max_micro_batch = fit.max_micro_batch;
   report.json = fit.to_json().dump(2);
-  const std::string budget_source =
-      config.memory_budget > 0 ? "" : device.is_cuda() ? ", the device's free memory"
-                                                        : ", the memory available now";
+  const std::string budget_source = config.memory_budget > 0 ? ""
+                                    : device.is_cuda()       ? ", the device's free memory"
+                                                             : ", the memory available now";
   report.text = config.model + " with " + to_string(config.optimizer) + " on " +
                 describe_device(device) + ", budget " + human_bytes(double(fit.budget_bytes)) +
                 budget_source + " (usable " + human_bytes(double(fit.usable_bytes)) +
                 " after the " + format_double(100 * config.fit_margin) + "% margin), " +
                 std::to_string(torch::get_num_threads()) + " thread(s)\n";
-  if (cap == useful) {
-    const int64_t global = useful * world_size;
+  if (cap == useful && config.global_batch_auto) {
+    report.text += "searched up to micro-batch " + std::to_string(cap) +
+                   ": the automatic batch starts at the micro-batch (at most --max-global-batch, "
+                   "or the default 256, per rank)\n";
+  } else if (cap == useful) {
     report.text += "searched up to micro-batch " + std::to_string(cap) + ": " +
                    (world_size > 1 ? "a rank's share of " : std::string()) + "the global batch " +
-                   std::to_string(global) +
+                   std::to_string(config.global_batch.value_or(kDefaultGlobalBatchSize)) +
                    (config.global_batch ? "" : " (the default; --global-batch searches further)") +
                    "\n";
   }
@@ -110,19 +114,18 @@ FitReport run_fit(const TrainConfig& config, int64_t world_size) {
                    ")";
     if (config.micro_batch_tokens > 0 && fit.probe_row_tokens > 0) {
       // Micro-batches cut by tokens: the fitting rows of the longest length, as a token bound.
-      report.text += "\ntrain with it: bigbatch train" + given +
-                     " --global-batch " + global_flag + " --micro-batch-tokens " +
+      report.text += "\ntrain with it: bigbatch train" + given + " --global-batch " + global_flag +
+                     " --micro-batch-tokens " +
                      std::to_string(fit.fastest_micro_batch * fit.probe_row_tokens) + " (" +
                      std::to_string(fit.fastest_micro_batch) + " of the longest rows, " +
                      std::to_string(fit.probe_row_tokens) + " tokens each)\n";
     } else {
-      report.text += "\ntrain with it: bigbatch train" + given +
-                     " --global-batch " + global_flag + " --micro-batch " + std::to_string(fit.fastest_micro_batch) +
-                     " (or --micro-batch auto" +
-                     (config.memory_budget > 0
-                          ? " --memory-budget " + exact_byte_size(fit.budget_bytes)
-                          : std::string()) +
-                     ")\n";
+      report.text +=
+          "\ntrain with it: bigbatch train" + given + " --global-batch " + global_flag +
+          " --micro-batch " + std::to_string(fit.fastest_micro_batch) + " (or --micro-batch auto" +
+          (config.memory_budget > 0 ? " --memory-budget " + exact_byte_size(fit.budget_bytes)
+                                    : std::string()) +
+          ")\n";
     }
   }
   return report;

@@ -36,6 +36,8 @@ void check_owned_flags(const TrainConfig& config, const LrFindOptions& options) 
   refuse_if(config.schedule != defaults.schedule, "--schedule");
   refuse_if(config.schedule_length.has_value(), "--schedule-length");
   refuse_if(config.max_updates.has_value(), "--max-updates");
+  refuse_if(config.min_lr_factor != defaults.min_lr_factor, "--min-lr-factor");
+  refuse_if(config.adam_sqrt_adjust, "--adam-sqrt-adjust");
   check_config(config.resume.empty(), "bigbatch lr-find starts a run of its own; it resumes none",
                "drop --resume");
   check_config(!config.global_batch_auto && config.global_batch_schedule.empty(),
@@ -99,7 +101,9 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options)
   config.schedule = ScheduleKind::RangeTest;
   config.min_lr_factor = options.lr_min / options.lr_max;
   config.max_updates = options.updates;
-  config.epochs = options.updates;  // every epoch has an update: --updates ends the run
+  // Every epoch has an update, so --updates ends the run; a given --epochs is the training's,
+  // carried into the train command printed at the end.
+  config.epochs = options.updates;
   if (config.out.empty())
     config.out = default_run_directory("lr-find-");
 

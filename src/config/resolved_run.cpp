@@ -19,9 +19,8 @@ LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const 
   s.reference_note = config.lr_reference_note();
   s.global_batch = global_batch;
   s.layer_wise_trust = config.optimizer == OptimizerKind::Lars;
+  s.plain_sgd = config.optimizer == OptimizerKind::Sgd;
   s.scaling = resolve_lr_scaling(config.lr_scaling, s.layer_wise_trust);
-  if (config.lr_scaling == LrScaling::Auto)
-    s.scaling_note = std::string("auto for ") + to_string(config.optimizer);
   s.warmup_updates = config.warmup.to_updates(plan, epoch);
   s.warmup_start_factor = config.warmup_start_factor;
   s.kind = config.schedule;
@@ -53,10 +52,12 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
   }
   const int64_t reference = config.lr_reference(plan.global_batch_size);
   if (reference <= 0 || reference > dataset_size) {
-    throw Error(ErrorKind::Config,
-                "--lr-ref-batch " + std::to_string(reference) + " must be between 1 and the " +
-                    "dataset's " + std::to_string(dataset_size) + " samples",
-                "pass the batch size the base --lr was tuned at");
+    throw Error(
+        ErrorKind::Config,
+        (config.lr_ref_batch ? "--lr-ref-batch " + std::to_string(reference)
+                             : "the default rate's batch, " + std::to_string(reference) + ",") +
+            " must be between 1 and the dataset's " + std::to_string(dataset_size) + " samples",
+        "pass --lr and --lr-ref-batch: the rate and the batch it was tuned at");
   }
   if (!config.noise_scale || plan.accumulation_steps * plan.world_size < 2) {
     throw Error(ErrorKind::Config,

@@ -24,6 +24,14 @@ std::string escape_line_breaks(const std::string& text) {
 }  // namespace
 
 void TrainConfig::complete_older_run() {
+  // A run's config.toml names the rule it resolved to; `auto` there is an older run's, whose
+  // auto meant linear for SGD and LARS, the square root for AdamW and LAMB. Resumed with that
+  // rule, it continues at the rates it trained at.
+  if (lr_scaling == LrScaling::Auto) {
+    lr_scaling = optimizer == OptimizerKind::AdamW || optimizer == OptimizerKind::Lamb
+                     ? LrScaling::Sqrt
+                     : LrScaling::Linear;
+  }
   const bool idx = !is_sequence_dataset() && !is_npy_dataset() && !is_custom(dataset);
   if (idx && pixel_std == 0) {
     pixel_mean = kFashionMnistPixelMean;
@@ -355,12 +363,16 @@ void TrainConfig::validate() const {
 }
 
 std::string TrainConfig::lr_reference_note() const {
-  if (lr_ref_batch)
-    return "";
   if (schedule == ScheduleKind::RangeTest)
     return "the range test's rates, at this batch";
-  return lr ? "--lr taken as tuned at this batch; --lr-ref-batch B scales it from B"
-            : "the default rate's batch";
+  // The default rate, left unset or written out by a run's config.toml: said alike, so that
+  // plan --config RUN/config.toml prints the run's plan.txt to the byte.
+  if (base_lr() == kDefaultLr &&
+      lr_ref_batch.value_or(lr ? 0 : kDefaultLrRefBatch) == kDefaultLrRefBatch)
+    return "the default rate's batch";
+  if (!lr_ref_batch && lr)
+    return "--lr taken as tuned at this batch; --lr-ref-batch B scales it from B";
+  return "";
 }
 
 BatchRequest TrainConfig::batch_request(int64_t world_size) const {

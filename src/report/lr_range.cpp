@@ -35,12 +35,19 @@ LrRangeReading read_lr_range(const std::vector<LrRangePoint>& points) {
   reading.end = curve.size();
   double lowest_so_far = curve[0].loss;
   for (size_t i = 1; i < curve.size(); ++i) {
-    if (curve[i].loss > kDivergedFactor * lowest_so_far) {
+    // A loss that reaches zero or below (a module's own) has no "4x the lowest" to pass.
+    if (lowest_so_far > 0 && curve[i].loss > kDivergedFactor * lowest_so_far) {
       reading.end = i;
       reading.diverged = true;
       break;
     }
     lowest_so_far = std::min(lowest_so_far, curve[i].loss);
+  }
+  if (reading.end < kMinLrRangePoints) {
+    throw Error(ErrorKind::Data,
+                "the range test's loss diverged after " + std::to_string(reading.end) +
+                    " update(s); reading it takes at least " + std::to_string(kMinLrRangePoints),
+                "start from a lower rate (--lr-min), or run more updates (--updates)");
   }
   reading.lowest = 0;
   for (size_t i = 1; i < reading.end; ++i) {

@@ -171,13 +171,12 @@ std::string LrSchedule::describe_scaling() const {
            std::to_string(config_.reference_batch) + " x AdaScale gain in [1, " +
            format_significant(double(config_.global_batch) / double(config_.reference_batch)) +
            "] @ " + std::to_string(config_.global_batch) + " (schedule in scale-invariant updates" +
-           (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
+           ")";
   }
   return "lr " + format_double(config_.base_lr) + " @ " + std::to_string(config_.reference_batch) +
          (config_.reference_note.empty() ? std::string() : " (" + config_.reference_note + ")") +
          " -> " + format_significant(peak_lr_) + " @ " + std::to_string(config_.global_batch) +
-         " (" + to_string(config_.scaling) +
-         (config_.scaling_note.empty() ? std::string() : "; " + config_.scaling_note) + ")";
+         " (" + to_string(config_.scaling) + ")";
 }
 
 std::vector<std::string> LrSchedule::warnings() const {
@@ -207,14 +206,14 @@ std::vector<std::string> LrSchedule::warnings() const {
       "the rate " + format_significant(config_.base_lr) + " @ " +
       std::to_string(config_.reference_batch) + " to " + format_significant(peak_lr_) + " @ " +
       std::to_string(config_.global_batch) + " (" + format_significant(factor, 3) + "x the batch)";
-  if (config_.scaling == LrScaling::Linear && !config_.layer_wise_trust && factor > 2) {
+  if (config_.scaling == LrScaling::Linear && config_.plain_sgd && factor > 2) {
     out.push_back("the linear rule takes " + scaled +
                   ": from the default job's rate it diverged at 4x for the built-in cnn, where "
                   "the square-root rule held (docs/benchmarks.md, learning-rate limits). Use "
                   "--lr-scaling sqrt unless the linear rule is known to hold this far, or "
                   "measure a rate at this batch with bigbatch lr-find");
   } else if ((config_.scaling == LrScaling::Linear || config_.scaling == LrScaling::Sqrt) &&
-             !config_.layer_wise_trust && factor > 4) {  // LARS was not measured here
+             config_.plain_sgd && factor > 4) {
     out.push_back("the " + std::string(to_string(config_.scaling)) + " rule takes " + scaled +
                   ": past 4x no rule beat the unscaled rate for the built-in image models with "
                   "SGD here (the square-root rule diverged at 16x for the cnn; docs/benchmarks.md, "

@@ -23,10 +23,10 @@
 namespace bigbatch {
 
 // Auto is a configuration value only: resolved per optimizer (resolve_lr_scaling) before a
-// schedule is built — linear for SGD (Goyal et al. 2017), square root for Adam-type optimizers
-// (Malladi et al. 2022). AdaScale is no fixed rule: the rate stays the reference batch's and
-// each update multiplies it by a measured gain (schedule/adascale.h), so the schedule's
-// updates are counted at the reference batch.
+// schedule is built — linear for LARS, the square root for the others (what held for SGD here;
+// Malladi et al. 2022 for Adam-type optimizers). AdaScale is no fixed rule: the rate stays the
+// reference batch's and each update multiplies it by a measured gain (schedule/adascale.h), so the
+// schedule's updates are counted at the reference batch.
 enum class LrScaling { None, Linear, Sqrt, Auto, AdaScale };
 // RangeTest is `bigbatch lr-find`'s: the rate rises exponentially over the run, from peak x
 // min_lr_factor at the first update to the peak at the last (no warmup).
@@ -69,11 +69,12 @@ struct LrScheduleConfig {
   int64_t reference_batch = 0;  // 0: the global batch, i.e. no scaling
   int64_t global_batch = 1;
   LrScaling scaling = LrScaling::None;
-  std::string scaling_note;  // why this rule, e.g. "auto for sgd" (shown by describe_scaling)
   // Where the reference batch came from, e.g. "the default rate's batch" (describe_scaling).
   std::string reference_note;
-  // LARS: a layer-wise trust ratio bounds each step, so the linear rule is its own (no warning).
+  // LARS: a layer-wise trust ratio bounds each step, so the linear rule is its own.
   bool layer_wise_trust = false;
+  // Plain SGD, the optimizer the rules' limits were measured with (warnings() says them).
+  bool plain_sgd = false;
   int64_t warmup_updates = 0;
   double warmup_start_factor = 0.0;
   ScheduleKind kind = ScheduleKind::Constant;

@@ -188,7 +188,8 @@ FitResult fit_micro_batch(const ModelFactory& make_model, const OptimizerSetting
   if (best) {
     // Equally fast: within the fastest's own spread, and at least 3%. The largest of them is
     // named (fewer micro-steps per update); the others are listed.
-    const double noise = std::max(0.03, best->spread());
+    // At most 10%: one noisy round must not make a much slower size "as fast".
+    const double noise = std::clamp(best->spread(), 0.03, 0.10);
     std::vector<int64_t> tied;
     for (const auto& [micro, row] : probes) {
       if (row.fits && row.samples_per_s >= (1.0 - noise) * best->samples_per_s)

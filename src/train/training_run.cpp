@@ -981,7 +981,11 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   ResolvedRun resolved =
       resolve_run(resolved_config, data.train.size(), job.world_size, items_per_sample(data.train));
   measure_token_cut(resolved, resolved_config, data.train);
-  resolved_config.resolve_default_rate();  // config.toml names the rate and its batch
+  // config.toml names the rate, its batch and the rule auto resolved to: a rerun or a resume
+  // trains at the same rates whatever later versions make of the defaults.
+  resolved_config.resolve_default_rate();
+  if (resolved_config.lr_scaling == LrScaling::Auto)
+    resolved_config.lr_scaling = resolved.schedule.config().scaling;
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
   r.schedule = make_run_schedule(r.resolved);
   r.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);

@@ -52,6 +52,18 @@ class PlanTest(CliTestCase):
         self.assertIn("plan: --threads does not change the plan (ignored)", same.stderr)
         self.assertNotIn("--seed does not change", run("plan", "--seed", "3").stderr)
         self.assert_one_line_error(run("plan", "--resume", out), "usage", "plan --config RUN/config.toml")
+        # The default rate, scaled to 512, which config.toml writes out with its batch and rule.
+        scaled = self.path("scaled")
+        flags = ["--model", "mlp", "--hidden", "32", "--train-subset", "3000", "--global-batch", "512",
+                 "--max-updates", "1"]
+        run("train", *flags, "--out", scaled, "--progress", "off", check=True)
+        with open(os.path.join(scaled, "plan.txt")) as f:
+            written = f.read()
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.0707107 @ 512 (sqrt)", written)
+        self.assertEqual(run("plan", *flags, check=True).stdout, written)
+        self.assertEqual(run("plan", "--config", os.path.join(scaled, "config.toml"), check=True).stdout, written)
+        toml = open(os.path.join(scaled, "config.toml")).read()
+        self.assertIn("lr = 0.05\nlr-ref-batch = 256\nlr-scaling = 'sqrt'\n", toml)
 
     def test_json(self):
         out = run("plan", "--dataset-size", "1000", "--micro-batch", "10", "--accum-steps", "5", "--json",
@@ -191,7 +203,7 @@ class TrainTest(CliTestCase):
         # The default rate carries the batch it was tuned at (issue 35): 16x the batch is
         # scaled, and warned as past what the rules held here.
         default = run("plan", "--global-batch", "4096", "--micro-batch", "64", check=True)
-        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.2 @ 4096 (sqrt; auto for sgd)", default.stdout)
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.2 @ 4096 (sqrt)", default.stdout)
         self.assertIn("past 4x no rule beat the unscaled rate for the built-in image models with SGD here",
                       default.stdout + default.stderr)
         scaled = run("train", *SMALL, "--global-batch", "2048", "--lr-ref-batch", "64", "--lr-scaling",
@@ -200,7 +212,7 @@ class TrainTest(CliTestCase):
         # A scaled rate is shown to the digits that matter (it was 0.05656854249492381).
         rooted = run("plan", "--global-batch", "512", "--lr-ref-batch", "256", "--lr-scaling", "sqrt",
                      check=True)
-        self.assertIn("lr 0.05 @ 256 -> 0.0707107 @ 512 (sqrt)", rooted.stdout)
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.0707107 @ 512 (sqrt)", rooted.stdout)
 
     def test_small_run_writes_every_file(self):
         out = self.path("run")
@@ -425,7 +437,7 @@ class TrainTest(CliTestCase):
         result = run("train", *SMALL[:-2], "--progress", "lines", "--out", self.path("p"), check=True)
         self.assertIn("epoch 2/2 update 4/4", result.stderr)
         self.assertNotIn("\r", result.stderr)
-        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.0353553 @ 128 (sqrt; auto for sgd)",
+        self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.0353553 @ 128 (sqrt)",
                       result.stderr)
         # Each line carries its elapsed time (Slurm logs have no clock of their own).
         self.assertRegex(result.stderr, r"epoch 2/2 update 4/4 loss [\d.]+ .* elapsed \d+s ETA")

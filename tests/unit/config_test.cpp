@@ -260,7 +260,7 @@ TEST(ResolvedRun, AutoScalingIsSqrtAndLinearForLars) {
   ResolvedRun run = resolve_run(config, 60000, 1);
   EXPECT_EQ(run.schedule.config().scaling, LrScaling::Sqrt);
   EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.2);
-  EXPECT_NE(run.schedule.describe_scaling().find("sqrt; auto for sgd"), std::string::npos);
+  EXPECT_NE(run.schedule.describe_scaling().find("(sqrt)"), std::string::npos);
   EXPECT_FALSE(run.adam.has_value());
   config.optimizer = OptimizerKind::Lars;
   run = resolve_run(config, 60000, 1);
@@ -294,7 +294,7 @@ TEST(ResolvedRun, TheDefaultRateCarriesTheBatchItWasTunedAt) {
   EXPECT_EQ(run.schedule.config().reference_batch, 256);
   EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.1);
   EXPECT_EQ(run.schedule.describe_scaling(),
-            "lr 0.05 @ 256 (the default rate's batch) -> 0.1 @ 1024 (sqrt; auto for sgd)");
+            "lr 0.05 @ 256 (the default rate's batch) -> 0.1 @ 1024 (sqrt)");
   config.global_batch = 256;
   EXPECT_DOUBLE_EQ(resolve_run(config, 60000, 1).schedule.peak_lr(), 0.05);
   config.global_batch = 1024;
@@ -307,12 +307,28 @@ TEST(ResolvedRun, TheDefaultRateCarriesTheBatchItWasTunedAt) {
   config.lr_ref_batch = 64;
   run = resolve_run(config, 60000, 1);
   EXPECT_DOUBLE_EQ(run.schedule.peak_lr(), 0.2);
-  EXPECT_EQ(run.schedule.describe_scaling(), "lr 0.05 @ 64 -> 0.2 @ 1024 (sqrt; auto for sgd)");
+  EXPECT_EQ(run.schedule.describe_scaling(), "lr 0.05 @ 64 -> 0.2 @ 1024 (sqrt)");
   // Written out, the default names itself: a rerun of config.toml trains at the same rate.
   TrainConfig unset;
   unset.resolve_default_rate();
   EXPECT_EQ(unset.lr, 0.05);
   EXPECT_EQ(unset.lr_ref_batch, 256);
+}
+
+TEST(ResolvedRun, AnOlderRunsAutoIsTheRuleItResolvedToThen) {
+  // config.toml now names the resolved rule; `auto` there is an older run's, whose auto was
+  // linear for SGD and LARS: resumed with it, the run keeps its rates.
+  TrainConfig older;
+  older.complete_older_run();
+  EXPECT_EQ(older.lr_scaling, LrScaling::Linear);
+  older.lr_scaling = LrScaling::Auto;
+  older.optimizer = OptimizerKind::AdamW;
+  older.complete_older_run();
+  EXPECT_EQ(older.lr_scaling, LrScaling::Sqrt);
+  TrainConfig given;
+  given.lr_scaling = LrScaling::None;
+  given.complete_older_run();
+  EXPECT_EQ(given.lr_scaling, LrScaling::None);
 }
 
 TEST(ResolvedRun, ScalingPastWhatHeldHereIsWarned) {
@@ -334,6 +350,10 @@ TEST(ResolvedRun, ScalingPastWhatHeldHereIsWarned) {
   config.global_batch = 4096;  // 16x: past what any rule held
   warnings = resolve_run(config, 60000, 1).schedule.warnings();
   ASSERT_EQ(warnings.size(), 1u);
+  // Measured with SGD: AdamW's rates are not judged by it.
+  config.optimizer = OptimizerKind::AdamW;
+  EXPECT_TRUE(resolve_run(config, 60000, 1).schedule.warnings().empty());
+  config.optimizer = OptimizerKind::Sgd;
   EXPECT_NE(
       warnings[0].find("the sqrt rule takes the rate 0.05 @ 256 to 0.2 @ 4096 (16x the "
                        "batch): past 4x no rule beat the unscaled rate for the built-in image "

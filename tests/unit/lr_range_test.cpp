@@ -64,5 +64,15 @@ TEST(LrRange, NonFiniteLossesAreLeftOutAndTooFewPointsAreAnError) {
   }
 }
 
+TEST(LrRange, ALossThatReachesZeroIsNotCalledDivergedAtOnce) {
+  // A module's own loss may reach 0 or go below: "4x the lowest" means nothing there.
+  std::vector<LrRangePoint> points;
+  for (int i = 0; i < 50; ++i)
+    points.push_back({std::pow(10.0, -6 + 0.1 * i), 1.0 - 0.05 * i});  // 1 down to -1.45
+  const LrRangeReading reading = read_lr_range(points);
+  EXPECT_FALSE(reading.diverged);
+  EXPECT_EQ(reading.end, 50u);
+}
+
 }  // namespace
 }  // namespace bigbatch
