@@ -218,8 +218,8 @@ class ScriptedForwardImpl : public torch::nn::Module {
       }
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in " + method + "() on inputs " +
-                      describe(inputs) + ": " + summary,
+                  "model '" + path_ + "' failed in " + method + "() on inputs " + describe(inputs) +
+                      ": " + summary,
                   "run the module on the same inputs in Python to see where");
     }
   }
@@ -417,8 +417,9 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
     const size_t loss_arguments = loss->function().getSchema().arguments().size();
     if (arguments.size() == 3) {
       throw Error(ErrorKind::Model,
-                  "model '" + path + "' computes its loss twice: in forward(inputs, targets) and "
-                  "in loss()",
+                  "model '" + path +
+                      "' computes its loss twice: in forward(inputs, targets) and "
+                      "in loss()",
                   "keep one: forward(inputs) -> logits with loss(outputs, targets), or "
                   "forward(inputs, targets) -> (loss_sum, item_count) (docs/your-model.md)");
     }

@@ -53,8 +53,8 @@ struct FitOptions {
 struct FitProbe {
   int64_t micro_batch = 0;
   bool fits = false;
-  int64_t peak_bytes = 0;    // tracked peak of the probe; 0 when it ran out of memory
-  double samples_per_s = 0;  // the median of the rounds; 0 when not measured
+  int64_t peak_bytes = 0;      // tracked peak of the probe; 0 when it ran out of memory
+  double samples_per_s = 0;    // the median of the rounds; 0 when not measured
   std::vector<double> rounds;  // samples/s of each round of timing
 
   // (slowest - fastest) / median of the rounds: how far the machine's noise moved this size.
@@ -68,7 +68,7 @@ struct FitResult {
   int64_t fastest_micro_batch = 0;  // fitting size with the most samples/s (0: not measured)
   // The other fitting sizes within the timing noise of the fastest (smallest first).
   std::vector<int64_t> as_fast;
-  std::vector<FitProbe> table;      // every probe, by size
+  std::vector<FitProbe> table;  // every probe, by size
   // Token rows: the target tokens of the longest row, which every probe is padded to (probes
   // take the longest rows first: the worst micro-batch a window can hold); 0 for samples.
   int64_t probe_row_tokens = 0;

@@ -67,9 +67,9 @@ void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
   const torch::NoGradGuard no_grad;
   auto loss_of = [&](int64_t begin, int64_t end) {
     const Batch batch = batch_of(data, begin, end);
-    const torch::Tensor loss =
-        model.computes_loss() ? model.forward_loss(batch.inputs, batch.targets).loss_sum
-                              : model.forward_and_loss(batch.inputs, batch.targets).loss_sum;
+    const torch::Tensor loss = model.computes_loss()
+                                   ? model.forward_loss(batch.inputs, batch.targets).loss_sum
+                                   : model.forward_and_loss(batch.inputs, batch.targets).loss_sum;
     return loss.item<double>();
   };
   const double first = loss_of(0, 1);
@@ -84,9 +84,9 @@ void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
       model.computes_loss() ? "forward(inputs, targets)" : "loss(outputs, targets)";
   throw Error(ErrorKind::Model,
               "model '" + model.path() + "' " + method +
-                  " returns the mean over its batch, not the sum: " +
-                  format_significant(first, 4) + " and " + format_significant(second, 4) +
-                  " for two samples alone, " + format_significant(both, 4) + " for both",
+                  " returns the mean over its batch, not the sum: " + format_significant(first, 4) +
+                  " and " + format_significant(second, 4) + " for two samples alone, " +
+                  format_significant(both, 4) + " for both",
               "sum over the batch (reduction='sum'): bigbatch divides once by the whole "
               "update's items, so micro-batches of any size weigh as in one big batch "
               "(docs/your-model.md)");
