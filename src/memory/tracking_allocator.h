@@ -55,8 +55,19 @@ void reset_peak_memory();
 // Allocations that would take tracked usage above `bytes` throw c10::OutOfMemoryError (on a
 // GPU: memory held by the caching allocator, which includes its cache); 0: no budget.
 void set_memory_budget(int64_t bytes);
-// Gives cached, unused device memory back (a GPU's caching allocator; nothing on the CPU).
+// Gives cached, unused memory back: the host's idle large blocks and a GPU's caching allocator.
 void release_cached_memory();
+
+// The host's cache of large blocks (1 MiB and up), which keeps resident memory flat under
+// ever-changing batch shapes: mapped bytes (in use + idle) stay within twice the peak of the
+// large blocks' requests (tracking_allocator.cpp says why).
+struct HostBlockCacheCounters {
+  int64_t in_use_bytes = 0;  // blocks handed out, at their mapped size
+  int64_t idle_bytes = 0;    // blocks kept for reuse
+  int64_t requested_peak_bytes = 0;
+  int64_t mapped_blocks = 0;  // blocks mapped so far (a reuse maps none)
+};
+HostBlockCacheCounters host_block_cache_counters();
 
 // Allocations made by this thread while an instance lives are not counted (and never refused).
 class UntrackedAllocations {

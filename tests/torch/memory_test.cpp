@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <numeric>
+#include <random>
+#include <vector>
 
 #include "data/dataset.h"
 #include "dist/gradient_reducer.h"
@@ -54,6 +57,57 @@ TEST_F(MemoryTest, CountsEveryTensorAndItsRelease) {
     EXPECT_EQ(memory_counters().current_bytes, before);
   }
   EXPECT_EQ(memory_counters().current_bytes, before);
+}
+
+TEST_F(MemoryTest, LargeBlocksAreReusedAcrossShapesThatDifferALittle) {
+  release_cached_memory();
+  const void* first = nullptr;
+  { first = torch::empty({1000, 1000}).data_ptr(); }  // 3.8 MiB, then idle
+  const int64_t mapped = host_block_cache_counters().mapped_blocks;
+  // A little smaller and a little larger than the first block's class: the smaller reuses it.
+  EXPECT_EQ(torch::empty({990, 1000}).data_ptr(), first);
+  EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped);
+  auto larger = torch::empty({1100, 1000});
+  EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped + 1);
+  // Small tensors and data loaded outside the budget stay with malloc.
+  { auto small = torch::empty({1000}); }
+  {
+    UntrackedAllocations host_data;
+    auto dataset = torch::empty({2000, 1000});
+  }
+  EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped + 1);
+}
+
+TEST_F(MemoryTest, EverChangingShapesKeepTheMappedBytesWithinTwiceTheirPeak) {
+  // A language model's micro-batches: [rows, longest] with rows * longest about constant and
+  // attention's [rows, longest, longest] growing with the length, in a different order each
+  // "epoch" -- the pattern under which glibc's heap kept growing (issue 36).
+  release_cached_memory();
+  std::mt19937 order(7);
+  std::vector<int64_t> lengths(200);
+  std::iota(lengths.begin(), lengths.end(), 57);
+  int64_t worst = 0;
+  for (int epoch = 0; epoch < 5; ++epoch) {
+    std::shuffle(lengths.begin(), lengths.end(), order);
+    for (int64_t length : lengths) {
+      const int64_t rows = 16384 / length;
+      std::vector<torch::Tensor> step;
+      step.push_back(torch::ones({rows, length, 64}));
+      step.push_back(torch::ones({rows, length, length}));
+      step.push_back(torch::ones({rows, length, 256}));
+      step.pop_back();
+      step.push_back(torch::ones({rows, length, length}));
+      const HostBlockCacheCounters c = host_block_cache_counters();
+      worst = std::max(worst, c.in_use_bytes + c.idle_bytes);
+      EXPECT_LE(c.in_use_bytes + c.idle_bytes, 2 * c.requested_peak_bytes) << "length " << length;
+    }
+  }
+  const HostBlockCacheCounters end = host_block_cache_counters();
+  EXPECT_GT(worst, end.requested_peak_bytes);  // the cache did keep blocks for reuse
+  // Reuse, not a mapping per tensor: 4 tensors x 200 lengths x 5 epochs were asked for.
+  EXPECT_LT(end.mapped_blocks, 4 * 200 * 5 / 4);
+  release_cached_memory();
+  EXPECT_EQ(host_block_cache_counters().idle_bytes, 0);
 }
 
 TEST_F(MemoryTest, BudgetRaisesLibtorchsOutOfMemoryErrorAndChargesNothing) {
