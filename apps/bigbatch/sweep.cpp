@@ -14,6 +14,7 @@
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 #include "subcommand.h"
+#include "train/run_setup.h"
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
@@ -36,6 +37,37 @@ std::string self_executable() {
                 "run bigbatch by its full path");
   }
   return path.string();
+}
+
+// Every cell trains on base's data: loaded once here, so that what no cell could do is refused
+// in one line before any cell starts (and before the sweep's directory exists). A global batch
+// above the training set would train on the whole set per update at a rate scaled for the
+// batch it names: train warns and goes on, a sweep comparing batches must not.
+void check_cells_against_the_data(TrainConfig base, const StopTarget& target,
+                                  const std::vector<int64_t>& global_batches) {
+  const DatasetSplits data = load_data_outside_budget(base);
+  base.target = target.to_string();
+  base.target_accuracy = 0;
+  check_watched_metrics(base, data);
+  const int64_t samples = data.train.size();
+  std::string above;
+  int count = 0;
+  for (const int64_t batch : global_batches) {
+    if (batch > samples) {
+      above += (above.empty() ? "" : ", ") + std::to_string(batch);
+      ++count;
+    }
+  }
+  if (count > 0) {
+    throw Error(ErrorKind::Config,
+                "--global-batch " + above + (count > 1 ? " are" : " is") +
+                    " larger than the training set (" +
+                    std::to_string(samples) +
+                    " samples): such a cell would train on the whole set each update, at a rate "
+                    "scaled for a batch it never sees",
+                "give global batches up to " + std::to_string(samples) +
+                    " (or more data: --train-subset, --val-size)");
+  }
 }
 
 std::string default_sweep_directory() {
@@ -122,6 +154,7 @@ class SweepCommand final : public Subcommand {
     // The cells train on base's device: one that cannot work is refused here, in one line,
     // not once per cell after the sweep's directory exists.
     check_device_available(base.device);
+    check_cells_against_the_data(base, target, options.grid.global_batches);
     const int64_t cpus = available_cpus();
     options.threads_per_cell = base.threads > 0 ? base.threads : 1;
     options.jobs = jobs_ > 0 ? jobs_ : std::max<int64_t>(1, cpus / options.threads_per_cell);
@@ -131,6 +164,7 @@ class SweepCommand final : public Subcommand {
     options.max_epochs = max_epochs_;
     options.out = out_.empty() ? default_sweep_directory() : out_;
     options.binary = self_executable();
+    check_rerun_is_the_same_sweep(options);
     std::fprintf(stderr,
                  "sweep: %zu cells (%zu global batches x %zu LR rules x %zu warmups), %lld at a "
                  "time with %lld thread(s) each, target %s in at most %lld epochs, in %s\n",

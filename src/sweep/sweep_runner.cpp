@@ -22,8 +22,6 @@
 
 namespace bigbatch {
 
-namespace {}  // namespace
-
 std::vector<std::string> sweep_cell_command(const SweepOptions& o, const SweepCell& cell,
                                             const std::string& dir) {
   if (path_exists(dir + "/checkpoints")) {
@@ -123,7 +121,8 @@ void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
   std::printf("sweep: wrote %s/summary.csv, summary.md and report.html\n", o.out.c_str());
 }
 
-// The grid and target, so that `bigbatch report` can rebuild the summaries later.
+// The grid and target, so that `bigbatch report` can rebuild the summaries later; and what a
+// rerun into the same directory must repeat to continue it (the cells' epochs and micro-batch).
 std::string grid_json(const SweepOptions& o) {
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& cell : o.grid.cells()) {
@@ -134,10 +133,102 @@ std::string grid_json(const SweepOptions& o) {
       described["same_as"] = cell.same_as;
     cells.push_back(described);
   }
-  return nlohmann::json{{"target", o.target.to_string()}, {"cells", cells}}.dump(2) + "\n";
+  return nlohmann::json{{"target", o.target.to_string()},
+                        {"max_epochs", o.max_epochs},
+                        {"micro_batch", o.micro_batch},
+                        {"cells", cells}}
+             .dump(2) +
+         "\n";
+}
+
+// "global batches 64, 128, 256 x LR rules linear x warmups 0u, target val_accuracy>=0.6, 3 epochs
+// at most": a recorded grid in the words of the sweep's flags.
+std::string describe_grid(const nlohmann::json& grid) {
+  const auto text_of = [](const nlohmann::json& value) {
+    return value.is_string() ? value.get_ref<const std::string&>() : value.dump();
+  };
+  const auto distinct = [&](const char* key) {
+    std::vector<std::string> values;
+    const nlohmann::json cells = grid.contains("cells") ? grid.at("cells") : nlohmann::json();
+    for (const auto& cell : cells) {
+      const std::string text = cell.contains(key) ? text_of(cell.at(key)) : "?";
+      if (std::find(values.begin(), values.end(), text) == values.end())
+        values.push_back(text);
+    }
+    std::string joined;
+    for (const auto& v : values)
+      joined += (joined.empty() ? "" : ",") + v;
+    return joined;
+  };
+  std::string text = "--global-batch " + distinct("global_batch") + " --lr-scaling " +
+                     distinct("lr_scaling") + " --warmup " + distinct("warmup");
+  if (grid.contains("target"))
+    text += " --target '" + text_of(grid.at("target")) + "'";
+  if (grid.contains("max_epochs"))
+    text += " --max-epochs " + grid.at("max_epochs").dump();
+  if (grid.contains("micro_batch"))
+    text += " --micro-batch " + grid.at("micro_batch").dump();
+  return text;
 }
 
 }  // namespace
+
+// (A sweep.json from before max_epochs and micro_batch were recorded is compared on what it
+// holds.)
+void check_rerun_is_the_same_sweep(const SweepOptions& o) {
+  const std::string grid_path = o.out + "/sweep.json";
+  if (path_exists(grid_path)) {
+    auto recorded = nlohmann::json::parse(read_text_file(grid_path, kMaxConfigFileBytes), nullptr,
+                                          /*allow_exceptions=*/false);
+    if (!recorded.is_object()) {
+      throw Error(ErrorKind::Format, "'" + grid_path + "' does not describe a sweep's grid",
+                  "give the sweep another --out (this directory's sweep.json is damaged)");
+    }
+    auto wanted = nlohmann::json::parse(grid_json(o));
+    for (const char* key : {"max_epochs", "micro_batch"}) {
+      if (!recorded.contains(key))
+        wanted.erase(key);
+    }
+    if (recorded.contains("target_accuracy") && !recorded.contains("target"))
+      recorded["target"] = StopTarget::accuracy(recorded.at("target_accuracy").get<double>())
+                               .to_string();
+    recorded.erase("target_accuracy");
+    if (recorded != wanted) {
+      throw Error(ErrorKind::Config,
+                  "'" + o.out + "' holds another sweep (" + describe_grid(recorded) +
+                      "), not this one (" + describe_grid(wanted) + ")",
+                  "give the same flags to continue that sweep, or another --out for this one");
+    }
+  }
+  const std::string base_path = o.out + "/base.toml";
+  if (path_exists(base_path)) {
+    const std::string recorded = read_text_file(base_path, kMaxConfigFileBytes);
+    if (recorded != o.base_config) {
+      const auto lines = [](const std::string& text) {
+        std::vector<std::string> out;
+        size_t start = 0;
+        while (start < text.size()) {
+          const size_t end = text.find('\n', start);
+          out.push_back(text.substr(start, end == std::string::npos ? end : end - start));
+          start = end == std::string::npos ? text.size() : end + 1;
+        }
+        return out;
+      };
+      const auto before = lines(recorded);
+      const auto now = lines(o.base_config);
+      size_t i = 0;
+      while (i < before.size() && i < now.size() && before[i] == now[i])
+        ++i;
+      const std::string there = i < before.size() ? "'" + before[i] + "'" : "nothing";
+      const std::string here = i < now.size() ? "'" + now[i] + "'" : "nothing";
+      throw Error(ErrorKind::Config,
+                  "'" + base_path + "' holds other settings than this command's: " + there +
+                      " there, " + here + " here",
+                  "give the same flags to continue that sweep, or another --out for this one");
+    }
+  }
+}
+
 
 bool rewrite_sweep_report(const std::string& dir) {
   const std::string path = dir + "/sweep.json";
@@ -167,11 +258,11 @@ bool rewrite_sweep_report(const std::string& dir) {
 }
 
 int run_sweep(const SweepOptions& o) {
+  check_rerun_is_the_same_sweep(o);
   ensure_directory(o.out);
   ensure_directory(o.out + "/logs");
-  // The cells of a sweep share one base configuration; a rerun keeps its own.
-  if (!path_exists(o.out + "/base.toml"))
-    atomic_write_file(o.out + "/base.toml", o.base_config);
+  // The cells of a sweep share one base configuration (a rerun has checked it is the same).
+  atomic_write_file(o.out + "/base.toml", o.base_config);
   atomic_write_file(o.out + "/sweep.json", grid_json(o));
 
   const std::vector<SweepCell> cells = o.grid.cells();

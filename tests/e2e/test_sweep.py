@@ -93,6 +93,33 @@ class SweepTest(CliTestCase):
         self.assertNotIn("started", again.stderr)
         self.assertEqual(os.stat(weights).st_mtime_ns, before)
 
+    def test_a_rerun_with_another_grid_or_settings_is_refused(self):
+        # Issue 36: it merged the two grids into one summary and rewrote sweep.json silently.
+        self.assertEqual(self.first.returncode, 0, self.first.stderr)
+        files = {name: open(os.path.join(self.out, name)).read() for name in ("sweep.json", "base.toml", "summary.csv")}
+        for changed, says in ((["--global-batch", "64,128", "--lr-scaling", "linear", "--max-epochs", "3"],
+                               "holds another sweep (--global-batch 64,128,256 --lr-scaling linear"),
+                              (["--global-batch", "64,128,...,256", "--lr-scaling", "linear", "--max-epochs", "4"],
+                               "--max-epochs 3 --micro-batch 32), not this one"),
+                              (["--global-batch", "64,128,...,256", "--lr-scaling", "linear", "--max-epochs", "3",
+                                "--clip-norm", "1"], "base.toml' holds other settings than this command's: "
+                                                     "'clip-norm = 0.0' there, 'clip-norm = 1.0' here")):
+            result = run("sweep", *SMALL, "--target-accuracy", "0.6", *changed, "--out", self.out)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(says, result.stderr)
+            self.assertIn("give the same flags to continue that sweep, or another --out", result.stderr)
+            self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+            self.assertNotIn("started", result.stderr)
+        for name, text in files.items():
+            self.assertEqual(open(os.path.join(self.out, name)).read(), text, name)
+
+    def test_global_batches_above_the_training_set_are_refused_before_any_cell(self):
+        out = os.path.join(self.root, "too-big")
+        result = run("sweep", *SMALL, "--global-batch", "64,2048,4096", "--max-epochs", "1", "--out", out)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("--global-batch 2048, 4096 are larger than the training set (1792 samples)", result.stderr)
+        self.assertFalse(os.path.exists(out))
+
     def test_interrupted_sweep_continues_where_it_stopped(self):
         out = os.path.join(self.root, "interrupted")
         # The default --lr-scaling: auto, as train's (linear for the default sgd).
