@@ -14,10 +14,10 @@
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 #include "subcommand.h"
-#include "train/run_setup.h"
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
+#include "train/run_setup.h"
 
 namespace bigbatch::cli {
 
@@ -61,8 +61,7 @@ void check_cells_against_the_data(TrainConfig base, const StopTarget& target,
   if (count > 0) {
     throw Error(ErrorKind::Config,
                 "--global-batch " + above + (count > 1 ? " are" : " is") +
-                    " larger than the training set (" +
-                    std::to_string(samples) +
+                    " larger than the training set (" + std::to_string(samples) +
                     " samples): such a cell would train on the whole set each update, at a rate "
                     "scaled for a batch it never sees",
                 "give global batches up to " + std::to_string(samples) +

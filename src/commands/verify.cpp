@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "batching/batch_plan.h"
+#include "batching/token_packing.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -44,6 +45,7 @@ struct Side {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> gradients;  // the update's mean gradient, per parameter
   std::vector<std::pair<std::string, torch::Tensor>> weights;  // after the update
+  int64_t micro_steps = 0;
 };
 
 Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan,
@@ -62,15 +64,22 @@ Side make_side(const TrainConfig& config, const TensorDataset& train, const Batc
 // final (between the reduction and the optimizer step), the weights after the step.
 void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assembler,
                 const std::vector<int64_t>& order, const UpdateWindow& window, double lr,
-                WindowBatchNorm* window_bn) {
+                WindowBatchNorm* window_bn, int64_t micro_batch_tokens) {
   StepRequest request(order, window);
   request.window_bn = window_bn;
+  request.micro_batch_tokens = micro_batch_tokens;
+  int64_t micro_steps = 0;
+  request.after_micro_step = [&](int64_t done, int64_t) {
+    micro_steps = done;
+    return true;
+  };
   request.lr = lr;
   request.on_final_gradients = [&] {
     for (const auto& p : side.model->parameters())
       side.gradients.push_back(p.grad().detach().clone());
   };
   train_step(engine, assembler, request);
+  side.micro_steps = micro_steps;
   for (const auto& named : side.model->named_parameters())
     side.weights.emplace_back(named.key(), named.value().detach().clone());
 }
@@ -78,7 +87,7 @@ void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assemble
 // Per tensor, and a verdict that tells fp32 reassociation from BatchNorm from anything else.
 VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                            const UpdateWindow& window, double lr, const Side& accumulated,
-                           Side& whole) {
+                           Side& whole, int64_t micro_batch_tokens) {
   // fp32: a sum of a few hundred terms in another order differs in the last bits, which
   // convolutions and normalisation layers amplify to up to ~5e-5 of a small tensor's norm
   // (cnn-gn's biases); BatchNorm's per-micro-batch statistics and a per-micro-batch mean are
@@ -87,8 +96,14 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
   VerifyReport report;
   char line[256];
   report.text = "verify: " + config.model + " on " + model_device(*whole.model).str() +
-                ", update 1 of " + plan.describe() + " against one batch of the same " +
-                std::to_string(window.size) + " samples, at lr " + format_significant(lr) + "\n";
+                ", update 1 of " +
+                (micro_batch_tokens > 0
+                     ? "global batch " + std::to_string(plan.global_batch_size) + " cut into " +
+                           std::to_string(accumulated.micro_steps) + " micro-batches of at most " +
+                           std::to_string(micro_batch_tokens) + " padded tokens"
+                     : plan.describe()) +
+                " against one batch of the same " + std::to_string(window.size) +
+                " samples, at lr " + format_significant(lr) + "\n";
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s %14s\n", "tensor", "grad max abs",
                 "grad relative", "weight max abs", "weight relative");
   report.text += line;
@@ -145,15 +160,29 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   const DatasetSplits data = load_data_outside_budget(config);
   const ResolvedRun run =
       resolve_run(config, data.train.size(), /*world_size=*/1, items_per_sample(data.train));
-  if (run.plan.accumulation_steps < 2) {
+  const auto order =
+      epoch_order(config.seed, 0, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
+  const UpdateWindow window = window_for_update(run.plan, run.epoch, 0, 0);
+  // Under --micro-batch-tokens the window is cut by padded tokens, as training cuts it.
+  const int64_t tokens = data.train.is_tokens() ? config.micro_batch_tokens : 0;
+  if (tokens > 0) {
+    const TokenPacking cut = pack_by_tokens(order.data() + window.rank_begin, window.rank_size,
+                                            data.train.lengths, tokens);
+    if (cut.micro_batch_sizes.size() < 2) {
+      throw Error(ErrorKind::Usage,
+                  "the first window's " + std::to_string(window.size) + " samples (" +
+                      std::to_string(cut.padded_tokens) +
+                      " padded tokens) fit in one micro-batch of at most " +
+                      std::to_string(tokens) + " tokens: there is no accumulation to verify",
+                  "give a smaller budget, e.g. --micro-batch-tokens " +
+                      std::to_string(std::max<int64_t>(1, cut.padded_tokens / 4)));
+    }
+  } else if (run.plan.accumulation_steps < 2) {
     throw Error(ErrorKind::Usage,
                 "the plan " + run.plan.describe() + " has no accumulation to verify",
                 "give a micro-batch smaller than the global batch, e.g. --micro-batch " +
                     std::to_string(std::max<int64_t>(1, run.plan.global_batch_size / 8)));
   }
-  const auto order =
-      epoch_order(config.seed, 0, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
-  const UpdateWindow window = window_for_update(run.plan, run.epoch, 0, 0);
   const double lr = run.schedule.lr_at(0);
   LocalReducer reducer;
 
@@ -174,7 +203,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
       window_bn =
           std::make_unique<WindowBatchNorm>(accumulated.model, kBatchNormMomentum, Precision::Fp32);
     }
-    train_side(accumulated, engine, assembler, order, window, lr, window_bn.get());
+    train_side(accumulated, engine, assembler, order, window, lr, window_bn.get(), tokens);
   }
   Side whole = make_side(config, data.train, run.plan, device);
   {
@@ -186,9 +215,9 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     BatchAssembler assembler(data.train, window.size);
     UpdateWindow one = window;
     one.micro_batch_sizes = {window.size};
-    train_side(whole, engine, assembler, order, one, lr, nullptr);
+    train_side(whole, engine, assembler, order, one, lr, nullptr, /*micro_batch_tokens=*/0);
   }
-  return compare_sides(config, run.plan, window, lr, accumulated, whole);
+  return compare_sides(config, run.plan, window, lr, accumulated, whole, tokens);
 }
 
 }  // namespace bigbatch

@@ -190,8 +190,8 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
         wanted.erase(key);
     }
     if (recorded.contains("target_accuracy") && !recorded.contains("target"))
-      recorded["target"] = StopTarget::accuracy(recorded.at("target_accuracy").get<double>())
-                               .to_string();
+      recorded["target"] =
+          StopTarget::accuracy(recorded.at("target_accuracy").get<double>()).to_string();
     recorded.erase("target_accuracy");
     if (recorded != wanted) {
       throw Error(ErrorKind::Config,
@@ -228,7 +228,6 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
     }
   }
 }
-
 
 bool rewrite_sweep_report(const std::string& dir) {
   const std::string path = dir + "/sweep.json";

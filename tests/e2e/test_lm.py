@@ -260,6 +260,23 @@ class TrainLmTest(LmTestCase):
         self.assertEqual(broken.returncode, 7, broken.stdout + broken.stderr)
         self.assertIn("look for a loss averaged per micro-batch", broken.stdout)
 
+    def test_verify_cuts_the_window_by_tokens_as_training_does(self):
+        # Issue 36: "the plan ... has no accumulation to verify" although the budget cut it.
+        args = ["verify", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16"]
+        exact = run(*args, "--micro-batch-tokens", "400")
+        self.assertEqual(exact.returncode, 0, exact.stdout + exact.stderr)
+        self.assertRegex(exact.stdout, r"update 1 of global batch 16 cut into [2-9] micro-batches of at most 400 "
+                                       r"padded tokens against one batch of the same 16 samples")
+        self.assertIn("verdict: exact to fp32 tolerance", exact.stdout)
+        broken = run(*args, "--micro-batch-tokens", "400",
+                     env=dict(os.environ, BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS="1"))
+        self.assertEqual(broken.returncode, 7, broken.stdout + broken.stderr)
+        whole = run(*args, "--micro-batch-tokens", "100000")
+        self.assertEqual(whole.returncode, 2, whole.stderr)
+        self.assertRegex(whole.stderr, r"the first window's 16 samples \([0-9]+ padded tokens\) fit in one micro-batch "
+                                       r"of at most 100000 tokens: there is no accumulation to verify; give a smaller "
+                                       r"budget, e.g. --micro-batch-tokens [0-9]+\n$")
+
     def test_jsonl_documents(self):
         jsonl = self.path("corpus.jsonl")
         with open(jsonl, "w") as f:
