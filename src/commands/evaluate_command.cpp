@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -17,6 +18,7 @@
 #include "data/npy_format.h"
 #include "device/device.h"
 #include "io/safetensors.h"
+#include "models/model_choices.h"
 #include "runtime/runtime_env.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
@@ -24,6 +26,29 @@
 namespace bigbatch {
 
 namespace {
+
+// A run stopped before its end has no RUN/model.pt: its module is the file config.toml names,
+// which must still be the one the run trained (its checkpoints record its digest). Another
+// valid module there would evaluate other code with these weights.
+void check_module_is_the_runs(const std::string& run_dir, const std::string& module) {
+  const auto checkpoints = list_checkpoints(run_dir);
+  if (checkpoints.empty() || !path_exists(module))
+    return;  // nothing recorded to compare; a missing file is refused when it is loaded
+  const std::string state_path = checkpoints.back().second + "/state.json";
+  const auto state = nlohmann::json::parse(read_text_file(state_path, kMaxConfigFileBytes), nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!state.is_object() || !state.contains("identity") || !state["identity"].is_object() ||
+      !state["identity"].contains("model_file") || !state["identity"]["model_file"].is_string())
+    return;
+  if (state["identity"]["model_file"].get<std::string>() != file_digest(module)) {
+    throw Error(ErrorKind::Model,
+                "'" + module + "' is not the module run '" + run_dir +
+                    "' trained (its digest differs from the one its checkpoints record), and "
+                    "the run has no model.pt of its own (it stopped before its end)",
+                "put the run's module back at that path, or resume the run to its end (it "
+                "writes RUN/model.pt)");
+  }
+}
 
 bool is_weights_file(const std::string& path) {
   const std::string suffix = ".safetensors";
@@ -91,8 +116,12 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
     // The module as the run wrote it back, not the file it started from: that file may have
     // moved, or been replaced by another valid module that would evaluate other code.
     const std::string written = options.source + "/model.pt";
-    if (is_torchscript_model(config.model) && path_exists(written))
-      config.model = "torchscript:" + written;
+    if (is_torchscript_model(config.model)) {
+      if (path_exists(written))
+        config.model = "torchscript:" + written;
+      else
+        check_module_is_the_runs(options.source, torchscript_path(config.model));
+    }
   }
   config.complete_older_run();  // the run's own normalisation, never a new measurement
   if (!options.weights.empty())

@@ -82,9 +82,18 @@ class ScriptedTrainTest(ScriptedTestCase):
         with open(os.path.join(whole, "weights.safetensors"), "rb") as x, \
                 open(os.path.join(part, "weights.safetensors"), "rb") as y:
             self.assertEqual(x.read(), y.read())
+        # A run stopped before its end has no model.pt of its own: its module is the file it
+        # started from, checked against the digest its checkpoints record.
+        stopped = self.path("stopped")
+        result = run("train", *flags, "--max-updates", "2", "--checkpoint-every", "1u", "--out", stopped)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        os.remove(os.path.join(stopped, "model.pt"))
+        self.assertEqual(run("evaluate", stopped, "--json").returncode, 0)
         # The same path, another module: another run.
         shutil.copy(os.path.join(MODELS, "cnn_bn.pt"), local)
         self.assert_one_line_error(run("train", "--resume", part), "format", "model_file")
+        self.assert_one_line_error(run("evaluate", stopped), "model",
+                                   "is not the module run '%s' trained (its digest differs" % stopped)
         # evaluate uses the run's own module (RUN/model.pt), not the file training started from:
         # replaced by another valid module, then deleted, it changes nothing.
         for state in ("replaced", "deleted"):
