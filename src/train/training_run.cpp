@@ -893,15 +893,15 @@ ResolvedRun TrainingRun::resolved_now() const {
   return now;
 }
 
-void TrainingRun::discard_unstarted() {
-  if (resuming || !job.is_main() || directory_lock == nullptr || at.step > 0)
-    return;
+bool TrainingRun::discard_unstarted(bool after_updates) {
+  if (resuming || !job.is_main() || directory_lock == nullptr || (at.step > 0 && !after_updates))
+    return false;
   std::error_code ignored;
   const std::filesystem::path dir(run_dir);
   // remove() takes a directory only when it is empty: checkpoints keep the run.
   std::filesystem::remove(dir / "checkpoints", ignored);
   if (std::filesystem::exists(dir / "checkpoints", ignored))
-    return;
+    return false;
   metrics.reset();
   if (tensorboard) {
     const std::string events = tensorboard->path();
@@ -912,8 +912,11 @@ void TrainingRun::discard_unstarted() {
     std::filesystem::remove(dir / file, ignored);
   directory_lock.reset();
   std::filesystem::remove(dir / ".lock", ignored);
+  for (const char* file : {"best.safetensors", "report.html"})
+    std::filesystem::remove(dir / file, ignored);
   if (made_run_dir)
     std::filesystem::remove(dir, ignored);  // only when nothing else is in it
+  return true;
 }
 
 void TrainingRun::write_description() const {

@@ -120,8 +120,10 @@ struct TrainingRun {
   // A new run that fails before its first update and wrote no checkpoint (a module that breaks
   // its contract in the first backward, a bad thread probe): removes what its start wrote, and
   // the directory when this start made it, so the same --out can be used again. Anything else
-  // is kept.
-  void discard_unstarted();
+  // is kept. `after_updates`: also when updates ran (a module that broke its contract later,
+  // which a resume would meet again) -- still only without a checkpoint to resume from.
+  // Returns whether the run was discarded.
+  bool discard_unstarted(bool after_updates = false);
 };
 
 // runs/<prefix><local time> ("runs/20261201-154354"), with a suffix when that exists already.

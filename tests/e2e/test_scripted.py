@@ -394,6 +394,25 @@ class BadModelTest(ScriptedTestCase):
                                    "--label-smoothing must be in [0, 1), got 1")
         self.assertFalse(os.path.exists(self.path("bad")))
 
+    def test_a_module_that_breaks_mid_run_leaves_a_reusable_out(self):
+        # Issue 36: after some updates and no checkpoint, the directory could be neither
+        # resumed (nothing to resume from) nor reused (it held a run).
+        out = self.path("later")
+        flags = ["--model", module("throws_later.pt"), *images("--micro-batch", "16", "--max-updates", "8"),
+                 "--out", out]
+        result = run("train", *flags)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("refuses its fifth batch", result.stderr.splitlines()[-1])
+        self.assertRegex(result.stderr, r"removed the run's files from '.*later': it stopped after [1-9] updates? "
+                                        r"with no checkpoint to resume from")
+        self.assertFalse(os.path.exists(out))
+        self.assertEqual(run("train", "--max-updates", "1", "--out", out, *images()).returncode, 0)
+        # With a checkpoint the run is kept, to resume from it.
+        kept = self.path("kept")
+        result = run("train", *flags[:-1], kept, "--checkpoint-every", "1u")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(kept, "checkpoints")))
+
 
 def write_modules():
     global MODELS

@@ -122,6 +122,22 @@ class Throws(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class ThrowsLater(nn.Module):
+    """Trains for a few micro-batches of 16, then breaks: an error found mid-run."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.batches = 0
+
+    def forward(self, x):
+        if self.training and x.shape[0] == 16:
+            self.batches += 1
+            if self.batches > 4:
+                raise RuntimeError("this module refuses its fifth batch")
+        return self.fc(x.flatten(1))
+
+
 class ReturnsTuple(nn.Module):
     """A tuple that does not start with the logits: refused (one that does trains)."""
 
@@ -260,6 +276,7 @@ def main():
     save(nn.Sequential(nn.Embedding(257, 8), nn.Linear(8, 100)), "small_vocabulary.pt")
     save(WrongArguments(), "wrong_arguments.pt")
     save(Throws(), "throws.pt")
+    save(ThrowsLater(), "throws_later.pt")
     save(ReturnsTuple(), "returns_tuple.pt")
     for in_place in (True, False):
         torch.manual_seed(1)  # the same weights in both
