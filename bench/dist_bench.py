@@ -4,7 +4,15 @@
 bytes per update at accumulation 1, 4 and 16 against a naive loop that all-reduces after
 every micro-step. Prints the machine, the settings, every raw figure and a markdown table.
 
+With --slow-link RATE it measures what a slower link between hosts costs instead: two network
+namespaces joined by a veth pair (tests/e2e/netns.py; root needed), one rank on each, the
+same global batch at accumulation 1, 4 and 16, over the bare veth and over the link shaped to
+RATE (tc's tbf, e.g. 50mbit): seconds per update and what the link adds to each. The
+all-reduce runs once per update, so that cost is the same whatever the accumulation steps,
+and per sample it shrinks with the batch.
+
 Usage: bench/dist_bench.py BIGBATCH_BINARY [--repeats 3]
+       bench/dist_bench.py BIGBATCH_BINARY --slow-link 50mbit
 """
 import argparse
 import json
@@ -13,6 +21,7 @@ import platform
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 
 
@@ -43,12 +52,80 @@ def run(binary, workdir, name, ranks, threads, model, micro, subset, extra=()):
     return sum(r["items"] for r in steady) / seconds, updates
 
 
+def run_on_two_hosts(binary, hosts, workdir, name, micro, port):
+    """One rank per host (`launch --nproc 1 --nnodes 2` inside each namespace); returns the
+    median seconds per update past the first two, and the all-reduce calls per update."""
+    from netns import MASTER
+    out = os.path.join(workdir, name)
+    train = [binary, "train", "--model", "mlp", "--train-subset", "2560", "--global-batch", "256", "--micro-batch",
+             str(micro), "--epochs", "1", "--threads", "1", "--progress", "off", "--dist-timeout", "60",
+             "--out", out]
+    launchers = []
+    for node in (0, 1):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=hosts.veth[node])
+        launchers.append(subprocess.Popen(
+            ["ip", "netns", "exec", hosts.ns[node], binary, "launch", "--nproc", "1", "--nnodes", "2",
+             "--node-rank", str(node), "--master-addr", MASTER, "--master-port", str(port), "--", *train],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+    codes = [launcher.wait(timeout=600) for launcher in launchers]
+    if codes != [0, 0]:
+        raise SystemExit(f"{name}: the launchers exited {codes}; run it by hand to see why")
+    updates = [r for r in metrics(out) if "loss" in r and "event" not in r]
+    return statistics.median(1 / r["updates_per_s"] for r in updates[2:]), updates[-1]["allreduce_calls"]
+
+
+def slow_link_table(binary, rate):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
+    import unittest
+    from netns import TwoHosts
+    hosts = TwoHosts()
+    try:
+        hosts.create()
+    except unittest.SkipTest as why:
+        raise SystemExit(f"--slow-link needs two network namespaces: {why}")
+    workdir = tempfile.mkdtemp(prefix="bigbatch_dist_bench_")
+    rows = []
+    try:
+        port = 29600
+        for accumulation in [1, 4, 16]:
+            micro = 128 // accumulation  # per rank: 128 of the 256
+            seconds = {}
+            for link in ("veth", rate):
+                if link != "veth":
+                    why_not = hosts.slow_link(rate)
+                    if why_not:
+                        raise SystemExit(why_not)
+                port += 1
+                try:
+                    seconds[link], calls = run_on_two_hosts(binary, hosts, workdir, f"{link}-{accumulation}", micro,
+                                                            port)
+                finally:
+                    hosts.fast_link()
+                print(f"raw: accumulation {accumulation}, {link}: {seconds[link]:.3f} s per update, "
+                      f"{calls} all-reduce calls per update", flush=True)
+            rows.append((accumulation, micro, calls, seconds["veth"], seconds[rate]))
+    finally:
+        hosts.remove()
+    print(f"\nmlp (535k parameters, 2.1 MB of gradients), global batch 256 = 2 hosts x 1 rank x micro x "
+          f"accumulation; median seconds per update:\n")
+    print(f"| accumulation steps | micro | all-reduce calls per update | veth | {rate} | the link's cost per update "
+          f"| an all-reduce per micro-step would pay |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for accumulation, micro, calls, fast, slow in rows:
+        print(f"| {accumulation} | {micro} | {calls} | {fast:.3f} s | {slow:.3f} s | {slow - fast:+.3f} s | "
+              f"{accumulation * (slow - fast):+.2f} s |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--slow-link", metavar="RATE", help="what a link of this rate between two hosts costs")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
+    if args.slow_link:
+        slow_link_table(binary, args.slow_link)
+        return
     workdir = tempfile.mkdtemp(prefix="bigbatch_dist_bench_")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
 

@@ -9,85 +9,21 @@ bit-identical; a slow link (tbf) changes the time, not the weights; a wrong MAST
 GLOO_SOCKET_IFNAME are one clear line each.
 Needs root (CAP_NET_ADMIN) and iproute2; skips with the reason otherwise.
 Usage: test_hosts.py BIGBATCH_BINARY [unittest arguments]."""
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
-import unittest
 
 import e2e_common
 from e2e_common import CliTestCase, checkpoints, main, max_relative_difference, read, read_weights
 from e2e_common import update_records
 
-SUBNET = "10.213.0"
-MASTER = f"{SUBNET}.1"      # host A: ranks 0 and 1, the rendezvous
-WORKER = f"{SUBNET}.2"      # host B: ranks 2 and 3
+from netns import MASTER, SUBNET, TwoHosts
+
 NOBODY = f"{SUBNET}.77"     # in the subnet, on no host
 TIMEOUT = 10                # --dist-timeout of every job here
 MARGIN = 10                 # seconds a stop may take past it (the launcher's 5 s grace, a busy 2-core machine)
-
-
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
-
-
-def tc(*args, check=True):
-    return subprocess.run(["tc", *args], capture_output=True, text=True, check=check, timeout=30)
-
-
-def first_line(text):
-    return (text.strip().splitlines() or [""])[0]
-
-
-class TwoHosts:
-    """Namespaces NS[0] (address MASTER) and NS[1] (WORKER) joined by veth VETH[0] <-> VETH[1];
-    names carry this process's id, so that concurrent runs do not meet."""
-
-    def __init__(self):
-        tag = f"{os.getpid()}"
-        self.ns = [f"bigbatch-{tag}-a", f"bigbatch-{tag}-b"]
-        self.veth = [f"bbh{tag}a", f"bbh{tag}b"]  # at most 15 characters
-        self.addr = [MASTER, WORKER]
-        self.created = []
-
-    def create(self):
-        """Builds both hosts, or raises unittest.SkipTest saying why they cannot be built here."""
-        if shutil.which("ip") is None:
-            raise unittest.SkipTest("no 'ip' command (iproute2): cannot make network namespaces")
-        try:
-            for ns in self.ns:
-                result = ip("netns", "add", ns, check=False)
-                if result.returncode != 0:
-                    raise unittest.SkipTest(f"cannot create network namespaces (needs root or CAP_NET_ADMIN): "
-                                            f"ip netns add: {first_line(result.stderr)}")
-                self.created.append(ns)
-            result = ip("link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1], check=False)
-            if result.returncode != 0:
-                raise unittest.SkipTest(f"cannot create a veth pair: {first_line(result.stderr)}")
-            for ns, veth, addr in zip(self.ns, self.veth, self.addr):
-                ip("link", "set", veth, "netns", ns)
-                ip("-n", ns, "addr", "add", f"{addr}/24", "dev", veth)
-                ip("-n", ns, "link", "set", "lo", "up")
-                ip("-n", ns, "link", "set", veth, "up")
-        except BaseException:
-            self.remove()
-            raise
-
-    def remove(self):
-        for ns in self.created:  # the veth pair goes with its namespaces
-            ip("netns", "del", ns, check=False)
-        ip("link", "del", self.veth[0], check=False)  # if it never reached a namespace
-        self.created = []
-
-    def link(self, state):
-        ip("-n", self.ns[0], "link", "set", self.veth[0], state)
-
-    def tx_bytes(self, host):
-        stats = json.loads(ip("-n", self.ns[host], "-j", "-s", "link", "show", "dev", self.veth[host]).stdout)
-        return stats[0]["stats64"]["tx"]["bytes"]
 
 
 def alive(pid):
@@ -257,21 +193,15 @@ class TwoHostsTest(HostsTestCase):
         self.assertLess(diff, 1e-5)
 
     def test_a_slow_link_changes_the_time_not_the_weights(self):
-        if shutil.which("tc") is None:
-            self.skipTest("no 'tc' command (iproute2): cannot slow the link")
-        shaped = [tc("-n", ns, "qdisc", "add", "dev", veth, "root", "tbf", "rate", "10mbit", "burst", "32kbit",
-                     "latency", "1s", check=False) for ns, veth in zip(self.hosts.ns, self.hosts.veth)]
+        why_not = self.hosts.slow_link("10mbit")
+        if why_not:
+            self.skipTest(why_not)
         try:
-            if any(r.returncode != 0 for r in shaped):
-                self.skipTest("no tbf qdisc to slow the link: " + first_line(shaped[0].stderr + shaped[1].stderr))
             slow = self.path("slow")
             self.run_job("slow", mlp_args(slow, "--micro-batch", "16"))
-            stats = json.loads(tc("-n", self.hosts.ns[0], "-s", "-j", "qdisc", "show", "dev",
-                                  self.hosts.veth[0]).stdout)
-            self.assertGreater(stats[0]["overlimits"], 0, "tbf never held a packet back")
+            self.assertGreater(self.hosts.held_back(), 0, "tbf never held a packet back")
         finally:
-            for ns, veth in zip(self.hosts.ns, self.hosts.veth):
-                tc("-n", ns, "qdisc", "del", "dev", veth, "root", check=False)
+            self.hosts.fast_link()
         fast = self.path("fast")
         self.run_job("fast", mlp_args(fast, "--micro-batch", "16"))
         seconds = {name: update_records(d)[-1]["wall_s"] for name, d in (("10 Mbit/s", slow), ("veth", fast))}
