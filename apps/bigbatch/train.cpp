@@ -44,7 +44,14 @@ std::string final_summary(const TrainResult& result) {
     return "held-out loss " + format_fixed(result.val_loss, 4) + " per token" + bits + "," +
            trained + " (" + count_of(result.items_seen, "token") + "); " + time_summary(result);
   }
-  if (!result.tested) {  // no test split, or a resume that had nothing left to evaluate
+  if (result.nothing_left_to_train) {  // killed after its last checkpoint, before its end
+    return "nothing left to train" + trained + (result.recorded_figures.empty() ? "" : " (") +
+           (result.recorded_figures.empty()
+                ? ""
+                : result.recorded_figures.substr(2) + " when last evaluated)") +
+           "; wrote the run's end: weights.safetensors and its report";
+  }
+  if (!result.tested) {  // no test split
     return std::string("no test split evaluated") + trained + "; " + time_summary(result);
   }
   if (result.is_regression) {

@@ -31,8 +31,8 @@ void save_final_weights(TrainingRun& run, int64_t step) {
     scripted->save_module(run.run_dir + "/model.pt");
 }
 
-// What a finished run reached, from its own records: resuming it again changes nothing.
-std::string finished_run_summary(const TrainingRun& run) {
+// What the run's last recorded evaluation reached: ", test accuracy 30.95%, test loss 1.986".
+std::string recorded_figures(const TrainingRun& run) {
   std::string reached;
   const std::string metrics = run.run_dir + "/metrics.jsonl";
   if (path_exists(metrics)) {
@@ -55,8 +55,13 @@ std::string finished_run_summary(const TrainingRun& run) {
       }
     }
   }
+  return reached;
+}
+
+// What a finished run reached, from its own records: resuming it again changes nothing.
+std::string finished_run_summary(const TrainingRun& run) {
   return "run '" + run.run_dir + "' has already finished: " + count_of(run.at.step, "update") +
-         ", " + count_of(run.at.samples_seen, "sample") + reached +
+         ", " + count_of(run.at.samples_seen, "sample") + recorded_figures(run) +
          ". Nothing was trained or changed; to train it longer, resume with a larger --epochs "
          "or --max-updates";
 }
@@ -88,6 +93,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   }
 
   result.earlier_train_seconds = run.at.train_seconds;
+  const int64_t first_step = run.at.step;
   FitLoop loop(run, console);
   try {
     loop.run();
@@ -132,6 +138,10 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
   result.tested = loop.last_test().items > 0;
+  if (run.at.step == first_step && !result.tested) {
+    result.nothing_left_to_train = true;
+    result.recorded_figures = recorded_figures(run);
+  }
   result.has_accuracy = run.task().scores_predictions();
   result.is_regression = run.task().is_regression();
   result.test_rmse = loop.last_test().rmse;

@@ -26,7 +26,12 @@ struct TrainResult {
   bool has_accuracy = true;  // false for a module with its own loss, and for a regression
   bool is_regression = false;
   bool already_finished = false;  // a resumed run that had nothing left: nothing was changed
-  double test_rmse = 0;           // regression
+  // A resume that found no update left to train but the run's end not written (a kill after its
+  // last checkpoint): it wrote the weights, and its figures are the run's last recorded
+  // evaluation (", test accuracy 30.95%, test loss 1.986"; empty when none was recorded).
+  bool nothing_left_to_train = false;
+  std::string recorded_figures;
+  double test_rmse = 0;  // regression
   // The held-out split's last evaluation (language models: text corpora have no test split).
   double val_loss = 0;
   double val_bits_per_byte = 0;

@@ -273,6 +273,16 @@ class CheckpointTest(CliTestCase):
         self.assertEqual(ends[0]["step"], 6)
         self.assertEqual(ends[0]["partial_epoch"], 6 / 32)
         self.assertEqual(comparable(metrics(run_dir)), comparable(before))
+        # Killed after its last checkpoint, before its weights were written: the resume writes
+        # them and names the figures the run last recorded (it said "no test split evaluated").
+        weights = read(os.path.join(run_dir, "weights.safetensors"), "rb")
+        os.remove(os.path.join(run_dir, "weights.safetensors"))
+        result = run("train", "--resume", run_dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout.splitlines()[-1],
+                         r"^nothing left to train after 6 updates, 768 samples \(test accuracy [0-9.]+%, test loss "
+                         r"[0-9.]+ when last evaluated\); wrote the run's end")
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"), weights)
 
     def test_resuming_a_finished_run_says_so_and_changes_nothing(self):
         # Issue 20: it printed "test accuracy 0.00% (loss 0.0000)" and appended a train_start.
