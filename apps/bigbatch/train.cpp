@@ -36,6 +36,13 @@ std::string time_summary(const TrainResult& result) {
 std::string final_summary(const TrainResult& result) {
   const std::string trained = " after " + count_of(result.updates, "update") + ", " +
                               count_of(result.samples_seen, "sample");
+  if (result.nothing_left_to_train) {  // killed after its last checkpoint, before its end
+    return "nothing left to train" + trained + (result.recorded_figures.empty() ? "" : " (") +
+           (result.recorded_figures.empty()
+                ? ""
+                : result.recorded_figures.substr(2) + " when last evaluated)") +
+           "; wrote the run's end: weights.safetensors and its report";
+  }
   if (result.language_model) {
     const std::string bits =
         result.val_has_bits_per_byte
@@ -43,13 +50,6 @@ std::string final_summary(const TrainResult& result) {
             : std::string();  // token files: the bytes are not known
     return "held-out loss " + format_fixed(result.val_loss, 4) + " per token" + bits + "," +
            trained + " (" + count_of(result.items_seen, "token") + "); " + time_summary(result);
-  }
-  if (result.nothing_left_to_train) {  // killed after its last checkpoint, before its end
-    return "nothing left to train" + trained + (result.recorded_figures.empty() ? "" : " (") +
-           (result.recorded_figures.empty()
-                ? ""
-                : result.recorded_figures.substr(2) + " when last evaluated)") +
-           "; wrote the run's end: weights.safetensors and its report";
   }
   if (!result.tested) {  // no test split
     return std::string("no test split evaluated") + trained + "; " + time_summary(result);

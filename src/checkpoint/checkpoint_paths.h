@@ -32,8 +32,8 @@ int64_t remove_checkpoint_leftovers(const std::string& run_dir);
 // resume from an older checkpoint starts a new history: these belong to the abandoned one.
 std::vector<std::string> newer_checkpoints(const std::string& checkpoint_dir);
 
-// Moves `checkpoints` (of `run_dir`) into RUN/abandoned/NAME/, where no resume or pruning looks,
-// and returns that directory. Call only with the run directory locked.
+// Moves `checkpoints` (of `run_dir`; or a failed run's records) into RUN/abandoned/NAME/, where
+// no resume or pruning looks, and returns that directory. Call only with the run directory locked.
 std::string set_checkpoints_aside(const std::string& run_dir,
                                   const std::vector<std::string>& checkpoints,
                                   const std::string& name);

@@ -27,8 +27,8 @@ namespace bigbatch {
 
 namespace {
 
-// A run stopped before its end has no RUN/model.pt: its module is the file config.toml names,
-// which must still be the one the run trained (its checkpoints record its digest). Another
+// A run without RUN/model.pt (stopped before its end) evaluates the module file config.toml
+// names, which must still be the one the run trained (its checkpoints record its digest). Another
 // valid module there would evaluate other code with these weights.
 void check_module_is_the_runs(const std::string& run_dir, const std::string& module) {
   const auto checkpoints = list_checkpoints(run_dir);
@@ -41,12 +41,11 @@ void check_module_is_the_runs(const std::string& run_dir, const std::string& mod
       !state["identity"].contains("model_file") || !state["identity"]["model_file"].is_string())
     return;
   if (state["identity"]["model_file"].get<std::string>() != file_digest(module)) {
-    throw Error(ErrorKind::Model,
+    throw Error(ErrorKind::Format,
                 "'" + module + "' is not the module run '" + run_dir +
-                    "' trained (its digest differs from the one its checkpoints record), and "
-                    "the run has no model.pt of its own (it stopped before its end)",
-                "put the run's module back at that path, or resume the run to its end (it "
-                "writes RUN/model.pt)");
+                    "' trained (its model_file digest differs from the one its checkpoints "
+                    "record), and the run has no model.pt of its own",
+                "put the module the run trained back at that path");
   }
 }
 

@@ -169,13 +169,18 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     const TokenPacking cut = pack_by_tokens(order.data() + window.rank_begin, window.rank_size,
                                             data.train.lengths, tokens);
     if (cut.micro_batch_sizes.size() < 2) {
-      throw Error(ErrorKind::Usage,
-                  "the first window's " + std::to_string(window.size) + " samples (" +
-                      std::to_string(cut.padded_tokens) +
-                      " padded tokens) fit in one micro-batch of at most " +
-                      std::to_string(tokens) + " tokens: there is no accumulation to verify",
-                  "give a smaller budget, e.g. --micro-batch-tokens " +
-                      std::to_string(std::max<int64_t>(1, cut.padded_tokens / 4)));
+      // A budget below one row of --seq-len is refused, so suggest at least that.
+      const int64_t smaller = std::max(data.train.width(), cut.padded_tokens / 4);
+      throw Error(
+          ErrorKind::Usage,
+          "the first window's " + std::to_string(window.size) + " samples (" +
+              std::to_string(cut.padded_tokens) +
+              " padded tokens) fit in one micro-batch of at most " + std::to_string(tokens) +
+              " tokens: there is no accumulation to verify",
+          smaller < cut.padded_tokens
+              ? "give a smaller budget, e.g. --micro-batch-tokens " + std::to_string(smaller)
+              : "give a larger --global-batch, e.g. " +
+                    std::to_string(4 * run.plan.global_batch_size));
     }
   } else if (run.plan.accumulation_steps < 2) {
     throw Error(ErrorKind::Usage,

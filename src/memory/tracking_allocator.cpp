@@ -41,17 +41,19 @@ struct BlockHeader {
 // did not fit, and resident memory grew by about a tensor peak every two epochs (heaptrack: the
 // live heap flat at ~280 MiB while the heap's footprint went 312 -> 1126 MiB in 6 epochs).
 // Here a block is its own mapping, so nothing fragments: a request takes the smallest idle block
-// that holds it (its pages are resident already, so a larger one costs no memory), else maps a
-// new one rounded up to an eighth of an octave. All mapped blocks, in use and idle, are kept
-// within kMappedPerPeak times the peak of the large requests in use (the least recently freed
-// idle blocks unmapped first), which bounds resident memory by the tensor peak, whatever the
-// shapes. Reuse spares the page faults of fresh memory: glibc's own mmap threshold at 1 MiB
-// keeps memory as flat but cost ~20% of throughput.
+// that holds it and is at most twice its size class (resident already, so no page faults), else
+// maps a new one rounded up to an eighth of an octave. Whenever the mapped bytes, in use and
+// idle, would pass kMappedPerPeak times the peak of the large requests in use (or the memory
+// budget, when there is one), the least recently freed idle blocks are unmapped: what stays
+// mapped is that limit, or what is in use when nothing idle is left, and a block in use is at
+// most 2.25 times its request. Reuse spares the page faults of fresh memory: glibc's own mmap
+// threshold at 1 MiB keeps memory as flat but cost ~20% of throughput.
 class HostBlockCache {
  public:
   static constexpr size_t kSmallestBlock = size_t(1) << 20;
   static constexpr size_t kLargestBlock = size_t(1) << 48;  // larger: malloc refuses it
   static constexpr size_t kClassesPerOctave = 8;
+  static constexpr size_t kLargestReuse = 2;  // an idle block serves requests down to half it
   static constexpr size_t kMappedPerPeak = 2;
 
   struct Block {
@@ -63,34 +65,33 @@ class HostBlockCache {
   // block when the system has no memory left even after the idle blocks are given back.
   Block take(size_t requested) {
     std::lock_guard<std::mutex> lock(mutex_);
-    requested_in_use_ += requested;
-    requested_peak_ = std::max(requested_peak_, requested_in_use_);
+    const size_t bytes = class_bytes(requested);
     auto best = idle_.end();
     for (auto block = idle_.begin(); block != idle_.end(); ++block) {
-      if (block->bytes >= requested && (best == idle_.end() || block->bytes < best->bytes))
+      if (block->bytes >= bytes && block->bytes <= kLargestReuse * bytes &&
+          (best == idle_.end() || block->bytes < best->bytes))
         best = block;
     }
+    Block block;
     if (best != idle_.end()) {
-      const Block block = *best;
+      block = *best;
       idle_bytes_ -= block.bytes;
       idle_.erase(best);
-      in_use_bytes_ += block.bytes;
-      return block;
+    } else {
+      unmap_idle_while_above(mapped_limit(requested), bytes);
+      block = {map(bytes), bytes};
+      if (block.base == nullptr && !idle_.empty()) {
+        unmap_idle_while_above(0, bytes);
+        block.base = map(bytes);
+      }
+      if (block.base == nullptr)
+        return {};
+      ++mapped_blocks_;
     }
-    const size_t bytes = class_bytes(requested);
-    unmap_idle_while_above(mapped_limit(), bytes);
-    void* base = map(bytes);
-    if (base == nullptr && !idle_.empty()) {
-      unmap_idle_while_above(0, bytes);
-      base = map(bytes);
-    }
-    if (base == nullptr) {
-      requested_in_use_ -= requested;
-      return {};
-    }
-    ++mapped_blocks_;
-    in_use_bytes_ += bytes;
-    return {base, bytes};
+    in_use_bytes_ += block.bytes;
+    requested_in_use_ += requested;
+    requested_peak_ = std::max(requested_peak_, requested_in_use_);
+    return block;
   }
 
   void give_back(Block block, size_t requested) {
@@ -99,18 +100,28 @@ class HostBlockCache {
     in_use_bytes_ -= block.bytes;
     idle_.push_front(block);
     idle_bytes_ += block.bytes;
-    unmap_idle_while_above(mapped_limit(), 0);
+    unmap_idle_while_above(mapped_limit(0), 0);
   }
 
+  // Unmaps every idle block, and starts a new peak from what is in use (a fit probe, an
+  // out-of-memory back-off: the sizes before them are not the run's).
   void release_idle() {
     std::lock_guard<std::mutex> lock(mutex_);
     unmap_idle_while_above(0, 0);
+    requested_peak_ = requested_in_use_;
+  }
+
+  // The host memory budget (0: none): idle blocks never keep the mapped bytes above it.
+  void set_budget(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    budget_ = bytes;
   }
 
   HostBlockCacheCounters counters() {
     std::lock_guard<std::mutex> lock(mutex_);
     return {static_cast<int64_t>(in_use_bytes_), static_cast<int64_t>(idle_bytes_),
-            static_cast<int64_t>(requested_peak_), mapped_blocks_};
+            static_cast<int64_t>(requested_in_use_), static_cast<int64_t>(requested_peak_),
+            mapped_blocks_};
   }
 
  private:
@@ -127,7 +138,11 @@ class HostBlockCache {
     return base == MAP_FAILED ? nullptr : base;
   }
 
-  size_t mapped_limit() const { return kMappedPerPeak * requested_peak_; }
+  // `adding`: a request about to be in use, which counts towards the peak.
+  size_t mapped_limit(size_t adding) const {
+    const size_t limit = kMappedPerPeak * std::max(requested_peak_, requested_in_use_ + adding);
+    return budget_ > 0 ? std::min(limit, budget_) : limit;
+  }
 
   // Unmaps the least recently freed idle blocks while the mapped bytes plus `adding` pass `limit`.
   void unmap_idle_while_above(size_t limit, size_t adding) {
@@ -145,6 +160,7 @@ class HostBlockCache {
   size_t in_use_bytes_ = 0;
   size_t requested_in_use_ = 0;
   size_t requested_peak_ = 0;
+  size_t budget_ = 0;
   int64_t mapped_blocks_ = 0;
 };
 
@@ -335,6 +351,7 @@ void reset_peak_memory() {
 
 void set_memory_budget(int64_t bytes) {
   g_budget.store(bytes > 0 ? bytes : 0, std::memory_order_relaxed);
+  host_cache().set_budget(bytes > 0 && !accounting_cuda() ? static_cast<size_t>(bytes) : 0);
   if (accounting_cuda())
     set_cuda_memory_budget(accounted_index(), bytes > 0 ? bytes : 0);
 }

@@ -59,13 +59,15 @@ void set_memory_budget(int64_t bytes);
 void release_cached_memory();
 
 // The host's cache of large blocks (1 MiB and up), which keeps resident memory flat under
-// ever-changing batch shapes: mapped bytes (in use + idle) stay within twice the peak of the
-// large blocks' requests (tracking_allocator.cpp says why).
+// ever-changing batch shapes (tracking_allocator.cpp says why and how): while idle blocks remain,
+// the mapped bytes (in use + idle) stay within twice the peak of the large requests in use, and
+// within the memory budget when there is one.
 struct HostBlockCacheCounters {
   int64_t in_use_bytes = 0;  // blocks handed out, at their mapped size
   int64_t idle_bytes = 0;    // blocks kept for reuse
-  int64_t requested_peak_bytes = 0;
-  int64_t mapped_blocks = 0;  // blocks mapped so far (a reuse maps none)
+  int64_t requested_in_use_bytes = 0;
+  int64_t requested_peak_bytes = 0;  // since the start or the last release_cached_memory()
+  int64_t mapped_blocks = 0;         // blocks mapped so far (a reuse maps none)
 };
 HostBlockCacheCounters host_block_cache_counters();
 

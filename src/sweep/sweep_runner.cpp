@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/option_table.h"
+#include "config/train_config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -189,6 +191,15 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
       if (!recorded.contains(key))
         wanted.erase(key);
     }
+    // Which cells share a run is derived from the grid (and older sweeps did not record it).
+    for (auto* grid : {&recorded, &wanted}) {
+      if (grid->contains("cells") && (*grid)["cells"].is_array()) {
+        for (auto& cell : (*grid)["cells"]) {
+          if (cell.is_object())
+            cell.erase("same_as");
+        }
+      }
+    }
     if (recorded.contains("target_accuracy") && !recorded.contains("target"))
       recorded["target"] =
           StopTarget::accuracy(recorded.at("target_accuracy").get<double>()).to_string();
@@ -202,7 +213,12 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
   }
   const std::string base_path = o.out + "/base.toml";
   if (path_exists(base_path)) {
-    const std::string recorded = read_text_file(base_path, kMaxConfigFileBytes);
+    // Read and written again, so that an older version's rendering of the same settings (keys
+    // it did not have yet, relative paths) compares equal. (Not complete_older_run(): base.toml's
+    // `auto` rule is the cells' to resolve, not an older run's.)
+    TrainConfig recorded_config;
+    load_toml_config(recorded_config, base_path);
+    const std::string recorded = render_toml_config(recorded_config.with_absolute_paths());
     if (recorded != o.base_config) {
       const auto lines = [](const std::string& text) {
         std::vector<std::string> out;

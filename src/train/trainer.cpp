@@ -107,14 +107,14 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
       } catch (const std::exception& report_error) {
         console.say(std::string("report not written: ") + report_error.what());
       }
-    } else if (e.kind() == ErrorKind::Model) {
+    } else if (e.kind() == ErrorKind::Model && run.at.step > 0) {
       // The module broke its contract: a resume would meet it again, so a run with no
-      // checkpoint yet is not kept as one that can neither be resumed nor reused.
-      const int64_t updates = run.at.step;
-      if (run.discard_unstarted(/*after_updates=*/true) && updates > 0) {
-        console.say("removed the run's files from '" + run.run_dir + "': it stopped after " +
-                    std::to_string(updates) + " update" + (updates == 1 ? "" : "s") +
-                    " with no checkpoint to resume from");
+      // checkpoint is not left as one that can neither be resumed nor reused.
+      const std::string aside = run.set_failed_run_aside();
+      if (!aside.empty()) {
+        console.say("moved the run's records to " + aside + ": it stopped after " +
+                    count_of(run.at.step, "update") +
+                    " with no checkpoint to resume from, and its --out can be used again");
       }
     } else {
       run.discard_unstarted();  // failed in its first update: as if never started

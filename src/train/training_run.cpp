@@ -893,15 +893,15 @@ ResolvedRun TrainingRun::resolved_now() const {
   return now;
 }
 
-bool TrainingRun::discard_unstarted(bool after_updates) {
-  if (resuming || !job.is_main() || directory_lock == nullptr || (at.step > 0 && !after_updates))
-    return false;
+void TrainingRun::discard_unstarted() {
+  if (resuming || !job.is_main() || directory_lock == nullptr || at.step > 0)
+    return;
   std::error_code ignored;
   const std::filesystem::path dir(run_dir);
   // remove() takes a directory only when it is empty: checkpoints keep the run.
   std::filesystem::remove(dir / "checkpoints", ignored);
   if (std::filesystem::exists(dir / "checkpoints", ignored))
-    return false;
+    return;
   metrics.reset();
   if (tensorboard) {
     const std::string events = tensorboard->path();
@@ -912,11 +912,34 @@ bool TrainingRun::discard_unstarted(bool after_updates) {
     std::filesystem::remove(dir / file, ignored);
   directory_lock.reset();
   std::filesystem::remove(dir / ".lock", ignored);
-  for (const char* file : {"best.safetensors", "report.html"})
-    std::filesystem::remove(dir / file, ignored);
   if (made_run_dir)
     std::filesystem::remove(dir, ignored);  // only when nothing else is in it
-  return true;
+}
+
+std::string TrainingRun::set_failed_run_aside() {
+  if (resuming || !job.is_main() || directory_lock == nullptr)
+    return "";
+  std::error_code ignored;
+  const std::filesystem::path dir(run_dir);
+  std::filesystem::remove(dir / "checkpoints", ignored);  // only when empty: checkpoints keep it
+  if (std::filesystem::exists(dir / "checkpoints", ignored))
+    return "";
+  metrics.reset();  // flushed and closed before the files move
+  std::vector<std::string> records;
+  if (tensorboard) {
+    records.push_back(tensorboard->path());
+    tensorboard.reset();
+  }
+  for (const char* file :
+       {"metrics.jsonl", "config.toml", "plan.txt", "best.safetensors", "report.html"}) {
+    if (std::filesystem::exists(dir / file, ignored))
+      records.push_back((dir / file).string());
+  }
+  const std::string aside = set_checkpoints_aside(
+      run_dir, records, "failed-after-" + std::to_string(at.step) + "u-" + default_run_timestamp());
+  directory_lock.reset();
+  std::filesystem::remove(dir / ".lock", ignored);
+  return aside;
 }
 
 void TrainingRun::write_description() const {

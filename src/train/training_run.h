@@ -120,10 +120,14 @@ struct TrainingRun {
   // A new run that fails before its first update and wrote no checkpoint (a module that breaks
   // its contract in the first backward, a bad thread probe): removes what its start wrote, and
   // the directory when this start made it, so the same --out can be used again. Anything else
-  // is kept. `after_updates`: also when updates ran (a module that broke its contract later,
-  // which a resume would meet again) -- still only without a checkpoint to resume from.
-  // Returns whether the run was discarded.
-  bool discard_unstarted(bool after_updates = false);
+  // is kept.
+  void discard_unstarted();
+  // A new run whose module broke its contract after some updates, before any checkpoint: there
+  // is nothing to resume from, and a resume would meet the error again. Its records (metrics,
+  // config, plan, events, best weights, report) move to RUN/abandoned/failed-..., so nothing is
+  // lost and the same --out can be used again. Returns that directory; empty when the run is
+  // kept as it is (it has a checkpoint, is a resume, or is not rank 0).
+  std::string set_failed_run_aside();
 };
 
 // runs/<prefix><local time> ("runs/20261201-154354"), with a suffix when that exists already.

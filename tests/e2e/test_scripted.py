@@ -7,6 +7,7 @@ Usage: test_scripted.py BIGBATCH_BINARY [unittest arguments]."""
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,8 +93,9 @@ class ScriptedTrainTest(ScriptedTestCase):
         # The same path, another module: another run.
         shutil.copy(os.path.join(MODELS, "cnn_bn.pt"), local)
         self.assert_one_line_error(run("train", "--resume", part), "format", "model_file")
-        self.assert_one_line_error(run("evaluate", stopped), "model",
-                                   "is not the module run '%s' trained (its digest differs" % stopped)
+        self.assert_one_line_error(run("evaluate", stopped), "format",
+                                   "is not the module run '%s' trained (its model_file digest differs" % stopped,
+                                   "put the module the run trained back at that path")
         # evaluate uses the run's own module (RUN/model.pt), not the file training started from:
         # replaced by another valid module, then deleted, it changes nothing.
         for state in ("replaced", "deleted"):
@@ -396,22 +398,28 @@ class BadModelTest(ScriptedTestCase):
 
     def test_a_module_that_breaks_mid_run_leaves_a_reusable_out(self):
         # Issue 36: after some updates and no checkpoint, the directory could be neither
-        # resumed (nothing to resume from) nor reused (it held a run).
+        # resumed (nothing to resume from) nor reused (it held a run). Its records are kept.
         out = self.path("later")
         flags = ["--model", module("throws_later.pt"), *images("--micro-batch", "16", "--max-updates", "8"),
                  "--out", out]
         result = run("train", *flags)
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("refuses its fifth batch", result.stderr.splitlines()[-1])
-        self.assertRegex(result.stderr, r"removed the run's files from '.*later': it stopped after [1-9] updates? "
-                                        r"with no checkpoint to resume from")
-        self.assertFalse(os.path.exists(out))
+        moved = re.search(r"moved the run's records to (\S+): it stopped after 1 update with no checkpoint to "
+                          r"resume from, and its --out can be used again", result.stderr)
+        self.assertTrue(moved, result.stderr)
+        self.assertEqual(os.path.dirname(moved.group(1)), os.path.join(out, "abandoned"))
+        updates = [r for r in e2e_common.records(moved.group(1)) if "loss" in r and "event" not in r]
+        self.assertEqual([u["step"] for u in updates], [1])
+        self.assertTrue(os.path.exists(os.path.join(moved.group(1), "config.toml")))
         self.assertEqual(run("train", "--max-updates", "1", "--out", out, *images()).returncode, 0)
-        # With a checkpoint the run is kept, to resume from it.
+        # With a checkpoint the run stays where it is, to resume from it.
         kept = self.path("kept")
         result = run("train", *flags[:-1], kept, "--checkpoint-every", "1u")
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertTrue(os.path.isdir(os.path.join(kept, "checkpoints")))
+        self.assertTrue(os.path.exists(os.path.join(kept, "metrics.jsonl")))
+        self.assertNotIn("moved the run's records", result.stderr)
 
 
 def write_modules():

@@ -64,9 +64,10 @@ TEST_F(MemoryTest, LargeBlocksAreReusedAcrossShapesThatDifferALittle) {
   const void* first = nullptr;
   { first = torch::empty({1000, 1000}).data_ptr(); }  // 3.8 MiB, then idle
   const int64_t mapped = host_block_cache_counters().mapped_blocks;
-  // A little smaller and a little larger than the first block's class: the smaller reuses it.
+  // A little smaller than the first block's class: it reuses the block.
   EXPECT_EQ(torch::empty({990, 1000}).data_ptr(), first);
   EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped);
+  // A little larger: a new block (the first is idle again, and too small).
   auto larger = torch::empty({1100, 1000});
   EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped + 1);
   // Small tensors and data loaded outside the budget stay with malloc.
@@ -78,15 +79,27 @@ TEST_F(MemoryTest, LargeBlocksAreReusedAcrossShapesThatDifferALittle) {
   EXPECT_EQ(host_block_cache_counters().mapped_blocks, mapped + 1);
 }
 
+TEST_F(MemoryTest, AnIdleBlockServesNoRequestUnderHalfItsSize) {
+  // A small tensor that took a large idle block would leave the next large request to map
+  // another: what is mapped would pass its bound with nothing idle left to give back.
+  release_cached_memory();
+  const void* large = nullptr;
+  { large = torch::empty({16, 1024, 1024}).data_ptr(); }  // 64 MiB, then idle
+  auto small = torch::empty({1, 1024, 1024});             // 4 MiB
+  EXPECT_NE(small.data_ptr(), large);
+  auto half = torch::empty({9, 1024, 1024});  // 36 MiB: the idle 64 MiB block serves it
+  EXPECT_EQ(half.data_ptr(), large);
+}
+
 TEST_F(MemoryTest, EverChangingShapesKeepTheMappedBytesWithinTwiceTheirPeak) {
   // A language model's micro-batches: [rows, longest] with rows * longest about constant and
   // attention's [rows, longest, longest] growing with the length, in a different order each
   // "epoch" -- the pattern under which glibc's heap kept growing (issue 36).
-  release_cached_memory();
+  release_cached_memory();  // a new peak: earlier tests' sizes are not this one's
   std::mt19937 order(7);
   std::vector<int64_t> lengths(200);
   std::iota(lengths.begin(), lengths.end(), 57);
-  int64_t worst = 0;
+  int64_t kept_idle = 0;
   for (int epoch = 0; epoch < 5; ++epoch) {
     std::shuffle(lengths.begin(), lengths.end(), order);
     for (int64_t length : lengths) {
@@ -98,16 +111,31 @@ TEST_F(MemoryTest, EverChangingShapesKeepTheMappedBytesWithinTwiceTheirPeak) {
       step.pop_back();
       step.push_back(torch::ones({rows, length, length}));
       const HostBlockCacheCounters c = host_block_cache_counters();
-      worst = std::max(worst, c.in_use_bytes + c.idle_bytes);
-      EXPECT_LE(c.in_use_bytes + c.idle_bytes, 2 * c.requested_peak_bytes) << "length " << length;
+      // Blocks in use are at most 2.25x their requests; idle ones are kept only within the bound.
+      EXPECT_LE(double(c.in_use_bytes), 2.25 * double(c.requested_in_use_bytes));
+      if (c.idle_bytes > 0) {
+        EXPECT_LE(c.in_use_bytes + c.idle_bytes, 2 * c.requested_peak_bytes) << "length " << length;
+      }
+      kept_idle = std::max(kept_idle, c.idle_bytes);
     }
   }
   const HostBlockCacheCounters end = host_block_cache_counters();
-  EXPECT_GT(worst, end.requested_peak_bytes);  // the cache did keep blocks for reuse
+  EXPECT_GT(kept_idle, 0);  // the cache did keep blocks for reuse
   // Reuse, not a mapping per tensor: 4 tensors x 200 lengths x 5 epochs were asked for.
   EXPECT_LT(end.mapped_blocks, 4 * 200 * 5 / 4);
   release_cached_memory();
   EXPECT_EQ(host_block_cache_counters().idle_bytes, 0);
+}
+
+TEST_F(MemoryTest, IdleBlocksNeverKeepTheMappedBytesAboveTheBudget) {
+  release_cached_memory();
+  set_memory_budget(memory_counters().current_bytes + (48 << 20));
+  { auto a = torch::empty({8, 1024, 1024}); }  // 32 MiB, idle: within the 48 MiB budget
+  EXPECT_GT(host_block_cache_counters().idle_bytes, 0);
+  { auto b = torch::empty({10, 1024, 1024}); }  // 40 MiB: a new 44 MiB block, 32 + 44 would pass it
+  const HostBlockCacheCounters c = host_block_cache_counters();
+  EXPECT_LE(c.in_use_bytes + c.idle_bytes, int64_t{48} << 20);
+  set_memory_budget(0);
 }
 
 TEST_F(MemoryTest, BudgetRaisesLibtorchsOutOfMemoryErrorAndChargesNothing) {
