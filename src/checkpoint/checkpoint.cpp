@@ -562,13 +562,17 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
       continue;
     const auto& value = identity[key];
     if (key == "training_data" && saved[key] != value) {
-      bad_checkpoint(dir,
-                     "was written on other training data: '" + identity.value("dataset", "") +
-                         "' has the same samples' count and shape, but their contents changed "
-                         "(digest " +
-                         saved[key].dump() + ", now " + value.dump() + ")",
-                     "resume on the data the run trained on (restore the files), or start a new "
-                     "run on this data");
+      const auto dataset = identity.find("dataset");
+      bad_checkpoint(
+          dir,
+          "was written on other training data: '" +
+              (dataset != identity.end() && dataset->is_string() ? dataset->get<std::string>()
+                                                                 : std::string()) +
+              "' has the same samples' count and shape, but their contents changed "
+              "(digest " +
+              saved[key].dump() + ", now " + value.dump() + ")",
+          "resume on the data the run trained on (restore the files), or start a new "
+          "run on this data");
     }
     if (!saved.contains(key) || !same_identity_value(key, saved[key], value)) {
       bad_checkpoint(dir,
