@@ -101,6 +101,9 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options)
   config.schedule = ScheduleKind::RangeTest;
   config.min_lr_factor = options.lr_min / options.lr_max;
   config.max_updates = options.updates;
+  // The noise scale under a rate swept over six decades judges no batch: not measured, and no
+  // verdict on it printed.
+  config.noise_scale = false;
   // Every epoch has an update, so --updates ends the run; a given --epochs is the training's,
   // carried into the train command printed at the end.
   config.epochs = options.updates;

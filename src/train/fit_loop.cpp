@@ -513,6 +513,8 @@ void FitLoop::finish() {
     console_.say(best_weights_line(at.keep_best, best->metric_in(run_.data.validation.size() > 0),
                                    run_.run_dir + "/best.safetensors"));
   }
+  if (!run_.config.noise_scale)
+    return;  // --no-noise-scale (and lr-find): nothing measured, nothing to judge
   const std::string verdict = batch_size_verdict(noise_, run_.schedule->plan().global_batch_size,
                                                  run_.schedule->epoch().items_per_sample);
   if (!verdict.empty())

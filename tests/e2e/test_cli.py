@@ -260,6 +260,9 @@ class TrainTest(CliTestCase):
         records = [json.loads(line) for line in read(os.path.join(single, "metrics.jsonl")).splitlines()]
         self.assertIsNone([r for r in records if "loss" in r][-1]["grad_noise_scale"])
         self.assertIn("gradient noise scale: not measured", result.stderr)
+        # --no-noise-scale: nothing measured and nothing said of it (it gave the reason above).
+        result = run("train", *SMALL, "--no-noise-scale", "--out", self.path("off"), check=True)
+        self.assertNotIn("noise scale", result.stderr)
 
     def test_adascale_gain_drives_a_schedule_in_scale_invariant_updates(self):
         out = self.path("adascale")

@@ -84,6 +84,8 @@ class LrFindTest(CliTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("lr-find: 30 updates at global batch 128 (micro-batch 32), the rate rising from 1e-06 to 1",
                       result.stdout)
+        # The noise scale under a swept rate judges no batch: neither measured nor judged.
+        self.assertNotIn("noise scale", result.stdout + result.stderr)
         suggested = re.search(r"suggested: --lr (\S+) \(the steepest descent", result.stdout).group(1)
         line = [l for l in result.stdout.splitlines() if l.startswith("train with it: ")][0]
         self.assertIn(f" --lr {suggested} (taken as tuned at this global batch", line)
