@@ -37,10 +37,10 @@ std::string final_summary(const TrainResult& result) {
   const std::string trained = " after " + count_of(result.updates, "update") + ", " +
                               count_of(result.samples_seen, "sample");
   if (result.nothing_left_to_train) {  // killed after its last checkpoint, before its end
-    return "nothing left to train" + trained + (result.recorded_figures.empty() ? "" : " (") +
-           (result.recorded_figures.empty()
-                ? ""
-                : result.recorded_figures.substr(2) + " when last evaluated)") +
+    const std::string figures = result.recorded_figures.empty()
+                                    ? ""
+                                    : " (" + result.recorded_figures + " when last evaluated)";
+    return "nothing left to train" + trained + figures +
            "; wrote the run's end: weights.safetensors and its report";
   }
   if (result.language_model) {

@@ -45,7 +45,6 @@ struct Side {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> gradients;  // the update's mean gradient, per parameter
   std::vector<std::pair<std::string, torch::Tensor>> weights;  // after the update
-  int64_t micro_steps = 0;
 };
 
 Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan,
@@ -68,26 +67,27 @@ void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assemble
   StepRequest request(order, window);
   request.window_bn = window_bn;
   request.micro_batch_tokens = micro_batch_tokens;
-  int64_t micro_steps = 0;
-  request.after_micro_step = [&](int64_t done, int64_t) {
-    micro_steps = done;
-    return true;
-  };
   request.lr = lr;
   request.on_final_gradients = [&] {
     for (const auto& p : side.model->parameters())
       side.gradients.push_back(p.grad().detach().clone());
   };
   train_step(engine, assembler, request);
-  side.micro_steps = micro_steps;
   for (const auto& named : side.model->named_parameters())
     side.weights.emplace_back(named.key(), named.value().detach().clone());
 }
 
+// --micro-batch-tokens on token rows: the budget and how many micro-batches it cut the first
+// window into (the budget 0: the plan's own micro-batches).
+struct TokenCut {
+  int64_t budget = 0;
+  int64_t micro_steps = 0;
+};
+
 // Per tensor, and a verdict that tells fp32 reassociation from BatchNorm from anything else.
 VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                            const UpdateWindow& window, double lr, const Side& accumulated,
-                           Side& whole, int64_t micro_batch_tokens) {
+                           Side& whole, const TokenCut& token_cut) {
   // fp32: a sum of a few hundred terms in another order differs in the last bits, which
   // convolutions and normalisation layers amplify to up to ~5e-5 of a small tensor's norm
   // (cnn-gn's biases); BatchNorm's per-micro-batch statistics and a per-micro-batch mean are
@@ -97,10 +97,10 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
   char line[256];
   report.text = "verify: " + config.model + " on " + model_device(*whole.model).str() +
                 ", update 1 of " +
-                (micro_batch_tokens > 0
+                (token_cut.budget > 0
                      ? "global batch " + std::to_string(plan.global_batch_size) + " cut into " +
-                           std::to_string(accumulated.micro_steps) + " micro-batches of at most " +
-                           std::to_string(micro_batch_tokens) + " padded tokens"
+                           std::to_string(token_cut.micro_steps) + " micro-batches of at most " +
+                           std::to_string(token_cut.budget) + " padded tokens"
                      : plan.describe()) +
                 " against one batch of the same " + std::to_string(window.size) +
                 " samples, at lr " + format_significant(lr) + "\n";
@@ -164,11 +164,14 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
       epoch_order(config.seed, 0, data.train.size(), config.shuffle ? Shuffle::On : Shuffle::Off);
   const UpdateWindow window = window_for_update(run.plan, run.epoch, 0, 0);
   // Under --micro-batch-tokens the window is cut by padded tokens, as training cuts it.
-  const int64_t tokens = data.train.is_tokens() ? config.micro_batch_tokens : 0;
+  TokenCut token_cut;
+  token_cut.budget = data.train.is_tokens() ? config.micro_batch_tokens : 0;
+  const int64_t tokens = token_cut.budget;
   if (tokens > 0) {
     const TokenPacking cut = pack_by_tokens(order.data() + window.rank_begin, window.rank_size,
                                             data.train.lengths, tokens);
-    if (cut.micro_batch_sizes.size() < 2) {
+    token_cut.micro_steps = static_cast<int64_t>(cut.micro_batch_sizes.size());
+    if (token_cut.micro_steps < 2) {
       // A budget below one row of --seq-len is refused, so suggest at least that.
       const int64_t smaller = std::max(data.train.width(), cut.padded_tokens / 4);
       throw Error(
@@ -222,7 +225,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     one.micro_batch_sizes = {window.size};
     train_side(whole, engine, assembler, order, one, lr, nullptr, /*micro_batch_tokens=*/0);
   }
-  return compare_sides(config, run.plan, window, lr, accumulated, whole, tokens);
+  return compare_sides(config, run.plan, window, lr, accumulated, whole, token_cut);
 }
 
 }  // namespace bigbatch

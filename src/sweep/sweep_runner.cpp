@@ -143,8 +143,8 @@ std::string grid_json(const SweepOptions& o) {
          "\n";
 }
 
-// "global batches 64, 128, 256 x LR rules linear x warmups 0u, target val_accuracy>=0.6, 3 epochs
-// at most": a recorded grid in the words of the sweep's flags.
+// "--global-batch 64,128,256 --lr-scaling linear --warmup 0u --target 'accuracy>=0.6'
+// --max-epochs 3 --micro-batch 32": a recorded grid in the words of the sweep's flags.
 std::string describe_grid(const nlohmann::json& grid) {
   const auto text_of = [](const nlohmann::json& value) {
     return value.is_string() ? value.get_ref<const std::string&>() : value.dump();
@@ -200,7 +200,8 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
         }
       }
     }
-    if (recorded.contains("target_accuracy") && !recorded.contains("target"))
+    if (recorded.contains("target_accuracy") && recorded["target_accuracy"].is_number() &&
+        !recorded.contains("target"))
       recorded["target"] =
           StopTarget::accuracy(recorded.at("target_accuracy").get<double>()).to_string();
     recorded.erase("target_accuracy");
@@ -220,18 +221,8 @@ void check_rerun_is_the_same_sweep(const SweepOptions& o) {
     load_toml_config(recorded_config, base_path);
     const std::string recorded = render_toml_config(recorded_config.with_absolute_paths());
     if (recorded != o.base_config) {
-      const auto lines = [](const std::string& text) {
-        std::vector<std::string> out;
-        size_t start = 0;
-        while (start < text.size()) {
-          const size_t end = text.find('\n', start);
-          out.push_back(text.substr(start, end == std::string::npos ? end : end - start));
-          start = end == std::string::npos ? text.size() : end + 1;
-        }
-        return out;
-      };
-      const auto before = lines(recorded);
-      const auto now = lines(o.base_config);
+      const auto before = split(recorded, '\n');
+      const auto now = split(o.base_config, '\n');
       size_t i = 0;
       while (i < before.size() && i < now.size() && before[i] == now[i])
         ++i;
@@ -273,10 +264,10 @@ bool rewrite_sweep_report(const std::string& dir) {
 }
 
 int run_sweep(const SweepOptions& o) {
-  check_rerun_is_the_same_sweep(o);
   ensure_directory(o.out);
   ensure_directory(o.out + "/logs");
-  // The cells of a sweep share one base configuration (a rerun has checked it is the same).
+  // The cells of a sweep share one base configuration (check_rerun_is_the_same_sweep has
+  // refused another).
   atomic_write_file(o.out + "/base.toml", o.base_config);
   atomic_write_file(o.out + "/sweep.json", grid_json(o));
 

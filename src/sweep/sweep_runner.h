@@ -31,8 +31,8 @@ std::vector<std::string> sweep_cell_command(const SweepOptions& options, const S
 
 // A rerun into a sweep's directory continues that sweep: the same grid, target and shared
 // settings (base.toml). Anything else would mix two sweeps' cells in one summary, so it is
-// refused in one line naming what differs. run_sweep checks it too; a command calls it first
-// to refuse before it says anything.
+// refused in one line naming what differs. Call it before run_sweep (the sweep command does,
+// before it says anything).
 void check_rerun_is_the_same_sweep(const SweepOptions& options);
 
 // Returns the process exit code: 0 when every cell ran to its end (target reached or not),

@@ -140,7 +140,8 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.tested = loop.last_test().items > 0;
   if (run.at.step == first_step && !result.tested) {
     result.nothing_left_to_train = true;
-    result.recorded_figures = recorded_figures(run);
+    const std::string figures = recorded_figures(run);
+    result.recorded_figures = figures.empty() ? figures : figures.substr(2);  // its ", " left out
   }
   result.has_accuracy = run.task().scores_predictions();
   result.is_regression = run.task().is_regression();

@@ -28,7 +28,7 @@ struct TrainResult {
   bool already_finished = false;  // a resumed run that had nothing left: nothing was changed
   // A resume that found no update left to train but the run's end not written (a kill after its
   // last checkpoint): it wrote the weights, and its figures are the run's last recorded
-  // evaluation (", test accuracy 30.95%, test loss 1.986"; empty when none was recorded).
+  // evaluation ("test accuracy 30.95%, test loss 1.986"; empty when none was recorded).
   bool nothing_left_to_train = false;
   std::string recorded_figures;
   double test_rmse = 0;  // regression
