@@ -99,19 +99,34 @@ nlohmann::json watch_json(const MetricWatch& w) {
 }
 
 // --global-batch auto's measurements and decision log (an infinite band's end as null).
+nlohmann::json decision_json(const BatchDecision& d) {
+  return {{"step", d.step},
+          {"samples_seen", d.samples_seen},
+          {"from_batch", d.from_batch},
+          {"to_batch", d.to_batch},
+          {"noise_low", d.noise_low},
+          {"noise_scale", d.noise_scale},
+          {"noise_high",
+           std::isfinite(d.noise_high) ? nlohmann::json(d.noise_high) : nlohmann::json(nullptr)},
+          {"update_cost", d.update_cost},
+          {"goodput_gain", d.goodput_gain},
+          {"test_samples", d.test_samples}};
+}
+
 nlohmann::json growth_json(const BatchGrowthState& g) {
   nlohmann::json decisions = nlohmann::json::array();
-  for (const BatchDecision& d : g.decisions) {
-    decisions.push_back({{"step", d.step},
-                         {"samples_seen", d.samples_seen},
-                         {"from_batch", d.from_batch},
-                         {"to_batch", d.to_batch},
-                         {"noise_low", d.noise_low},
-                         {"noise_scale", d.noise_scale},
-                         {"noise_high", std::isfinite(d.noise_high) ? nlohmann::json(d.noise_high)
-                                                                    : nlohmann::json(nullptr)},
-                         {"update_cost", d.update_cost},
-                         {"goodput_gain", d.goodput_gain}});
+  for (const BatchDecision& d : g.decisions)
+    decisions.push_back(decision_json(d));
+  nlohmann::json tests = nlohmann::json::array();
+  for (const BatchTest& t : g.tests) {
+    tests.push_back({{"proposal", decision_json(t.proposal)},
+                     {"current_loss", t.current_loss},
+                     {"doubled_loss", t.doubled_loss},
+                     {"difference", t.difference},
+                     {"standard_error", t.standard_error},
+                     {"bound", t.bound},
+                     {"kept", t.kept},
+                     {"losing_seconds", t.losing_seconds}});
   }
   return {{"tally_updates", g.tally.updates},
           {"tally_samples", g.tally.samples},
@@ -120,7 +135,10 @@ nlohmann::json growth_json(const BatchGrowthState& g) {
           {"update_cost", g.update_cost},
           {"last_check_step", g.last_check_step},
           {"last_gain", g.last_gain},
-          {"decisions", decisions}};
+          {"decisions", decisions},
+          {"proposal", g.proposal ? decision_json(*g.proposal) : nlohmann::json(nullptr)},
+          {"tests", tests},
+          {"rejected_in_a_row", g.rejected_in_a_row}};
 }
 
 nlohmann::json progress_json(const TrainingProgress& p) {
@@ -248,6 +266,28 @@ MetricWatch watch_from(const nlohmann::json& j, const char* key, const std::stri
   return w;
 }
 
+BatchDecision decision_from(const nlohmann::json& j, const std::string& prefix,
+                            const std::string& dir) {
+  if (!j.is_object())
+    StateFields(j, "", dir)
+        .bad(prefix.substr(0, prefix.size() - 1), "holds " + j.dump() + ", not an object");
+  const StateFields d(j, prefix, dir);
+  BatchDecision decision;
+  decision.step = d.count("step", 1);
+  decision.samples_seen = d.count("samples_seen", 1);
+  decision.from_batch = d.count("from_batch", 1);
+  decision.to_batch = d.count("to_batch", 1);
+  decision.noise_low = d.amount("noise_low");
+  decision.noise_scale = d.amount("noise_scale");
+  decision.noise_high = j.contains("noise_high") && j["noise_high"].is_null()
+                            ? std::numeric_limits<double>::infinity()
+                            : d.amount("noise_high");
+  decision.update_cost = d.amount("update_cost");
+  decision.goodput_gain = d.amount("goodput_gain");
+  decision.test_samples = d.count("test_samples", 0, 0);  // absent before the branch test
+  return decision;
+}
+
 BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
   const StateFields f(j, "progress.growth.", dir);
   BatchGrowthState g;
@@ -260,29 +300,39 @@ BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
     f.bad("update_cost", "is negative but not -1 (not measured yet)");
   g.last_check_step = f.count("last_check_step");
   g.last_gain = f.amount("last_gain");
-  const auto& decisions = j.contains("decisions") ? j.at("decisions") : nlohmann::json::array();
-  if (!decisions.is_array())
-    f.bad("decisions", "is not a list");
+  const auto list = [&](const char* key) {
+    const auto& items = j.contains(key) ? j.at(key) : nlohmann::json::array();
+    if (!items.is_array())
+      f.bad(key, "is not a list");
+    return items;
+  };
+  const nlohmann::json decisions = list("decisions");
   for (size_t i = 0; i < decisions.size(); ++i) {
-    const std::string prefix = "progress.growth.decisions[" + std::to_string(i) + "].";
-    if (!decisions[i].is_object())
-      f.bad("decisions", "holds " + decisions[i].dump() + ", not an object");
-    const StateFields d(decisions[i], prefix, dir);
-    BatchDecision decision;
-    decision.step = d.count("step", 1);
-    decision.samples_seen = d.count("samples_seen", 1);
-    decision.from_batch = d.count("from_batch", 1);
-    decision.to_batch = d.count("to_batch", 1);
-    decision.noise_low = d.amount("noise_low");
-    decision.noise_scale = d.amount("noise_scale");
-    decision.noise_high =
-        decisions[i].contains("noise_high") && decisions[i]["noise_high"].is_null()
-            ? std::numeric_limits<double>::infinity()
-            : d.amount("noise_high");
-    decision.update_cost = d.amount("update_cost");
-    decision.goodput_gain = d.amount("goodput_gain");
-    g.decisions.push_back(decision);
+    g.decisions.push_back(
+        decision_from(decisions[i], "progress.growth.decisions[" + std::to_string(i) + "].", dir));
   }
+  if (j.contains("proposal") && !j.at("proposal").is_null())
+    g.proposal = decision_from(j.at("proposal"), "progress.growth.proposal.", dir);
+  const nlohmann::json tests = list("tests");
+  for (size_t i = 0; i < tests.size(); ++i) {
+    const std::string prefix = "progress.growth.tests[" + std::to_string(i) + "].";
+    if (!tests[i].is_object() || !tests[i].contains("proposal"))
+      f.bad("tests", "holds " + tests[i].dump() + ", not a test with its proposal");
+    const StateFields t(tests[i], prefix, dir);
+    BatchTest test;
+    test.proposal = decision_from(tests[i].at("proposal"), prefix + "proposal.", dir);
+    test.current_loss = t.amount("current_loss");
+    test.doubled_loss = t.amount("doubled_loss");
+    test.difference = t.amount("difference", std::nullopt, /*signed_value=*/true);
+    test.standard_error = t.amount("standard_error");
+    test.bound = t.amount("bound");
+    if (!tests[i].contains("kept") || !tests[i].at("kept").is_boolean())
+      t.bad("kept", "is not true or false");
+    test.kept = tests[i].at("kept").get<bool>();
+    test.losing_seconds = t.amount("losing_seconds");
+    g.tests.push_back(test);
+  }
+  g.rejected_in_a_row = f.count("rejected_in_a_row", 0, 0);
   return g;
 }
 
@@ -641,6 +691,42 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
     }
   }
   return progress;
+}
+
+TrainingSnapshot TrainingSnapshot::take(torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer,
+                                        const TrainingProgress& at) {
+  TrainingSnapshot snapshot;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, tensor] : model_state(model))
+      snapshot.model_state_.push_back(tensor.detach().clone());
+  }
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  archive.save_to([&snapshot](const void* data, size_t size) {
+    snapshot.optimizer_.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  snapshot.generators_ = generator_states(model);
+  snapshot.at_ = at;
+  return snapshot;
+}
+
+void TrainingSnapshot::restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                               TrainingProgress& at) const {
+  {
+    torch::NoGradGuard no_grad;
+    const NamedTensors live = model_state(model);
+    BB_INTERNAL_ASSERT(live.size() == model_state_.size(), "a snapshot of another model");
+    for (size_t i = 0; i < live.size(); ++i)
+      live[i].second.copy_(model_state_[i]);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(optimizer_.data(), optimizer_.size(), model_device(model));
+  optimizer.load(archive);
+  restore_generator_states(generators_, model, "(in memory)");
+  at = at_;
 }
 
 }  // namespace bigbatch

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint_paths.h"
 #include "state/training_progress.h"
@@ -61,5 +63,26 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
 TrainingProgress read_checkpoint(const std::string& checkpoint_dir, const nlohmann::json& identity,
                                  torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                  PartialWindow* window = nullptr);
+
+// A checkpoint in memory: the weights and buffers, the optimizer's state, the random generators
+// and the progress, put back exactly (a branch test trains twice from one point). Gradients are
+// not in it: it is taken at an update boundary, where none are accumulated.
+//
+//   const TrainingSnapshot start = TrainingSnapshot::take(*model, *optimizer, at);
+//   ...train...
+//   start.restore(*model, *optimizer, at);
+class TrainingSnapshot {
+ public:
+  static TrainingSnapshot take(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                               const TrainingProgress& at);
+  void restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+               TrainingProgress& at) const;
+
+ private:
+  std::vector<torch::Tensor> model_state_;  // io/safetensors.h's model_state order
+  std::string optimizer_;                   // its libtorch archive
+  std::vector<std::pair<std::string, torch::Tensor>> generators_;
+  TrainingProgress at_;
+};
 
 }  // namespace bigbatch

@@ -260,6 +260,22 @@ std::vector<OptionSpec> build_table() {
                             "--global-batch auto: the least predicted goodput gain a doubling "
                             "must promise (0.05: 5%)",
                             &TrainConfig::growth_threshold, both));
+  t.push_back(enum_option("growth-test",
+                          "--global-batch auto: confirm each proposed doubling by training the "
+                          "next samples at both batches from the same point and keeping the "
+                          "doubled one only if its loss keeps up (branch), or take the "
+                          "prediction alone (none)",
+                          &TrainConfig::growth_test, &growth_test_names, both));
+  t.push_back(double_option("growth-tolerance",
+                            "--growth-test branch: how much higher (relative) the doubled "
+                            "branch's loss may be and still be kept (0.01: 1%)",
+                            &TrainConfig::growth_tolerance, both));
+  t.push_back(optional_int_option(
+      "growth-holdout",
+      "training samples set aside (the last N) to score --growth-test branch's branches on; "
+      "default 2% of the training set (256 to 2048) under the branch test, else 0; a replay of "
+      "an automatic run gives the same N",
+      &TrainConfig::growth_holdout, data));
   {
     OptionSpec s{"update-cost",
                  "--global-batch auto: an update's fixed cost (all-reduce, optimizer) in samples "

@@ -202,6 +202,8 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
   rule.update_cost = config.update_cost;
   rule.dataset_size = dataset_size;
   rule.must_divide = config.strict_batch;
+  rule.branch_test = config.growth_test == GrowthTest::Branch;
+  rule.holdout = config.growth_holdout.value_or(0);
   run.auto_batch = rule;
   return run;
 }

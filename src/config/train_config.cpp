@@ -129,12 +129,22 @@ void TrainConfig::validate() const {
     check_config(!update_cost || (*update_cost >= 0 && std::isfinite(*update_cost)),
                  "--update-cost must be zero or positive samples of compute",
                  "e.g. --update-cost 40, or auto to time it");
+    check_config(growth_tolerance >= 0 && std::isfinite(growth_tolerance),
+                 "--growth-tolerance must be zero or positive",
+                 "e.g. --growth-tolerance 0.01 (the doubled batch's loss at most 1% higher)");
+    check_config(growth_test != GrowthTest::Branch || !growth_holdout || *growth_holdout != 0,
+                 "--growth-test branch scores both branches on training samples set aside, and "
+                 "--growth-holdout 0 sets none aside",
+                 "give --growth-holdout N (default 2% of the training set), or --growth-test none");
   } else {
-    check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost,
-                 "--max-global-batch, --growth-threshold and --update-cost belong to "
-                 "--global-batch auto",
+    check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
+                     growth_test == GrowthTest::Branch && growth_tolerance == 0.01,
+                 "--max-global-batch, --growth-threshold, --update-cost, --growth-test and "
+                 "--growth-tolerance belong to --global-batch auto",
                  "add --global-batch auto, or drop them");
   }
+  check_config(!growth_holdout || *growth_holdout >= 0, "--growth-holdout must be zero or positive",
+               "e.g. --growth-holdout 1000 (training samples set aside)");
   check_config(
       global_batch_schedule.empty() || lr_scaling != LrScaling::AdaScale,
       "--global-batch-schedule and --lr-scaling adascale both adapt to the batch: AdaScale's "
@@ -455,6 +465,14 @@ std::string TrainConfig::dataset_directory() const {
   if (dataset == "fashion-mnist")
     return kFashionMnistDirectory;
   return dataset.substr(dataset.find(':') + 1);  // idx:DIR, npy:DIR
+}
+
+int64_t TrainConfig::growth_holdout_samples(int64_t training_samples) const {
+  if (growth_holdout)
+    return *growth_holdout;
+  return global_batch_auto && growth_test == GrowthTest::Branch
+             ? default_growth_holdout(training_samples)
+             : 0;
 }
 
 }  // namespace bigbatch

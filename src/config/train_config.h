@@ -15,6 +15,7 @@
 #include "console/progress.h"
 #include "data/token_dtype.h"
 #include "models/model_choices.h"
+#include "schedule/batch_growth.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
 
@@ -85,6 +86,16 @@ struct TrainConfig {
   int64_t max_global_batch = 0;
   double growth_threshold = 0.05;
   std::optional<double> update_cost;
+  // How a proposed doubling is confirmed: by training both batches on the same samples from
+  // the same point and comparing their losses on growth_holdout training samples set aside
+  // (unset: schedule/batch_growth.h's default under the branch test, else none), within
+  // growth_tolerance (relative); or not at all. A replay sets the same samples aside.
+  GrowthTest growth_test = GrowthTest::Branch;
+  double growth_tolerance = 0.01;
+  std::optional<int64_t> growth_holdout;
+  // The samples the run sets aside from the training set (growth_holdout resolved against
+  // `training_samples`, the training set before it).
+  int64_t growth_holdout_samples(int64_t training_samples) const;
   LastWindow last_window = LastWindow::Keep;
   // --micro-batch auto: the trainer measures the micro-batch that fits --memory-budget (see
   // train/micro_batch_fit.h) and derives accumulation for the global batch.

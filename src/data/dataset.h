@@ -89,8 +89,11 @@ std::optional<TensorDataset> blank_samples(const std::map<std::string, std::stri
 
 struct DatasetSplits {
   TensorDataset train;
-  TensorDataset validation;           // empty unless val_size > 0
-  TensorDataset test;                 // empty for text corpora: validation is their held-out split
+  TensorDataset validation;  // empty unless val_size > 0
+  TensorDataset test;        // empty for text corpora: validation is their held-out split
+  // Training samples set aside for the run's own decisions (--growth-holdout: the automatic
+  // batch's branch tests score on them): never trained on, never reported.
+  TensorDataset controller;
   std::string description;            // what was read, for the start of a run (text corpora)
   PixelNormalisation pixels;          // IDX images: the normalisation every split went through
   std::vector<std::string> warnings;  // what a run says about the data before it trains

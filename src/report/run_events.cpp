@@ -54,20 +54,63 @@ RunEvent batch_check_event(const BatchCheck& check) {
                   {"updates_factor", check.updates_factor},
                   {"samples_factor", check.samples_factor},
                   {"grow", check.grow}};
-  if (!check.grow) {
+  if (check.test_samples > 0)
+    event.record["test_samples"] = check.test_samples;
+  if (!check.grow && check.test_samples == 0) {
     event.record["reason"] = check.reason;
     return event;
   }
   const std::string high =
       std::isfinite(check.noise.high) ? format_significant(check.noise.high, 3) : "unbounded";
   event.lines.push_back(
-      "automatic batch: " + std::to_string(check.batch) + " -> " + std::to_string(check.proposed) +
-      " after update " + std::to_string(check.step) + ": noise scale " +
-      format_significant(check.noise.value, 3) + " (" + format_significant(check.noise.low, 3) +
-      " to " + high + "), an update costs " + format_significant(check.update_cost, 4) +
-      " samples of compute; predicted " + format_fixed(check.goodput_gain, 3) +
-      "x the goodput at the band's low end, " + format_fixed(check.updates_factor, 2) +
-      "x the updates and " + format_fixed(check.samples_factor, 2) + "x the samples to a loss");
+      "automatic batch: " + std::string(check.grow ? "" : "proposing ") +
+      std::to_string(check.batch) + " -> " + std::to_string(check.proposed) + " after update " +
+      std::to_string(check.step) + ": noise scale " + format_significant(check.noise.value, 3) +
+      " (" + format_significant(check.noise.low, 3) + " to " + high + "), an update costs " +
+      format_significant(check.update_cost, 4) + " samples of compute; predicted " +
+      format_fixed(check.goodput_gain, 3) + "x the goodput at the band's low end, " +
+      format_fixed(check.updates_factor, 2) + "x the updates and " +
+      format_fixed(check.samples_factor, 2) + "x the samples to a loss");
+  return event;
+}
+
+RunEvent branch_test_start_event(const BatchDecision& proposal) {
+  RunEvent event;
+  event.lines.push_back("automatic batch: testing " + std::to_string(proposal.to_batch) +
+                        " against " + std::to_string(proposal.from_batch) + ": both train the " +
+                        std::to_string(proposal.test_samples) + " samples from sample " +
+                        std::to_string(proposal.samples_seen) + ", then score the samples set " +
+                        "aside");
+  return event;
+}
+
+RunEvent branch_test_event(const BatchTest& test, int64_t step) {
+  const BatchDecision& p = test.proposal;
+  RunEvent event;
+  event.record = {{"event", "batch_test"},
+                  {"step", step},
+                  {"started_step", p.step},
+                  {"samples_seen", p.samples_seen},
+                  {"test_samples", p.test_samples},
+                  {"global_batch", p.from_batch},
+                  {"proposed", p.to_batch},
+                  {"current_loss", test.current_loss},
+                  {"doubled_loss", test.doubled_loss},
+                  {"difference", test.difference},
+                  {"standard_error", test.standard_error},
+                  {"bound", test.bound},
+                  {"kept", test.kept},
+                  {"losing_seconds", test.losing_seconds}};
+  event.lines.push_back(
+      "automatic batch: " + std::string(test.kept ? "kept " : "stays at ") +
+      std::to_string(test.kept ? p.to_batch : p.from_batch) + ": loss " +
+      format_significant(test.doubled_loss, 5) + " at " + std::to_string(p.to_batch) + " against " +
+      format_significant(test.current_loss, 5) + " at " + std::to_string(p.from_batch) +
+      " (difference " + format_significant(test.difference, 2) + " +- " +
+      format_significant(test.standard_error, 2) + ", kept up to " +
+      format_significant(test.bound, 2) + "); " + std::to_string(p.test_samples) +
+      " samples of the other branch trained in " + format_significant(test.losing_seconds, 2) +
+      " s and thrown away");
   return event;
 }
 

@@ -39,6 +39,12 @@ RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64
 // prediction and the decision); a line when the batch doubles.
 RunEvent batch_check_event(const BatchCheck& check);
 
+// A branch test of `proposal` begins (a line; the batch_check record said it was proposed).
+RunEvent branch_test_start_event(const BatchDecision& proposal);
+// A branch test decided, the run at update `step` of the kept branch: a "batch_test" record and
+// a line with both losses, the difference, its standard error and the bound.
+RunEvent branch_test_event(const BatchTest& test, int64_t step);
+
 // An out-of-memory back-off in update `at.step + 1`: the micro-batch halved to `plan`'s (with
 // `batch_norm_model` named when the model normalises over micro-batches, "" otherwise), or a
 // token budget halved from `from_tokens` to `to_tokens`. `error` is the allocator's message.

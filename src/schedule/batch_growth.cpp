@@ -1,7 +1,9 @@
 #include "schedule/batch_growth.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/text.h"
 
 namespace bigbatch {
@@ -70,6 +72,57 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
                    "x the goodput, under the " + format_fixed(1 + rule.threshold, 3) + "x it takes";
   }
   return check;
+}
+
+const NameTable<GrowthTest>& growth_test_names() {
+  static const NameTable<GrowthTest> table{
+      "growth test", "--growth-test", {{GrowthTest::Branch, "branch"}, {GrowthTest::None, "none"}}};
+  return table;
+}
+
+int64_t default_growth_holdout(int64_t training_samples) {
+  return std::min(std::clamp<int64_t>(training_samples / 50, 256, 2048), training_samples / 4);
+}
+
+int64_t growth_check_wait(int64_t rejected_in_a_row) {
+  return kGrowthCheckEvery << std::min(rejected_in_a_row, kMostCooldownDoublings);
+}
+
+int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch) {
+  const int64_t updates = std::min(kBranchTestUpdates, rest_of_epoch / (2 * batch));
+  return updates >= kFewestBranchTestUpdates ? updates * 2 * batch : 0;
+}
+
+BranchVerdict judge_branches(const BranchLosses& losses, double tolerance) {
+  BB_INTERNAL_ASSERT(
+      losses.current.size() == losses.doubled.size() && !losses.current.empty() && losses.items > 0,
+      "branch losses must pair the same samples");
+  const double items = double(losses.items);
+  const size_t n = losses.current.size();
+  double current = 0;
+  double doubled = 0;
+  for (size_t i = 0; i < n; ++i) {
+    current += losses.current[i];
+    doubled += losses.doubled[i];
+  }
+  BranchVerdict verdict;
+  verdict.current_loss = current / items;
+  verdict.doubled_loss = doubled / items;
+  verdict.difference = (doubled - current) / items;
+  // The per-item difference is a sum over samples of their differences, over the items: its
+  // variance is n times a sample difference's, over the items squared.
+  if (n > 1) {
+    const double mean = (doubled - current) / double(n);
+    double squares = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = losses.doubled[i] - losses.current[i] - mean;
+      squares += d * d;
+    }
+    verdict.standard_error = std::sqrt(double(n) * squares / double(n - 1)) / items;
+  }
+  verdict.bound = tolerance * std::abs(verdict.current_loss);
+  verdict.keep = std::isfinite(verdict.doubled_loss) && verdict.difference <= verdict.bound;
+  return verdict;
 }
 
 std::string replay_schedule(int64_t start_batch, const std::vector<BatchDecision>& decisions) {

@@ -25,10 +25,19 @@
 #include <string>
 #include <vector>
 
+#include "core/name_table.h"
 #include "state/batch_growth_state.h"
 #include "stats/gradient_noise.h"
 
 namespace bigbatch {
+
+// --growth-test: how a proposed doubling is confirmed.
+enum class GrowthTest { Branch, None };
+const NameTable<GrowthTest>& growth_test_names();
+
+// --growth-holdout's default under --growth-test branch: 2% of the training set, at least 256
+// and at most 2048 samples, and never more than a quarter of it.
+int64_t default_growth_holdout(int64_t training_samples);
 
 // --global-batch auto's limits, as resolved against the data.
 struct GrowthRule {
@@ -38,14 +47,27 @@ struct GrowthRule {
   std::optional<double> update_cost;
   int64_t dataset_size = 0;  // a batch never grows past the training set
   bool must_divide = false;  // --strict-batch: only batches that divide the training set
+  // --growth-test branch: a doubling the prediction favours is only proposed, and taken if
+  // training the same samples at both batches shows the doubled batch's loss keeping up
+  // (train/branch_test.h); none: the prediction alone decides.
+  bool branch_test = true;
+  // The training samples set aside for the tests (--growth-holdout): a replay sets the same
+  // ones aside, so that it trains on the same samples.
+  int64_t holdout = 0;
 };
 
 // The run's first updates pay for allocation and warm-up: their timings are not the update's
 // cost. The cost is then the mean over the next kCostCalibrationUpdates whole windows.
 inline constexpr int64_t kCostWarmupUpdates = 2;
 inline constexpr int64_t kCostCalibrationUpdates = 16;
-// Updates between two checks of the batch (and after a doubling before the next check).
+// Updates between two checks of the batch (and after a doubling before the next check); each
+// branch test rejected in a row doubles the wait, up to 2^kMostCooldownDoublings times.
 inline constexpr int64_t kGrowthCheckEvery = 20;
+inline constexpr int64_t kMostCooldownDoublings = 5;
+// A branch test trains up to this many updates of the doubled batch (twice as many of the
+// current), at least kFewestBranchTestUpdates.
+inline constexpr int64_t kBranchTestUpdates = 8;
+inline constexpr int64_t kFewestBranchTestUpdates = 2;
 
 // One update's timings, for the cost.
 struct UpdateTiming {
@@ -79,13 +101,43 @@ struct BatchCheck {
   double goodput_gain = 0;    // at the band's low end
   double updates_factor = 0;  // S(2B) / S(B) at the estimate: the updates a loss takes
   double samples_factor = 0;  // E(2B) / E(B) at the estimate: the samples it takes
-  bool grow = false;
-  std::string reason;  // why the batch stays, when it does
+  bool grow = false;          // doubled at once (--growth-test none)
+  int64_t test_samples = 0;   // proposed: each branch of its test trains this many samples
+  std::string reason;         // why the batch stays, when it does
 };
 
 // Whether `batch` should double now.
 BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleSummary& noise,
                         double update_cost);
+
+// The updates to wait after a check before the next, with `rejected_in_a_row` tests rejected.
+int64_t growth_check_wait(int64_t rejected_in_a_row);
+
+// The samples each branch of a test of doubling `batch` trains: kBranchTestUpdates updates of
+// the doubled batch, or as many as the epoch's `rest_of_epoch` samples hold (both branches end
+// inside the epoch); 0 when fewer than kFewestBranchTestUpdates fit (the test waits).
+int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch);
+
+// Both branches' losses on the controller's slice: per sample, summed over its items (one item
+// per sample, or a language model's target tokens), the same samples in the same order.
+struct BranchLosses {
+  std::vector<double> current;
+  std::vector<double> doubled;
+  int64_t items = 0;  // the slice's items
+};
+
+// The doubled branch is kept when its loss per item is at most the current branch's plus
+// `tolerance` of it. The standard error of the difference (from the paired per-sample
+// differences) is reported beside it, to show how sure the comparison is.
+struct BranchVerdict {
+  double current_loss = 0;
+  double doubled_loss = 0;
+  double difference = 0;
+  double standard_error = 0;
+  double bound = 0;
+  bool keep = false;
+};
+BranchVerdict judge_branches(const BranchLosses& losses, double tolerance);
 
 // The decision log as the --global-batch-schedule that replays it: "0:64 12800s:128".
 std::string replay_schedule(int64_t start_batch, const std::vector<BatchDecision>& decisions);

@@ -29,6 +29,18 @@ std::optional<BatchCheck> RunSchedule::observe(TrainingProgress&, const UpdateOb
   return std::nullopt;
 }
 
+std::optional<BatchDecision> RunSchedule::proposal(const TrainingProgress&) const {
+  return std::nullopt;
+}
+
+void RunSchedule::enter_branch(TrainingProgress&, bool) {
+  BB_INTERNAL_ASSERT(false, "only a regime that proposes has branches to enter");
+}
+
+void RunSchedule::settle(TrainingProgress&, const BatchTest&) {
+  BB_INTERNAL_ASSERT(false, "only a regime that proposes has tests to settle");
+}
+
 bool RunSchedule::complete(const TrainingProgress& at) const {
   return at.epoch >= bounds_.epochs || at.step >= bounds_.total_updates;
 }
@@ -245,8 +257,9 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
     tally_update_cost(growth, at.step, seen.timing);
   }
   const int64_t batch = plan_.global_batch_size;
-  if (growth.update_cost < 0 || seen.noise == nullptr ||
-      at.step - growth.last_check_step < kGrowthCheckEvery || 2 * batch > rule_.max_global_batch)
+  if (growth.update_cost < 0 || seen.noise == nullptr || growth.proposal ||
+      at.step - growth.last_check_step < growth_check_wait(growth.rejected_in_a_row) ||
+      2 * batch > rule_.max_global_batch)
     return std::nullopt;
   std::optional<NoiseScaleSummary> noise = seen.noise->summary();
   if (!noise || noise->updates < kNoiseScaleSettledUpdates)
@@ -262,12 +275,51 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
   check.samples_seen = at.samples_seen;
   growth.last_check_step = at.step;
   growth.last_gain = check.goodput_gain;
-  if (check.grow) {
-    growth.decisions.push_back({at.step, at.samples_seen, batch, check.proposed, noise->low,
-                                noise->value, noise->high, growth.update_cost, check.goodput_gain});
+  if (!check.grow)
+    return check;
+  const BatchDecision decision{at.step,        at.samples_seen,    batch,
+                               check.proposed, noise->low,         noise->value,
+                               noise->high,    growth.update_cost, check.goodput_gain};
+  if (!rule_.branch_test) {
+    growth.decisions.push_back(decision);
     batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+    return check;
   }
+  // Proposed: the next update boundary trains both batches on the same samples first.
+  check.grow = false;
+  check.test_samples = branch_test_samples(batch, epoch_.dataset_size - at.position_in_epoch);
+  if (check.test_samples == 0) {
+    check.reason = "the epoch has too few samples left to test " + std::to_string(check.proposed) +
+                   " (" + std::to_string(kFewestBranchTestUpdates) + " updates of it): checked " +
+                   "again in " + count_of(kGrowthCheckEvery, "update");
+    growth.rejected_in_a_row = 0;  // the next check comes at the usual wait
+    return check;
+  }
+  growth.proposal = decision;
+  growth.proposal->test_samples = check.test_samples;
   return check;
+}
+
+std::optional<BatchDecision> AutoBatchSchedule::proposal(const TrainingProgress& at) const {
+  return at.growth.proposal;
+}
+
+void AutoBatchSchedule::enter_branch(TrainingProgress& at, bool doubled) {
+  BatchGrowthState& growth = at.growth;
+  BB_INTERNAL_ASSERT(growth.proposal.has_value(), "a branch needs a proposal to test");
+  if (doubled)
+    growth.decisions.push_back(*growth.proposal);
+  growth.proposal.reset();
+  batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+}
+
+void AutoBatchSchedule::settle(TrainingProgress& at, const BatchTest& test) {
+  BatchGrowthState& growth = at.growth;
+  growth.tests.push_back(test);
+  growth.rejected_in_a_row = test.kept ? 0 : growth.rejected_in_a_row + 1;
+  growth.last_check_step = at.step;  // the wait for the next check starts after the test
+  batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+  RampSchedule::restore(at);  // the kept branch's batch
 }
 
 // What is left of the run's samples at the batch in force (it may still grow: an upper bound).
@@ -284,9 +336,25 @@ RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
 // not predicted.
 std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   const BatchGrowthState& growth = at.growth;
+  // What the branch tests cost: the losing branches' samples, trained and thrown away.
+  int64_t losing_samples = 0;
+  for (const BatchTest& test : growth.tests)
+    losing_samples += test.proposal.test_samples;
+  const std::string tests =
+      growth.tests.empty() ? std::string()
+                           : "; " + count_of(int64_t(growth.tests.size()), "branch test") + " (" +
+                                 std::to_string(growth.decisions.size()) + " kept) trained " +
+                                 std::to_string(losing_samples) + " samples more";
   if (growth.decisions.empty()) {
     std::string why;
-    if (growth.update_cost < 0) {
+    if (!growth.tests.empty()) {
+      const BatchTest& last = growth.tests.back();
+      why = "the branch tests found the doubled batch worse (the last: loss " +
+            format_significant(last.doubled_loss, 4) + " at " +
+            std::to_string(last.proposal.to_batch) + " against " +
+            format_significant(last.current_loss, 4) + ", more than " +
+            format_significant(last.bound, 2) + " worse)";
+    } else if (growth.update_cost < 0) {
       why = "the update's cost was not measured yet (" +
             std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) + " updates)";
     } else if (growth.last_gain > 0) {
@@ -304,7 +372,7 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
       why = "no check yet (the noise scale needs " + std::to_string(kNoiseScaleSettledUpdates) +
             " measured updates, and checks come every " + std::to_string(kGrowthCheckEvery) + ")";
     }
-    return "automatic batch: stayed at " + std::to_string(start_batch_) + ": " + why;
+    return "automatic batch: stayed at " + std::to_string(start_batch_) + ": " + why + tests;
   }
   std::string path = std::to_string(start_batch_);
   for (const BatchDecision& d : growth.decisions)
@@ -316,9 +384,10 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   return "automatic batch: " + path + "; " + count_of(at.step, "update") + " where " +
          std::to_string(start_batch_) + " throughout takes " + count_of(at_start, "update") +
          " for the same " + std::to_string(at.samples_seen) + " samples (" +
-         format_fixed(double(at_start) / double(std::max<int64_t>(1, at.step)), 2) +
-         "x); replay it with --global-batch-schedule \"" +
-         replay_schedule(start_batch_, growth.decisions) + "\"";
+         format_fixed(double(at_start) / double(std::max<int64_t>(1, at.step)), 2) + "x)" + tests +
+         "; replay it with --global-batch-schedule \"" +
+         replay_schedule(start_batch_, growth.decisions) + "\"" +
+         (rule_.holdout > 0 ? " --growth-holdout " + std::to_string(rule_.holdout) : "");
 }
 
 // A damaged log is left for the trainer's inconsistency() check to name.

@@ -25,6 +25,8 @@
 //   schedule->count(at, rate, applied);
 //   if (auto check = schedule->observe(at, {timing, &noise}))  // after the update is counted
 //     report(*check);
+//   if (auto proposal = schedule->proposal(at))  // at the next boundary: test it by branching
+//     { schedule->enter_branch(at, doubled); ...; schedule->settle(kept_at, test); }
 //   while (!schedule->complete(at)) ...
 #include <cstdint>
 #include <memory>
@@ -109,6 +111,14 @@ class RunSchedule {
   // it measured in `at` (so a checkpoint keeps it) and returns its check of the batch when it
   // made one; a doubling it decides is the next plan_update's change. None for the others.
   virtual std::optional<BatchCheck> observe(TrainingProgress& at, const UpdateObservation& seen);
+  // A regime that tests what it proposes by branching: the proposal waiting in `at` for its
+  // test, which the fit loop runs at the next update boundary (none for the others).
+  virtual std::optional<BatchDecision> proposal(const TrainingProgress& at) const;
+  // Enters a branch of that test from its starting point `at`: the doubled batch (from the next
+  // update) or the current one. Either way `at` no longer holds the proposal.
+  virtual void enter_branch(TrainingProgress& at, bool doubled);
+  // The test decided and `at` is the kept branch's: records the test, takes up its plan.
+  virtual void settle(TrainingProgress& at, const BatchTest& test);
   // Whether no update is left: the epochs, the updates, or a regime's own length.
   virtual bool complete(const TrainingProgress& at) const;
   virtual RunLength expected_length(const TrainingProgress& at) const;
@@ -184,6 +194,9 @@ class AutoBatchSchedule final : public RampSchedule {
   AutoBatchSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule lr, RunBounds bounds,
                     int64_t reference_batch, GrowthRule rule);
   std::optional<BatchCheck> observe(TrainingProgress& at, const UpdateObservation& seen) override;
+  std::optional<BatchDecision> proposal(const TrainingProgress& at) const override;
+  void enter_branch(TrainingProgress& at, bool doubled) override;
+  void settle(TrainingProgress& at, const BatchTest& test) override;
   RunLength expected_length(const TrainingProgress& at) const override;
   std::string summary(const TrainingProgress& at) const override;
   bool restore(const TrainingProgress& at) override;

@@ -1,8 +1,10 @@
 #pragma once
 // What --global-batch auto has measured and decided so far (schedule/batch_growth.h): saved in
 // every checkpoint with the rest of TrainingProgress, so a resumed run continues the same
-// decisions, and its decision log replays as an ordinary --global-batch-schedule.
+// decisions, and its decision log replays as an ordinary --global-batch-schedule. Each doubling
+// is first tested by training both batches on the same samples (--growth-test branch).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace bigbatch {
@@ -20,6 +22,25 @@ struct BatchDecision {
   double noise_high = 0;
   double update_cost = 0;   // an update's fixed cost, in samples' worth of compute
   double goodput_gain = 0;  // predicted at the band's low end: goodput(to) / goodput(from)
+  // The samples each branch of its test trained (0: taken without a branch test).
+  int64_t test_samples = 0;
+};
+
+// One branch test of a proposed doubling: from the same point, `proposal.test_samples` samples
+// trained at the current batch and the same samples at the doubled one, both then scored on the
+// controller's slice of the training set (per item, the same samples for both).
+struct BatchTest {
+  BatchDecision proposal;  // where both branches started and what was tested
+  double current_loss = 0;
+  double doubled_loss = 0;
+  // The doubled branch's loss minus the current one's, its standard error over the paired
+  // samples, and the most it may be for the doubling to be kept.
+  double difference = 0;
+  double standard_error = 0;
+  double bound = 0;
+  bool kept = false;
+  // The losing branch's training time (the run's train_seconds count it).
+  double losing_seconds = 0;
 };
 
 // The timings an update's cost is fitted from: micro-steps (paid per sample) against the rest
@@ -40,6 +61,13 @@ struct BatchGrowthState {
   int64_t last_check_step = 0;           // the update at which the batch was last checked
   double last_gain = 0;                  // that check's predicted goodput gain (0: none yet)
   std::vector<BatchDecision> decisions;  // oldest first
+  // A doubling that waits for its branch test, which the next update boundary runs; its
+  // test_samples say how long each branch trains. A checkpoint may hold it (a stop before the
+  // test), so a resumed run tests at the same point.
+  std::optional<BatchDecision> proposal;
+  std::vector<BatchTest> tests;  // oldest first
+  // Tests rejected since the last doubling: each doubles the wait before the next check.
+  int64_t rejected_in_a_row = 0;
 };
 
 }  // namespace bigbatch

@@ -96,6 +96,46 @@ TaskLoss Task::loss(torch::nn::Sequential& model, const Batch& batch, Precision 
   return result;
 }
 
+TaskLoss Task::sample_losses(torch::nn::Sequential& model, const Batch& batch,
+                             Precision precision) const {
+  const Task plain(kind_, module_loss_);
+  TaskLoss result;
+  if (module_loss_ || kind_ == Kind::OwnLoss) {
+    std::vector<torch::Tensor> each;
+    for (int64_t row = 0; row < batch.size(); ++row) {
+      Batch one{batch.inputs.slice(0, row, row + 1), batch.targets.slice(0, row, row + 1), 0};
+      one.items = items_of(one.targets);
+      const TaskLoss loss = plain.loss(model, one, precision);
+      each.push_back(loss.loss_sum.reshape({}));
+      result.items += loss.items;
+    }
+    result.loss_sum = torch::stack(each);
+    return result;
+  }
+  torch::Tensor output;
+  {
+    AutocastScope autocast(precision, batch.inputs.device().type());
+    output = model->forward(batch.inputs);
+  }
+  output = at_least_fp32(output);
+  result.items = batch.items;
+  if (kind_ == Kind::Regress) {
+    const torch::Tensor error =
+        (output.reshape(batch.targets.sizes()) - batch.targets.to(output.scalar_type())).square();
+    result.loss_sum = error.dim() > 1 ? error.flatten(1).sum(1) : error;
+    return result;
+  }
+  // One prediction per sample, or per position of a token row (padding ignored: 0).
+  const PredictionRows rows = prediction_rows(output, batch.targets);
+  const torch::Tensor each =
+      torch::nn::functional::cross_entropy(rows.logits, rows.targets,
+                                           torch::nn::functional::CrossEntropyFuncOptions()
+                                               .reduction(torch::kNone)
+                                               .ignore_index(kIgnoreTarget));
+  result.loss_sum = each.reshape({batch.size(), -1}).sum(1);
+  return result;
+}
+
 int64_t Task::items_of(const torch::Tensor& targets) {
   // Classification and regression: one item per sample; token targets: those that are not
   // padding.

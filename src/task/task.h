@@ -72,6 +72,12 @@ class Task {
   TaskLoss loss(torch::nn::Sequential& model, const Batch& batch, Precision precision,
                 PredictionTally* tally = nullptr) const;
 
+  // Each sample's plain loss (no label smoothing) summed over its items, [rows] in fp32 at
+  // least, and the batch's items: what a branch test pairs sample by sample. A module that sums
+  // its own loss over the batch is run one sample at a time.
+  TaskLoss sample_losses(torch::nn::Sequential& model, const Batch& batch,
+                         Precision precision) const;
+
   // The items of a batch of `targets`: its samples, or a language model's target tokens (those
   // that are not kIgnoreTarget).
   static int64_t items_of(const torch::Tensor& targets);

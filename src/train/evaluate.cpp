@@ -27,18 +27,57 @@ int64_t evaluation_rows_in_training(const TensorDataset& train, int64_t micro_ba
   return std::min(rows, training_rows);
 }
 
+namespace {
+
+// The model in eval mode (BatchNorm on its running statistics, no dropout) and no autograd
+// graph; each layer's own mode comes back afterwards (a frozen BatchNorm stays in eval mode).
+class InferenceScope {
+ public:
+  explicit InferenceScope(torch::nn::Sequential& model) {
+    for (const auto& module : model->modules(/*include_self=*/true))
+      modes_.emplace_back(module, module->is_training());
+    model->eval();
+  }
+  ~InferenceScope() {
+    for (const auto& [module, training] : modes_)
+      module->train(training);
+  }
+  InferenceScope(const InferenceScope&) = delete;
+  InferenceScope& operator=(const InferenceScope&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
+  c10::InferenceMode inference_;
+};
+
+}  // namespace
+
+SampleLossList sample_losses(torch::nn::Sequential& model, const TensorDataset& data,
+                             int64_t batch_size, Precision precision) {
+  SampleLossList result;
+  InferenceScope inference(model);
+  const Task task = Task::of(*model, data);
+  const torch::Device device = model_device(*model);
+  result.per_sample.reserve(size_t(data.size()));
+  for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
+    const int64_t end = std::min(data.size(), begin + batch_size);
+    const TaskLoss loss =
+        task.sample_losses(model, to_device(batch_of(data, begin, end), device), precision);
+    const torch::Tensor values = loss.loss_sum.to(torch::kCPU, torch::kFloat64).contiguous();
+    const double* first = values.data_ptr<double>();
+    result.per_sample.insert(result.per_sample.end(), first, first + values.numel());
+    result.items += loss.items;
+  }
+  return result;
+}
+
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision) {
   EvalResult result;
   if (data.size() == 0)
     return result;
-  // Each layer's own mode comes back afterwards (a frozen BatchNorm stays in eval mode).
-  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes;
-  for (const auto& module : model->modules(/*include_self=*/true))
-    modes.emplace_back(module, module->is_training());
-  model->eval();
   {
-    c10::InferenceMode inference;
+    InferenceScope inference(model);
     PredictionTally tally;
     const Task task = Task::of(*model, data);
     int64_t own_items = 0;
@@ -69,8 +108,6 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
       result.bits_per_byte = bytes > 0 ? result.loss_sum / std::log(2.0) / double(bytes) : 0;
     }
   }
-  for (const auto& [module, training] : modes)
-    module->train(training);
   return result;
 }
 

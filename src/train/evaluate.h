@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "device/precision.h"
@@ -52,6 +53,15 @@ int64_t evaluation_rows_in_training(const TensorDataset& train, int64_t micro_ba
 
 EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int64_t batch_size,
                     Precision precision = Precision::Fp32);
+
+// Each sample's loss summed over its items, in `data`'s order, and their items in all, in
+// inference mode: what a branch test compares between its branches (task/task.h).
+struct SampleLossList {
+  std::vector<double> per_sample;
+  int64_t items = 0;
+};
+SampleLossList sample_losses(torch::nn::Sequential& model, const TensorDataset& data,
+                             int64_t batch_size, Precision precision = Precision::Fp32);
 
 // A split's figures as the records name them: "val_loss", "test_accuracy", "val_rmse",
 // "val_perplexity", "val_bpb" (`tokens`: token rows).

@@ -12,6 +12,7 @@
 #include "models/models.h"
 #include "runtime/runtime_env.h"
 #include "stats/loss_spikes.h"
+#include "train/branch_test.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -80,52 +81,16 @@ bool FitLoop::epoch_used_up() const {
 
 bool FitLoop::run_update(const std::vector<int64_t>& order) {
   TrainingProgress& at = run_.at;
-  if (const auto change = run_.schedule->plan_update(at))
-    announce_batch_change(*change);
-  const auto update_start = SteadyClock::now();
-  const int64_t calls_before = run_.reducer->calls();
-  const UpdateWindow window =
-      window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
-                at.position_in_epoch, run_.job.rank);
-  const bool whole_window = at.micro_step == 0;
-  const StepRequest request = step_request(order, window);
-  reset_peak_memory();
-  StepResult step;
-  try {
-    if (!assembler_) {
-      assembler_ =
-          std::make_unique<BatchAssembler>(run_.data.train, run_.schedule->plan().micro_batch_size,
-                                           /*background=*/run_.config.prefetch,
-                                           /*pinned=*/run_.device.is_cuda());
-    }
-    step = train_step(*run_.engine, *assembler_, request);
-  } catch (const c10::OutOfMemoryError& oom) {
-    back_off(oom);
+  if (const auto proposal = run_.schedule->proposal(at))
+    return test_proposal(order, *proposal);
+  const int64_t samples_before = at.samples_seen;
+  const std::optional<TrainedUpdate> update = train_update(order);
+  if (!update)
     return false;  // the same update again, cut smaller
-  }
-  if (!step.completed) {
-    console_.say(stopped_by_signal_line(interrupts_.signal_number(), at, StopPoint::InsideUpdate,
-                                        run_.run_dir));
-    throw Interrupted(interrupts_.signal_number(),
-                      "training interrupted inside update " + std::to_string(at.step + 1));
-  }
-
-  const int64_t peak_bytes = memory_counters().peak_bytes;
-  epoch_peak_bytes_ = std::max(epoch_peak_bytes_, peak_bytes);
-  const double seconds = seconds_since(update_start);
-  count_update(window, step, seconds);
-  const UpdateReport report{step,
-                            seconds,
-                            seconds_since(train_start_),
-                            run_.reducer->calls() - calls_before,
-                            peak_bytes,
-                            at.skipped_updates,
-                            noise_.noise_scale()};
-  for (auto& observer : observers_)
-    observer->on_update(run_, report);
+  report_update(*update);
   check_divergence();
-  bool stop = step.stats.stop_requested;
-  const bool evaluated = evaluation_due(at.samples_seen - step.stats.counts.samples);
+  bool stop = update->step.stats.stop_requested;
+  const bool evaluated = evaluation_due(samples_before);
   if (evaluated) {
     evaluate_on_interval();
     // A signal during it stops here (a single process; ranks stop together, at an update).
@@ -135,16 +100,132 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   // applying the gradients, assembling the window, its records and display (an update that
   // evaluated is not timed). Told before a checkpoint, so that the checkpoint holds what the
   // regime measured and decided.
-  const UpdateTiming timing{window.rank_size, step.gradient_seconds,
-                            seconds_since(update_start) - step.gradient_seconds,
-                            whole_window && !evaluated};
+  const UpdateTiming timing{update->rank_samples, update->step.gradient_seconds,
+                            seconds_since(update->start) - update->step.gradient_seconds,
+                            update->whole_window && !evaluated};
   if (const auto check = run_.schedule->observe(at, {timing, &noise_}))
     tell(batch_check_event(*check));
-  // A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
-  // not evaluate that epoch twice.
+  return after_update(stop);
+}
+
+// A checkpoint at an epoch's end waits for the epoch's evaluation, so that a resumed run does
+// not evaluate that epoch twice.
+bool FitLoop::after_update(bool stop) {
   if (!epoch_used_up() && (stop || checkpoints_.due()))
     checkpoints_.write();
   return stop;
+}
+
+std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<int64_t>& order) {
+  TrainingProgress& at = run_.at;
+  if (const auto change = run_.schedule->plan_update(at))
+    announce_batch_change(*change);
+  TrainedUpdate update;
+  update.start = SteadyClock::now();
+  const int64_t calls_before = run_.reducer->calls();
+  const UpdateWindow window =
+      window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
+                at.position_in_epoch, run_.job.rank);
+  update.rank_samples = window.rank_size;
+  update.whole_window = at.micro_step == 0;
+  const StepRequest request = step_request(order, window);
+  reset_peak_memory();
+  try {
+    if (!assembler_) {
+      assembler_ =
+          std::make_unique<BatchAssembler>(run_.data.train, run_.schedule->plan().micro_batch_size,
+                                           /*background=*/run_.config.prefetch,
+                                           /*pinned=*/run_.device.is_cuda());
+    }
+    update.step = train_step(*run_.engine, *assembler_, request);
+  } catch (const c10::OutOfMemoryError& oom) {
+    back_off(oom);
+    return std::nullopt;
+  }
+  if (!update.step.completed) {
+    if (held_ != nullptr) {  // inside a branch test, which goes back to its start
+      branch_stopped_ = true;
+      return std::nullopt;
+    }
+    console_.say(stopped_by_signal_line(interrupts_.signal_number(), at, StopPoint::InsideUpdate,
+                                        run_.run_dir));
+    throw Interrupted(interrupts_.signal_number(),
+                      "training interrupted inside update " + std::to_string(at.step + 1));
+  }
+  update.peak_bytes = memory_counters().peak_bytes;
+  epoch_peak_bytes_ = std::max(epoch_peak_bytes_, update.peak_bytes);
+  update.seconds = seconds_since(update.start);
+  count_update(window, update.step, update.seconds);
+  update.allreduce_calls = run_.reducer->calls() - calls_before;
+  if (held_ != nullptr && update.step.stats.stop_requested)
+    branch_stopped_ = true;
+  return update;
+}
+
+void FitLoop::report_update(const TrainedUpdate& update) {
+  if (held_ != nullptr) {
+    held_->push_back(
+        {std::nullopt, update, run_.at, seconds_since(train_start_), noise_.noise_scale()});
+    return;
+  }
+  const UpdateReport report{update.step,
+                            run_.at,
+                            update.seconds,
+                            seconds_since(train_start_),
+                            update.allreduce_calls,
+                            update.peak_bytes,
+                            run_.at.skipped_updates,
+                            noise_.noise_scale()};
+  for (auto& observer : observers_)
+    observer->on_update(run_, report);
+}
+
+bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal) {
+  const int64_t samples_before = run_.at.samples_seen;
+  tell(branch_test_start_event(proposal));
+  std::vector<HeldRecord> held[2];
+  const TrainBranch train_branch = [&](bool doubled) {
+    held_ = &held[doubled ? 1 : 0];
+    branch_stopped_ = false;
+    while (run_.at.samples_seen < samples_before + proposal.test_samples && !branch_stopped_) {
+      if (const std::optional<TrainedUpdate> update = train_update(order))
+        report_update(*update);
+    }
+    held_ = nullptr;
+    return !branch_stopped_;
+  };
+  const std::optional<BatchTest> test = run_branch_test(run_, noise_, proposal, train_branch);
+  if (!test) {
+    // Back where the test began, the proposal still waiting: a resume tests it again.
+    branch_stopped_ = false;
+    checkpoints_.write();
+    stop_after_update();
+  }
+  // The kept branch's records, as a run without the test would have written them.
+  for (const HeldRecord& record : held[test->kept ? 1 : 0]) {
+    if (record.event) {
+      tell(*record.event);
+      continue;
+    }
+    const TrainedUpdate& update = *record.update;
+    const UpdateReport report{update.step,
+                              record.at,
+                              update.seconds,
+                              record.wall_seconds,
+                              update.allreduce_calls,
+                              update.peak_bytes,
+                              record.at.skipped_updates,
+                              record.noise_scale};
+    for (auto& observer : observers_)
+      observer->on_update(run_, report);
+  }
+  tell(branch_test_event(*test, run_.at.step));
+  check_divergence();
+  // An evaluation the branch passed comes at its end. A signal while the slice was scored
+  // stops here (a single process; ranks stopped inside a branch together).
+  if (evaluation_due(samples_before))
+    evaluate_on_interval();
+  return after_update(run_.job.world_size == 1 && interrupts_.requested());
 }
 
 // The micro-steps of this update, from where a mid-window checkpoint left off. A single
@@ -165,6 +246,8 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
     request.synchronize = [device = run_.device] { synchronize_device(device); };
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
+    if (held_ != nullptr)  // a branch test checkpoints before and after, never inside
+      return run_.job.world_size > 1 || done == micro_steps || !interrupts_.requested();
     checkpoints_.note_micro_step();
     if (run_.job.world_size > 1 || done == micro_steps)
       return true;
@@ -325,6 +408,10 @@ void FitLoop::announce_batch_change(const BatchChange& change) {
 }
 
 void FitLoop::tell(const RunEvent& event) {
+  if (held_ != nullptr) {
+    held_->push_back({event, std::nullopt, run_.at, 0, std::nullopt});
+    return;
+  }
   for (auto& observer : observers_)
     observer->on_event(run_, event);
 }

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "core/clock.h"
+#include "report/run_events.h"
 #include "runtime/interrupts.h"
 #include "schedule/interval.h"
 #include "stats/gradient_noise.h"
@@ -35,9 +37,31 @@ class FitLoop {
   const EvalResult& last_validation() const { return held_out_.last_validation(); }
 
  private:
-  // One update of the epoch whose sample order is `order`; returns whether a stop was asked
-  // for (by a signal on any rank).
+  // One update of the epoch whose sample order is `order` — or, when the schedule has a
+  // proposal waiting, its branch test — with what follows it (records, evaluation, the
+  // schedule's check, a checkpoint); returns whether a stop was asked for (on any rank).
   bool run_update(const std::vector<int64_t>& order);
+  // An update trained and counted into run.at, for its report.
+  struct TrainedUpdate {
+    StepResult step;
+    int64_t rank_samples = 0;  // this rank's samples in the window
+    bool whole_window = true;  // all its micro-steps ran in this process
+    SteadyClock::time_point start;
+    double seconds = 0;
+    int64_t allreduce_calls = 0;
+    int64_t peak_bytes = 0;
+  };
+  // One update at the plan in force, counted. None when it was not: backed off on
+  // out-of-memory (the same update comes again, cut smaller), or stopped inside a branch test
+  // (branch_stopped_).
+  std::optional<TrainedUpdate> train_update(const std::vector<int64_t>& order);
+  // Tells the observers, or holds the report while a branch test runs.
+  void report_update(const TrainedUpdate& update);
+  // The schedule's proposal tested by branching (train/branch_test.h); the kept branch's
+  // records are told once it is decided. Returns whether a stop was asked for.
+  bool test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal);
+  // The checkpoint after an update (on the cadence, or for a stop); returns `stop`.
+  bool after_update(bool stop);
   StepRequest step_request(const std::vector<int64_t>& order, const UpdateWindow& window);
   // Advances run.at by a finished update.
   void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
@@ -68,8 +92,22 @@ class FitLoop {
   bool epoch_used_up() const;
   [[noreturn]] void stop_after_update() const;
 
+  // What a branch's updates would have told the observers: an update's report (with its
+  // progress) or an event, in order.
+  struct HeldRecord {
+    std::optional<RunEvent> event;
+    std::optional<TrainedUpdate> update;
+    TrainingProgress at;
+    double wall_seconds = 0;
+    std::optional<double> noise_scale;
+  };
+
   TrainingRun& run_;
   Console& console_;
+  // While a branch test trains a branch: where its records are held, and whether a stop was
+  // asked for inside it.
+  std::vector<HeldRecord>* held_ = nullptr;
+  bool branch_stopped_ = false;
   Checkpointer checkpoints_;
   std::vector<std::unique_ptr<FitObserver>> observers_;
   NoiseScaleTracker noise_;

@@ -96,7 +96,7 @@ void log(const TrainingRun& run, nlohmann::json record) {
 void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
   if (!run.metrics)
     return;
-  const TrainingProgress& at = run.at;
+  const TrainingProgress& at = update.at;
   const UpdateStats& stats = update.step.stats;
   const RunSchedule& schedule = *run.schedule;
   const BatchPlan& plan = schedule.plan();
@@ -163,7 +163,7 @@ void ProgressDisplay::on_event(const TrainingRun&, const RunEvent& event) {
 }
 
 void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& update) {
-  const TrainingProgress& at = run.at;
+  const TrainingProgress& at = update.at;
   const RunLength length = run.schedule->expected_length(at);
   ProgressState state;
   state.epoch = at.epoch + 1;

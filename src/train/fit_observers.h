@@ -17,9 +17,12 @@
 
 namespace bigbatch {
 
-// One finished update, told after run.at has counted it.
+// One finished update, told after the progress has counted it. `at` is the progress right
+// after it: run.at, or, for the updates of a branch test told once the test is decided, the
+// kept branch's progress at that update.
 struct UpdateReport {
   const StepResult& step;
+  const TrainingProgress& at;
   double seconds = 0;           // the update's own time
   double wall_seconds = 0;      // since training began, everything included
   int64_t allreduce_calls = 0;  // collectives it issued

@@ -330,7 +330,31 @@ void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const Tensor
                                       config.micro_batch_tokens, /*rank=*/0);
 }
 
+DatasetSplits set_aside_controller_slice(DatasetSplits data, const TrainConfig& config) {
+  const int64_t size = data.train.size();
+  const int64_t holdout = config.growth_holdout_samples(size);
+  if (holdout == 0)
+    return data;
+  check_config(holdout < size,
+               "--growth-holdout " + std::to_string(holdout) + " would set aside all " +
+                   std::to_string(size) + " training samples",
+               "give a smaller --growth-holdout, or train on more data");
+  data.controller = data.train.slice(size - holdout, size);
+  data.train = data.train.slice(0, size - holdout);
+  return data;
+}
+
+namespace {
+DatasetSplits load_data_as_given(const TrainConfig& config);
+}  // namespace
+
 DatasetSplits load_data_outside_budget(const TrainConfig& config) {
+  return set_aside_controller_slice(load_data_as_given(config), config);
+}
+
+namespace {
+
+DatasetSplits load_data_as_given(const TrainConfig& config) {
   if (is_custom(config.dataset)) {
     throw Error(ErrorKind::Usage,
                 "dataset '" + config.dataset +
@@ -367,6 +391,8 @@ DatasetSplits load_data_outside_budget(const TrainConfig& config) {
   return load_idx_dataset(config.dataset_directory(), config.train_subset, config.val_size,
                           {config.pixel_mean, config.pixel_std});
 }
+
+}  // namespace
 
 PixelNormalisation idx_pixels(const TrainConfig& config) {
   if (config.pixel_std > 0)

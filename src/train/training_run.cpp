@@ -275,7 +275,11 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
   console.say(
       "bigbatch: " + config.model + " on " + config.dataset + " (" +
       std::to_string(r.data.train.size()) + " train, " + std::to_string(r.data.validation.size()) +
-      " validation, " + std::to_string(r.data.test.size()) + " test samples), " +
+      " validation, " + std::to_string(r.data.test.size()) + " test samples" +
+      (r.data.controller.size() > 0
+           ? ", " + std::to_string(r.data.controller.size()) + " set aside for the growth tests"
+           : "") +
+      "), " +
       (world_size > 1 ? std::to_string(world_size) + " ranks (" + r.job.env->source + "), " : "") +
       "device " + describe_device(r.device) + (world_size > 1 ? " on rank 0" : "") + ", " +
       runtime_environment_summary() +
@@ -979,7 +983,12 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
     check_config(data.train.size() > 0 && data.train.classes > 0,
                  "the C++ program's training data is empty or names no classes",
                  "fill CustomProblem::data.train and set its classes");
+    data = set_aside_controller_slice(std::move(data), resolved_config);
   }
+  // The samples set aside, named in config.toml: a rerun, a resume and a replay train on the
+  // same samples.
+  if (data.controller.size() > 0)
+    resolved_config.growth_holdout = data.controller.size();
   check_watched_metrics(resolved_config, data);
   check_eval_every(resolved_config, data);
   if (data.pixels.known()) {

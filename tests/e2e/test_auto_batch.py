@@ -1,15 +1,19 @@
 """--global-batch auto end to end: it grows when an update is dear and stays when it is free,
 every check is in metrics.jsonl, the run's end says what growing saved and how to replay it, the
 replay as a --global-batch-schedule is bit-identical, a run killed (-9) and resumed is
-bit-identical, plan shows it, and what cannot work is refused in one line.
+bit-identical, plan shows it, and what cannot work is refused in one line. Under the branch test
+(the default) each doubling is trained both ways from the same point and kept only if its loss
+keeps up: the tests are in metrics.jsonl, the losing branches leave no records, the replay is still
+bit-identical, and a run stopped inside a test resumes to the same bits.
 """
 import functools
 import json
 import os
 import re
+import signal
 
 import e2e_common
-from e2e_common import CliTestCase, checkpoints, kill_and_resume, main, read, records, update_records
+from e2e_common import CliTestCase, checkpoints, kill_and_resume, main, read, records, start, update_records
 
 # 4096 samples, micro-batch 16: the automatic batch starts at 16 x 2 = 32.
 ARGS = ["--model", "mlp", "--hidden", "64", "--train-subset", "4096", "--micro-batch", "16", "--epochs", "2",
@@ -27,8 +31,8 @@ class AutoBatchTest(CliTestCase):
     def test_grows_when_an_update_is_dear_and_replays_bit_for_bit(self):
         out = self.path("auto")
         # An update worth 2000 samples of compute (a slow all-reduce, say): the goodput's best batch,
-        # sqrt(2000 x B_noise), is far above 32.
-        result = run("train", *AUTO, "--update-cost", "2000", "--out", out, check=True)
+        # sqrt(2000 x B_noise), is far above 32. The prediction alone decides here (no branch test).
+        result = run("train", *AUTO, "--update-cost", "2000", "--growth-test", "none", "--out", out, check=True)
         self.assertIn("global batch auto: starts at 32, doubles while the predicted goodput gain is at least 5%",
                       result.stderr)
         checks = [r for r in records(out) if r.get("event") == "batch_check"]
@@ -64,6 +68,76 @@ class AutoBatchTest(CliTestCase):
         self.assertEqual(weights(again), weights(out))
         self.assertEqual([r["lr"] for r in update_records(again)], [r["lr"] for r in update_records(out)])
 
+    def test_branch_tests_decide_each_doubling_and_the_run_replays_bit_for_bit(self):
+        out = self.path("tested")
+        result = run("train", *AUTO, "--update-cost", "2000", "--out", out, check=True)
+        # 2% of the 4096 training samples, at least 256, are set aside to score the branches on.
+        self.assertIn("(3840 train, 0 validation, 10000 test samples, 256 set aside for the growth tests)",
+                      result.stderr)
+        proposals = [r for r in records(out) if r.get("event") == "batch_check" and "test_samples" in r]
+        tests = [r for r in records(out) if r.get("event") == "batch_test"]
+        self.assertEqual(len(proposals), len(tests))
+        self.assertGreaterEqual(len(tests), 2, tests)
+        # This run has both outcomes: the first test (early, while the loss falls fast) keeps 32.
+        self.assertFalse(tests[0]["kept"], tests[0])
+        self.assertTrue(any(t["kept"] for t in tests), tests)
+        for proposal, test in zip(proposals, tests):
+            self.assertFalse(proposal["grow"])
+            self.assertEqual(test["started_step"], proposal["step"])
+            self.assertEqual(test["test_samples"], proposal["test_samples"])
+            self.assertEqual(test["test_samples"] % (2 * test["proposed"]), 0)
+            # Kept exactly when the doubled branch's loss is within 1% (the default) of the current one's.
+            self.assertAlmostEqual(test["difference"], test["doubled_loss"] - test["current_loss"], places=12)
+            self.assertAlmostEqual(test["bound"], 0.01 * test["current_loss"], places=12)
+            self.assertEqual(test["kept"], test["difference"] <= test["bound"])
+            self.assertGreaterEqual(test["standard_error"], 0)
+            self.assertGreaterEqual(test["losing_seconds"], 0)
+        # A kept doubling starts where its test did; the losing branches left no update records.
+        changes = [r for r in records(out) if r.get("event") == "batch_change"]
+        self.assertEqual([(c["samples_seen"], c["global_batch"]) for c in changes],
+                         [(t["samples_seen"], t["proposed"]) for t in tests if t["kept"]])
+        updates = update_records(out)
+        self.assertEqual([r["step"] for r in updates], list(range(1, len(updates) + 1)))
+        self.assertEqual(sum(r["items"] for r in updates), 2 * 3840)
+        kept = sum(t["kept"] for t in tests)
+        losing = sum(t["test_samples"] for t in tests)
+        summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
+        self.assertIn(f"; {len(tests)} branch tests ({kept} kept) trained {losing} samples more", summary)
+        self.assertIn("testing 64 against 32: both train the", result.stderr)
+        self.assertRegex(result.stderr, r"automatic batch: stays at 32: loss [0-9.]+ at 64 against [0-9.]+ at 32")
+        # The decision log replayed as a ramp, with the same samples set aside: the same run, record for record.
+        replay = REPLAY.search(summary).group(1)
+        self.assertIn(f'"{replay}" --growth-holdout 256', summary)
+        again = self.path("replay")
+        run("train", *ARGS, "--global-batch-schedule", replay, "--growth-holdout", "256", "--out", again, check=True)
+        self.assertEqual(weights(again), weights(out))
+        fields = ("step", "samples_seen", "loss", "lr", "global_batch", "grad_norm")
+        self.assertEqual([[r[f] for f in fields] for r in update_records(again)],
+                         [[r[f] for f in fields] for r in updates])
+
+    def test_a_stop_inside_a_branch_test_resumes_to_the_same_bits(self):
+        # A wider model, so that a test's branches take long enough to be stopped in.
+        args = [*AUTO, "--hidden", "1024", "--epochs", "1", "--update-cost", "2000"]
+        whole = self.path("whole")
+        run("train", *args, "--out", whole, check=True)
+        stopped = self.path("stopped")
+        process = start("train", *args, "--out", stopped)
+        for line in process.stderr:
+            if "automatic batch: testing" in line:
+                process.send_signal(signal.SIGINT)
+                break
+        _, stderr = process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 130, stderr)
+        # Back where the test began, the proposal waiting in the checkpoint: the resume tests it again.
+        state = json.loads(read(os.path.join(stopped, "checkpoints", checkpoints(stopped)[-1], "state.json")))
+        proposal = state["progress"]["growth"]["proposal"]
+        self.assertIsNotNone(proposal)
+        self.assertEqual(state["progress"]["samples_seen"], proposal["samples_seen"])
+        self.assertEqual(state["progress"]["growth"]["tests"], [])
+        run("train", "--resume", stopped, check=True)
+        self.assertEqual(weights(stopped), weights(whole))
+        self.assertEqual([r["loss"] for r in update_records(stopped)], [r["loss"] for r in update_records(whole)])
+
     def test_stays_put_when_updates_are_free(self):
         out = self.path("free")
         result = run("train", *AUTO, "--update-cost", "0", "--out", out, check=True)
@@ -94,12 +168,14 @@ class AutoBatchTest(CliTestCase):
         self.assertEqual(weights(run_dir), weights(whole))
         state = json.loads(read(os.path.join(run_dir, "checkpoints", checkpoints(run_dir)[-1], "state.json")))
         self.assertEqual([d["to_batch"] for d in state["progress"]["growth"]["decisions"]],
-                         [c["proposed"] for c in records(whole)
-                          if c.get("event") == "batch_check" and c["grow"]])
+                         [t["proposed"] for t in records(whole) if t.get("event") == "batch_test" and t["kept"]])
+        self.assertEqual(len(state["progress"]["growth"]["tests"]),
+                         len([t for t in records(whole) if t.get("event") == "batch_test"]))
 
     def test_evaluations_in_samples_stay_at_the_same_data_as_the_batch_grows(self):
         out = self.path("evaluated")
-        result = run("train", *AUTO, "--update-cost", "2000", "--eval-every", "1000s", "--out", out, check=True)
+        result = run("train", *AUTO, "--update-cost", "2000", "--growth-test", "none", "--eval-every", "1000s",
+                     "--out", out, check=True)
         self.assertIn("evaluation: every 1000 samples (--eval-every 1000s, counted in samples", result.stderr)
         batch_at = {r["step"]: r["global_batch"] for r in update_records(out)}
         self.assertGreater(len(set(batch_at.values())), 1)
@@ -131,13 +207,19 @@ class AutoBatchTest(CliTestCase):
             (["--no-noise-scale"], "config", "--no-noise-scale"),
             (["--max-global-batch", "16"], "config", "--max-global-batch 16 is below the batch"),
             (["--update-cost", "-3"], "config", "--update-cost must be zero or positive"),
+            (["--growth-holdout", "0"], "config", "--growth-holdout 0 sets none aside"),
+            (["--growth-holdout", "-1"], "config", "--growth-holdout must be zero or positive"),
+            (["--growth-holdout", "4096"], "config", "would set aside all 4096 training samples"),
+            (["--growth-tolerance", "-0.1"], "config", "--growth-tolerance must be zero or positive"),
+            (["--growth-test", "maybe"], "config", "growth test 'maybe' is not known"),
         ]
         for extra, kind, fragment in cases:
             with self.subTest(extra=extra):
                 self.assert_one_line_error(run("train", *AUTO, *extra, "--out", self.path("x")), kind, fragment)
                 self.assertFalse(os.path.exists(self.path("x")))
-        self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", "--update-cost", "5"), "config",
-                                   "belong to --global-batch auto")
+        for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"]):
+            self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", *extra), "config",
+                                       "belong to --global-batch auto")
 
 
 if __name__ == "__main__":

@@ -295,6 +295,98 @@ TEST(Checkpoints, CarryTheCpusGenerator) {
   check_checkpoint_round_trip(torch::Device(torch::kCPU));
 }
 
+// A snapshot in memory puts the weights, the optimizer's moments, the generator and the
+// progress back exactly: training from it again gives the same bits.
+TEST(Checkpoints, ASnapshotPutsTrainingBackBitForBit) {
+  torch::manual_seed(5);
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.hidden = {16};
+  auto model = make_model(spec);
+  OptimizerSettings settings;
+  settings.kind = OptimizerKind::AdamW;
+  auto optimizer = make_optimizer(settings, model->parameters());
+  // Three steps on draws from the generator (as dropout would draw).
+  const auto train = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      optimizer->zero_grad();
+      model->forward(torch::randn({4, 1, 28, 28})).sum().backward();
+      optimizer->step();
+    }
+  };
+  train(3);
+  TrainingProgress at;
+  at.step = 3;
+  at.growth.proposal = BatchDecision{3, 12, 4, 8, 1, 2, 3, 4, 1.1, 64};
+  const TrainingSnapshot snapshot = TrainingSnapshot::take(*model, *optimizer, at);
+  train(3);
+  std::vector<torch::Tensor> first;
+  for (const auto& p : model->parameters())
+    first.push_back(p.detach().clone());
+  at.step = 6;
+  at.growth.proposal.reset();
+  snapshot.restore(*model, *optimizer, at);
+  EXPECT_EQ(at.step, 3);
+  ASSERT_TRUE(at.growth.proposal.has_value());
+  EXPECT_EQ(at.growth.proposal->test_samples, 64);
+  train(3);
+  const auto again = model->parameters();
+  for (size_t i = 0; i < first.size(); ++i)
+    EXPECT_TRUE(torch::equal(again[i], first[i])) << "parameter " << i;
+}
+
+// --global-batch auto's proposal, branch tests and cooldown go through state.json unchanged;
+// a damaged test is named.
+TEST(Checkpoints, KeepTheGrowthTestsAndAWaitingProposal) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "bigbatch_checkpoint_growth").string();
+  std::filesystem::remove_all(dir);
+  torch::manual_seed(5);
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.hidden = {4};
+  auto model = make_model(spec);
+  OptimizerSettings settings;
+  auto optimizer = make_optimizer(settings, model->parameters());
+  const nlohmann::json identity =
+      checkpoint_identity("mlp", {4}, "synthetic", 4, 4, 5, true, "sgd");
+  TrainingProgress progress;
+  progress.step = 30;
+  progress.global_batch = 64;
+  progress.samples_seen = 1600;
+  progress.items_seen = 1600;
+  progress.growth.update_cost = 12.5;
+  const BatchDecision kept{20, 640, 32, 64, 100, 200, 400, 12.5, 1.2, 512};
+  progress.growth.decisions = {kept};
+  BatchTest test;
+  test.proposal = kept;
+  test.current_loss = 0.5;
+  test.doubled_loss = 0.499;
+  test.difference = -0.001;
+  test.standard_error = 0.002;
+  test.bound = 0.005;
+  test.kept = true;
+  test.losing_seconds = 1.5;
+  progress.growth.tests = {test};
+  progress.growth.proposal = BatchDecision{30, 1600, 64, 128, 150, 300, 600, 12.5, 1.1, 1024};
+  progress.growth.rejected_in_a_row = 2;
+  write_checkpoint(dir, progress, identity, *model, *optimizer, 1, nlohmann::json::object());
+  const TrainingProgress back =
+      read_checkpoint(find_latest_checkpoint(dir), identity, *model, *optimizer);
+  ASSERT_EQ(back.growth.decisions.size(), 1u);
+  EXPECT_EQ(back.growth.decisions[0].test_samples, 512);
+  ASSERT_EQ(back.growth.tests.size(), 1u);
+  EXPECT_EQ(back.growth.tests[0].difference, -0.001);
+  EXPECT_EQ(back.growth.tests[0].standard_error, 0.002);
+  EXPECT_TRUE(back.growth.tests[0].kept);
+  EXPECT_EQ(back.growth.tests[0].proposal.to_batch, 64);
+  ASSERT_TRUE(back.growth.proposal.has_value());
+  EXPECT_EQ(back.growth.proposal->to_batch, 128);
+  EXPECT_EQ(back.growth.proposal->test_samples, 1024);
+  EXPECT_EQ(back.growth.rejected_in_a_row, 2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(Gpu, CheckpointsCarryTheCardsGeneratorAndKeepStateOnTheCard) {
   check_checkpoint_round_trip(gpu_);
 }

@@ -114,6 +114,44 @@ TEST(Task, RegressionSumsTheSquaredErrorOverSamplesAndOutputs) {
   EXPECT_EQ(tally.correct(), 0);  // nothing scored
 }
 
+// A branch test pairs samples: each sample's loss, which sums to the batch's.
+TEST(Task, SampleLossesSumToTheBatchsLoss) {
+  torch::NoGradGuard no_grad;
+  auto classes = linear(4, 3);
+  torch::manual_seed(5);
+  const Batch images{torch::randn({6, 4}), torch::tensor({0, 2, 1, 1, 0, 2}), 6};
+  const Task classify = Task::of(*classes, false);
+  const TaskLoss each = classify.sample_losses(classes, images, Precision::Fp32);
+  ASSERT_EQ(each.loss_sum.sizes(), torch::IntArrayRef({6}));
+  EXPECT_EQ(each.items, 6);
+  EXPECT_NEAR(each.loss_sum.sum().item<double>(),
+              classify.loss(classes, images, Precision::Fp32).loss_sum.item<double>(), 1e-5);
+  // One row alone is that row's loss.
+  const Batch third{images.inputs.slice(0, 2, 3), images.targets.slice(0, 2, 3), 1};
+  EXPECT_NEAR(each.loss_sum[2].item<double>(),
+              classify.loss(classes, third, Precision::Fp32).loss_sum.item<double>(), 1e-6);
+  // Token rows: a row's target tokens, padding nowhere; label smoothing left out.
+  auto tokens = linear(2, 5);
+  const Batch rows{torch::randn({2, 3, 2}),
+                   torch::tensor({{1, 2, 3}, {4, kIgnoreTarget, kIgnoreTarget}}), 4};
+  const Task smoothed = Task::of(*tokens, false).with_label_smoothing(0.2);
+  const TaskLoss per_row = smoothed.sample_losses(tokens, rows, Precision::Fp32);
+  EXPECT_EQ(per_row.items, 4);
+  EXPECT_NEAR(per_row.loss_sum.sum().item<double>(),
+              Task::of(*tokens, false).loss(tokens, rows, Precision::Fp32).loss_sum.item<double>(),
+              1e-5);
+  const Batch second{rows.inputs.slice(0, 1, 2), rows.targets.slice(0, 1, 2), 1};
+  EXPECT_NEAR(
+      per_row.loss_sum[1].item<double>(),
+      Task::of(*tokens, false).loss(tokens, second, Precision::Fp32).loss_sum.item<double>(), 1e-6);
+  // Regression: the squared error over each sample's outputs.
+  auto values = linear(3, 2);
+  const Batch targets{torch::randn({4, 3}), torch::randn({4, 2}), 4};
+  const TaskLoss errors = Task::of(*values, true).sample_losses(values, targets, Precision::Fp32);
+  const torch::Tensor by_hand = (values->forward(targets.inputs) - targets.targets).square().sum(1);
+  EXPECT_TRUE(torch::allclose(errors.loss_sum, by_hand));
+}
+
 TEST(Task, Bf16ForwardPassesGiveAnFp32Loss) {
   auto model = linear(8, 3);
   torch::manual_seed(11);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include "schedule/batch_growth.h"
 #include "schedule/run_schedule.h"
@@ -135,12 +137,13 @@ LrSchedule constant_rate(double lr, int64_t reference) {
   return LrSchedule(c);
 }
 
-AutoBatchSchedule auto_from_32(double update_cost) {
+AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false) {
   const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
   GrowthRule rule;
   rule.max_global_batch = 4096;
   rule.dataset_size = kSamples;
   rule.update_cost = update_cost;
+  rule.branch_test = branch_test;
   return AutoBatchSchedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
                            constant_rate(0.01, 32), RunBounds{1, 100000}, /*reference_batch=*/32,
                            rule);
@@ -160,12 +163,24 @@ struct Walk {
   std::vector<BatchCheck> checks;
 };
 
+// A branch test's verdict on a proposal (the fit loop trains both branches; here only the kept
+// one is walked, which is what the run keeps).
+using Verdict = std::function<bool(const BatchDecision&)>;
+
 // `updates` updates of a run under `schedule`, the fit loop's order of calls.
-Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from = {}) {
+Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from = {},
+          const Verdict& verdict = nullptr) {
   NoiseScaleTracker noise;
   noise.restore(from.at.noise);
   Walk w = std::move(from);
+  std::optional<BatchDecision> testing;
+  int64_t test_ends = 0;
   for (int64_t i = 0; i < updates; ++i) {
+    if (const auto proposal = schedule.proposal(w.at)) {
+      testing = *proposal;
+      test_ends = w.at.samples_seen + proposal->test_samples;
+      schedule.enter_branch(w.at, verdict(*proposal));
+    }
     schedule.plan_update(w.at);
     const int64_t global = schedule.plan().global_batch_size;
     measure(noise, double(global), 1.0, noise_scale);
@@ -178,6 +193,16 @@ Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from 
     w.at.position_in_epoch += global;
     w.at.global_batch = global;
     w.at.noise = noise.state();
+    if (testing) {
+      if (w.at.samples_seen == test_ends) {
+        BatchTest test;
+        test.proposal = *testing;
+        test.kept = w.at.global_batch == testing->to_batch;
+        schedule.settle(w.at, test);
+        testing.reset();
+      }
+      continue;  // the loop does not check inside a test
+    }
     if (auto check = schedule.observe(w.at, {{global, 0.1, 0.01, true}, &noise}))
       w.checks.push_back(*check);
   }
@@ -240,6 +265,88 @@ TEST(AutoBatchSchedule, AResumedRunContinuesTheSameDecisions) {
   EXPECT_EQ(after.batches, uninterrupted.batches);
   EXPECT_EQ(after.rates, uninterrupted.rates);
   EXPECT_EQ(after.at.growth.decisions.size(), uninterrupted.at.growth.decisions.size());
+}
+
+TEST(BatchGrowth, BranchesAreJudgedOnTheirPairedLossPerItem) {
+  // Three samples with 2 items each: per item, 12/6 = 2 against 13/6.
+  BranchLosses losses{{2, 4, 6}, {2.2, 4.2, 6.6}, 6};
+  BranchVerdict v = judge_branches(losses, 0.1);
+  EXPECT_NEAR(v.current_loss, 2.0, 1e-12);
+  EXPECT_NEAR(v.doubled_loss, 13.0 / 6, 1e-12);
+  EXPECT_NEAR(v.difference, 1.0 / 6, 1e-12);
+  // Differences 0.2, 0.2, 0.6: mean 1/3, sample variance 4/75; over the items sqrt(3 x 4/75)/6.
+  EXPECT_NEAR(v.standard_error, std::sqrt(3 * 4.0 / 75) / 6, 1e-12);
+  EXPECT_NEAR(v.bound, 0.2, 1e-12);
+  EXPECT_TRUE(v.keep);
+  EXPECT_FALSE(judge_branches(losses, 0.05).keep);  // bound 0.1 < 1/6
+  // Better is kept at any tolerance; a loss that is not finite never is.
+  EXPECT_TRUE(judge_branches({{2, 4, 6}, {1, 4, 6}, 6}, 0).keep);
+  EXPECT_FALSE(judge_branches({{2, 4, 6}, {2, std::nan(""), 6}, 6}, 0.5).keep);
+}
+
+TEST(BatchGrowth, ABranchTestFitsInsideTheEpochAndRejectionsWaitLonger) {
+  EXPECT_EQ(branch_test_samples(32, 100000), kBranchTestUpdates * 64);
+  EXPECT_EQ(branch_test_samples(32, 200), 3 * 64);  // as many doubled updates as fit
+  EXPECT_EQ(branch_test_samples(32, 127), 0);       // fewer than kFewestBranchTestUpdates
+  EXPECT_EQ(growth_check_wait(0), kGrowthCheckEvery);
+  EXPECT_EQ(growth_check_wait(2), 4 * kGrowthCheckEvery);
+  EXPECT_EQ(growth_check_wait(100), kGrowthCheckEvery << kMostCooldownDoublings);
+  EXPECT_EQ(default_growth_holdout(4096), 256);
+  EXPECT_EQ(default_growth_holdout(55000), 1100);
+  EXPECT_EQ(default_growth_holdout(1000000), 2048);
+  EXPECT_EQ(default_growth_holdout(800), 200);  // a quarter at most
+}
+
+TEST(AutoBatchSchedule, ABranchTestDecidesEachProposal) {
+  // The goodput model proposes 64, 128 and 256 (as above); the tests keep 64 and 128 and
+  // reject 256, which then waits twice as long after each rejection.
+  AutoBatchSchedule schedule = auto_from_32(100, /*branch_test=*/true);
+  const Walk w =
+      walk(schedule, 300, 1000, {}, [](const BatchDecision& p) { return p.to_batch <= 128; });
+  ASSERT_EQ(w.at.growth.decisions.size(), 2u);
+  EXPECT_EQ(schedule.plan().global_batch_size, 128);
+  const BatchDecision& first = w.at.growth.decisions[0];
+  EXPECT_EQ(first.step, kGrowthCheckEvery);
+  EXPECT_EQ(first.samples_seen, 32 * kGrowthCheckEvery);
+  EXPECT_EQ(first.test_samples, kBranchTestUpdates * 64);
+  // The proposals were checks that did not grow at once but asked for a test.
+  EXPECT_FALSE(w.checks[0].grow);
+  EXPECT_EQ(w.checks[0].test_samples, kBranchTestUpdates * 64);
+  ASSERT_GE(w.at.growth.tests.size(), 4u);
+  EXPECT_TRUE(w.at.growth.tests[0].kept);
+  EXPECT_TRUE(w.at.growth.tests[1].kept);
+  EXPECT_FALSE(w.at.growth.tests[2].kept);
+  EXPECT_FALSE(w.at.growth.tests[3].kept);
+  // Each test of 256 trains 8 updates of 256 (16 of 128); the next check waits 40, then 80.
+  const int64_t between = w.at.growth.tests[3].proposal.step - w.at.growth.tests[2].proposal.step;
+  EXPECT_EQ(between, 2 * kBranchTestUpdates + 2 * kGrowthCheckEvery);
+  EXPECT_EQ(w.at.growth.rejected_in_a_row, int64_t(w.at.growth.tests.size()) - 2);
+  const std::string summary = schedule.summary(w.at);
+  EXPECT_NE(summary.find("32 -> 64 -> 128"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("branch tests (2 kept)"), std::string::npos) << summary;
+  // The kept branches replay as a ramp: the same batches at the same rates.
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  RampSchedule replay(plan, plan_epoch(plan, kSamples, LastWindow::Keep), constant_rate(0.01, 32),
+                      RunBounds{1, 100000},
+                      GlobalBatchSchedule::parse(replay_schedule(32, w.at.growth.decisions)), 32);
+  const Walk r = walk(replay, 300, 1000);
+  EXPECT_EQ(r.batches, w.batches);
+  EXPECT_EQ(r.rates, w.rates);
+}
+
+TEST(AutoBatchSchedule, ATestNearTheEpochsEndWaits) {
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  GrowthRule rule;
+  rule.max_global_batch = 4096;
+  rule.dataset_size = 700;  // a check after 20 updates leaves 60 samples: no room for 2 x 64
+  rule.update_cost = 100;
+  AutoBatchSchedule schedule(plan, plan_epoch(plan, 700, LastWindow::Keep), constant_rate(0.01, 32),
+                             RunBounds{1, 100000}, 32, rule);
+  const Walk w = walk(schedule, kGrowthCheckEvery, 1000);
+  ASSERT_EQ(w.checks.size(), 1u);
+  EXPECT_EQ(w.checks[0].test_samples, 0);
+  EXPECT_NE(w.checks[0].reason.find("too few samples left"), std::string::npos);
+  EXPECT_FALSE(schedule.proposal(w.at));
 }
 
 TEST(AutoBatchSchedule, ADamagedLogIsNamed) {

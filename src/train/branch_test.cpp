@@ -1,0 +1,80 @@
+#include "train/branch_test.h"
+
+#include "checkpoint/checkpoint.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "train/evaluate.h"
+#include "train/run_setup.h"
+
+namespace bigbatch {
+
+namespace {
+
+// The model, optimizer, generators and progress of `snapshot`, the noise averages and the plan
+// that go with them (BatchNorm's momentum follows the plan's accumulation).
+void put_back(TrainingRun& run, NoiseScaleTracker& noise, const TrainingSnapshot& snapshot) {
+  run.engine->discard();  // a window a stop left open
+  snapshot.restore(*run.model, *run.optimizer, run.at);
+  noise.restore(run.at.noise);
+  run.schedule->restore(run.at);
+  prepare_for_training(run.model, run.config, run.schedule->plan().accumulation_steps);
+}
+
+SampleLossList controller_losses(TrainingRun& run) {
+  const int64_t rows =
+      evaluation_rows_in_training(run.data.train, run.schedule->plan().micro_batch_size,
+                                  run.schedule->micro_batch_tokens(), run.config.memory_budget > 0);
+  return sample_losses(run.model, run.data.controller, rows, run.precision);
+}
+
+}  // namespace
+
+std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& noise,
+                                         const BatchDecision& proposal,
+                                         const TrainBranch& train_branch) {
+  BB_INTERNAL_ASSERT(run.data.controller.size() > 0, "a branch test needs the controller's slice");
+  RunSchedule& schedule = *run.schedule;
+  const TrainingSnapshot start = TrainingSnapshot::take(*run.model, *run.optimizer, run.at);
+
+  schedule.enter_branch(run.at, /*doubled=*/false);
+  const auto current_start = SteadyClock::now();
+  if (!train_branch(false)) {
+    put_back(run, noise, start);
+    return std::nullopt;
+  }
+  const double current_seconds = seconds_since(current_start);
+  BranchLosses losses;
+  SampleLossList scored = controller_losses(run);
+  losses.current = std::move(scored.per_sample);
+  losses.items = scored.items;
+  const TrainingSnapshot current = TrainingSnapshot::take(*run.model, *run.optimizer, run.at);
+
+  put_back(run, noise, start);
+  schedule.enter_branch(run.at, /*doubled=*/true);
+  const auto doubled_start = SteadyClock::now();
+  if (!train_branch(true)) {
+    put_back(run, noise, start);
+    return std::nullopt;
+  }
+  const double doubled_seconds = seconds_since(doubled_start);
+  losses.doubled = controller_losses(run).per_sample;
+
+  const BranchVerdict verdict = judge_branches(losses, run.config.growth_tolerance);
+  BatchTest test;
+  test.proposal = proposal;
+  test.current_loss = verdict.current_loss;
+  test.doubled_loss = verdict.doubled_loss;
+  test.difference = verdict.difference;
+  test.standard_error = verdict.standard_error;
+  test.bound = verdict.bound;
+  test.kept = verdict.keep;
+  test.losing_seconds = test.kept ? current_seconds : doubled_seconds;
+  if (!test.kept)
+    put_back(run, noise, current);
+  run.at.train_seconds += test.losing_seconds;
+  schedule.settle(run.at, test);
+  prepare_for_training(run.model, run.config, schedule.plan().accumulation_steps);
+  return test;
+}
+
+}  // namespace bigbatch
