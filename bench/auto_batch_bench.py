@@ -8,12 +8,15 @@ budget, and every run is scored by the updates, samples and wall-clock it took t
 Fixed batches each get a 3-point rate grid (the --lr-scaling rule's rate from --lr at the
 start batch, times each --lr-grid factor) and keep their best (by final validation loss); the ramp doubles at a third and two
 thirds of the budget; the automatic batch runs with its timed update cost and with each
---update-cost given. Several seeds: mean and spread. Nothing here is timed against a threshold:
-it prints what happened.
+--update-cost given, each with the branch test confirming its doublings (--growth-test branch)
+and without it (none: the noise-scale prediction alone, the ablation). Every run sets the same
+--growth-holdout samples aside, so all train on the same samples in the same order. Several
+seeds: mean and spread. Nothing here is timed against a threshold: it prints what happened.
 
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
-       [--update-costs auto 2000] [--seeds 42 1 2] [--threads 2] [--json FILE]
+       [--update-costs auto 2000] [--growth-tests branch none] [--holdout 1100] [--seeds 42 1 2]
+       [--threads 2] [--json FILE]
 """
 import argparse
 import json
@@ -48,10 +51,15 @@ def train(binary, out, common, extra):
                 "summary": ["diverged"]}
     held = [r for r in rs if "val_loss" in r]
     updates = [r for r in rs if "loss" in r and "event" not in r]
-    # Training time (the updates alone, not evaluation) up to each update: the records' sum.
+    # Training time (the updates alone, not evaluation) up to each update: the records' sum, and
+    # what each branch test took besides its kept branch (at the update where it ended).
+    extra = {}
+    for r in rs:
+        if r.get("event") == "batch_test":
+            extra[r["step"]] = extra.get(r["step"], 0.0) + r["extra_seconds"]
     elapsed, train_seconds = 0.0, []
     for r in updates:
-        elapsed += 1.0 / r["updates_per_s"]
+        elapsed += 1.0 / r["updates_per_s"] + extra.get(r["step"], 0.0)
         train_seconds.append((r["step"], elapsed))
     return {"evaluations": [(r["samples_seen"], r["step"], r["val_loss"]) for r in held],
             "train_seconds": train_seconds,
@@ -59,7 +67,9 @@ def train(binary, out, common, extra):
             "final_val_loss": held[-1]["val_loss"],
             "test_accuracy": [r for r in rs if "test_accuracy" in r][-1]["test_accuracy"],
             "batches": sorted({r["global_batch"] for r in updates}), "wall": wall,
-            "summary": [line for line in result.stderr.splitlines() if line.startswith("automatic batch:")]}
+            "tests": [(r["proposed"], r["kept"]) for r in rs if r.get("event") == "batch_test"],
+            "summary": [line for line in result.stderr.splitlines()
+                        if line.startswith("automatic batch:") and ("replay it" in line or "stayed at" in line)]}
 
 
 def loss_at_samples(run, samples):
@@ -101,6 +111,9 @@ def main():
     p.add_argument("--lr-scaling", default="sqrt", help="the rule from the starting batch to larger ones")
     p.add_argument("--lr-grid", type=float, nargs="+", default=[0.5, 1, 2])
     p.add_argument("--update-costs", nargs="+", default=["auto", "2000"])
+    p.add_argument("--growth-tests", nargs="+", default=["branch", "none"])
+    p.add_argument("--holdout", type=int, default=1100,
+                   help="training samples every run sets aside (the branch test scores on them; 2%% of 55,000)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--eval-every", default="5000s",
@@ -110,7 +123,8 @@ def main():
     binary = os.path.join(os.path.abspath(a.build), "bigbatch")
     start_batch = 2 * a.micro_batch
     common = ["--model", a.model, "--hidden", a.hidden, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
-              "--threads", str(a.threads), "--progress", "off", "--micro-batch", str(a.micro_batch)]
+              "--threads", str(a.threads), "--progress", "off", "--micro-batch", str(a.micro_batch),
+              "--growth-holdout", str(a.holdout)]
     # The rule from the starting batch: fixed batches get its rate (times the grid's factors)
     # at their batch; the ramp and the automatic batch follow it as they grow.
     rule = ["--lr-scaling", a.lr_scaling, "--lr-ref-batch", str(start_batch)]
@@ -140,10 +154,11 @@ def main():
                                                 [*rule, "--global-batch-schedule", ramp, "--lr", str(lr),
                                                  "--eval-every", a.eval_every])}
         for cost in a.update_costs:
-            others[f"auto (update cost {cost})"] = train(
-                binary, os.path.join(workdir, f"s{seed}-auto-{cost}"), seeded,
-                [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--eval-every",
-                 a.eval_every])
+            for test in a.growth_tests:
+                others[f"auto (update cost {cost}, test {test})"] = train(
+                    binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}"), seeded,
+                    [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test", test,
+                     "--eval-every", a.eval_every])
         for run in others.values():
             run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}

@@ -120,13 +120,14 @@ nlohmann::json growth_json(const BatchGrowthState& g) {
   nlohmann::json tests = nlohmann::json::array();
   for (const BatchTest& t : g.tests) {
     tests.push_back({{"proposal", decision_json(t.proposal)},
+                     {"start_loss", t.start_loss},
                      {"current_loss", t.current_loss},
                      {"doubled_loss", t.doubled_loss},
                      {"difference", t.difference},
                      {"standard_error", t.standard_error},
                      {"bound", t.bound},
                      {"kept", t.kept},
-                     {"losing_seconds", t.losing_seconds}});
+                     {"extra_seconds", t.extra_seconds}});
   }
   return {{"tally_updates", g.tally.updates},
           {"tally_samples", g.tally.samples},
@@ -321,6 +322,7 @@ BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
     const StateFields t(tests[i], prefix, dir);
     BatchTest test;
     test.proposal = decision_from(tests[i].at("proposal"), prefix + "proposal.", dir);
+    test.start_loss = t.amount("start_loss");
     test.current_loss = t.amount("current_loss");
     test.doubled_loss = t.amount("doubled_loss");
     test.difference = t.amount("difference", std::nullopt, /*signed_value=*/true);
@@ -329,7 +331,7 @@ BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
     if (!tests[i].contains("kept") || !tests[i].at("kept").is_boolean())
       t.bad("kept", "is not true or false");
     test.kept = tests[i].at("kept").get<bool>();
-    test.losing_seconds = t.amount("losing_seconds");
+    test.extra_seconds = t.amount("extra_seconds");
     g.tests.push_back(test);
   }
   g.rejected_in_a_row = f.count("rejected_in_a_row", 0, 0);

@@ -267,8 +267,9 @@ std::vector<OptionSpec> build_table() {
                           "prediction alone (none)",
                           &TrainConfig::growth_test, &growth_test_names, both));
   t.push_back(double_option("growth-tolerance",
-                            "--growth-test branch: how much higher (relative) the doubled "
-                            "branch's loss may be and still be kept (0.01: 1%)",
+                            "--growth-test branch: how much less progress (relative) the doubled "
+                            "branch may make over the test's samples and still be kept (0.1: "
+                            "at least 90% of the current batch's)",
                             &TrainConfig::growth_tolerance, both));
   t.push_back(optional_int_option(
       "growth-holdout",

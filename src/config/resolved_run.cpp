@@ -165,14 +165,6 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
 // LR schedule are those of staying at the start: both count samples, so growing moves neither.
 ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_size,
                                    int64_t world_size, double items_per_sample) {
-  if (world_size > 1 && !config.update_cost) {
-    throw Error(ErrorKind::Config,
-                "--global-batch auto on " + std::to_string(world_size) +
-                    " ranks needs --update-cost: each rank would time the update differently, "
-                    "and the ranks must take the same decisions",
-                "give --update-cost SAMPLES (an update's all-reduce and optimizer time in "
-                "samples of compute; a single-process run times it)");
-  }
   // The noise scale needs two batch sizes inside an update: a second micro-step on one
   // process (several ranks pool their first micro-steps instead).
   const int64_t least_accumulation = world_size > 1 ? 1 : 2;

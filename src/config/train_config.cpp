@@ -131,14 +131,15 @@ void TrainConfig::validate() const {
                  "e.g. --update-cost 40, or auto to time it");
     check_config(growth_tolerance >= 0 && std::isfinite(growth_tolerance),
                  "--growth-tolerance must be zero or positive",
-                 "e.g. --growth-tolerance 0.01 (the doubled batch's loss at most 1% higher)");
+                 "e.g. --growth-tolerance 0.1 (the doubled batch makes at least 90% of the "
+                 "progress)");
     check_config(growth_test != GrowthTest::Branch || !growth_holdout || *growth_holdout != 0,
                  "--growth-test branch scores both branches on training samples set aside, and "
                  "--growth-holdout 0 sets none aside",
                  "give --growth-holdout N (default 2% of the training set), or --growth-test none");
   } else {
     check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
-                     growth_test == GrowthTest::Branch && growth_tolerance == 0.01,
+                     growth_test == GrowthTest::Branch && growth_tolerance == 0.1,
                  "--max-global-batch, --growth-threshold, --update-cost, --growth-test and "
                  "--growth-tolerance belong to --global-batch auto",
                  "add --global-batch auto, or drop them");

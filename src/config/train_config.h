@@ -88,10 +88,11 @@ struct TrainConfig {
   std::optional<double> update_cost;
   // How a proposed doubling is confirmed: by training both batches on the same samples from
   // the same point and comparing their losses on growth_holdout training samples set aside
-  // (unset: schedule/batch_growth.h's default under the branch test, else none), within
-  // growth_tolerance (relative); or not at all. A replay sets the same samples aside.
+  // (unset: schedule/batch_growth.h's default under the branch test, else none), the doubled
+  // batch kept when it makes at least 1 - growth_tolerance of the current one's progress; or not
+  // at all. A replay sets the same samples aside.
   GrowthTest growth_test = GrowthTest::Branch;
-  double growth_tolerance = 0.01;
+  double growth_tolerance = 0.1;
   std::optional<int64_t> growth_holdout;
   // The samples the run sets aside from the training set (growth_holdout resolved against
   // `training_samples`, the training set before it).

@@ -233,12 +233,16 @@ std::string configuration(const std::string& path) {
 }
 
 // --global-batch auto: the batch over the samples, with the noise scale and its band's low end
-// at each check, and the checks that doubled it.
+// at each check, the checks that doubled it at once, and each branch test's proposal where it
+// began, kept or not.
 template <typename Add>
 void add_growth_chart(const RunRecords& r, Add add) {
-  std::vector<nlohmann::json> checks, doubled;
+  std::vector<nlohmann::json> checks, doubled, kept, rejected;
   for (const auto& e : r.events) {
-    if (e.at("event") != "batch_check")  // every event record has its name
+    const auto& name = e.at("event");  // every event record has its name
+    if (name == "batch_test")
+      (e.value("kept", false) ? kept : rejected).push_back(e);
+    if (name != "batch_check")
       continue;
     checks.push_back(e);
     if (e.value("grow", false))
@@ -257,8 +261,18 @@ void add_growth_chart(const RunRecords& r, Add add) {
       {"noise scale", kPurple, record_points(checks, "samples_seen", "noise_scale"), true});
   c.series.push_back({"its band's low end (decides)", kOrange,
                       record_points(checks, "samples_seen", "noise_scale_low"), true});
-  c.series.push_back(
-      {"doubled to", kGreen, record_points(doubled, "samples_seen", "proposed"), true});
+  if (!doubled.empty()) {
+    c.series.push_back(
+        {"doubled to", kGreen, record_points(doubled, "samples_seen", "proposed"), true});
+  }
+  if (!kept.empty()) {
+    c.series.push_back(
+        {"branch test kept", kGreen, record_points(kept, "samples_seen", "proposed"), true});
+  }
+  if (!rejected.empty()) {
+    c.series.push_back(
+        {"branch test rejected", kRed, record_points(rejected, "samples_seen", "proposed"), true});
+  }
   add(c);
 }
 

@@ -94,23 +94,32 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
                   {"test_samples", p.test_samples},
                   {"global_batch", p.from_batch},
                   {"proposed", p.to_batch},
+                  {"start_loss", test.start_loss},
                   {"current_loss", test.current_loss},
                   {"doubled_loss", test.doubled_loss},
                   {"difference", test.difference},
                   {"standard_error", test.standard_error},
                   {"bound", test.bound},
                   {"kept", test.kept},
-                  {"losing_seconds", test.losing_seconds}};
+                  {"extra_seconds", test.extra_seconds}};
+  // The share of the current batch's progress the doubled one made, when there was progress.
+  const double gained = test.start_loss - test.current_loss;
+  const std::string from = std::to_string(p.from_batch);
+  const std::string share =
+      gained > 0 ? std::to_string(p.to_batch) + " made " +
+                       format_fixed(100 * (test.start_loss - test.doubled_loss) / gained, 0) +
+                       "% of " + from + "'s progress"
+                 : from + " made no progress";
   event.lines.push_back(
       "automatic batch: " + std::string(test.kept ? "kept " : "stays at ") +
-      std::to_string(test.kept ? p.to_batch : p.from_batch) + ": loss " +
-      format_significant(test.doubled_loss, 5) + " at " + std::to_string(p.to_batch) + " against " +
-      format_significant(test.current_loss, 5) + " at " + std::to_string(p.from_batch) +
-      " (difference " + format_significant(test.difference, 2) + " +- " +
-      format_significant(test.standard_error, 2) + ", kept up to " +
-      format_significant(test.bound, 2) + "); " + std::to_string(p.test_samples) +
-      " samples of the other branch trained in " + format_significant(test.losing_seconds, 2) +
-      " s and thrown away");
+      std::to_string(test.kept ? p.to_batch : p.from_batch) + ": from loss " +
+      format_significant(test.start_loss, 5) + ", " + std::to_string(p.to_batch) + " reached " +
+      format_significant(test.doubled_loss, 5) + " and " + std::to_string(p.from_batch) + " " +
+      format_significant(test.current_loss, 5) + " (" + share + "; difference " +
+      format_significant(test.difference, 2) + " +- " + format_significant(test.standard_error, 2) +
+      ", kept up to " + format_significant(test.bound, 2) + "); the test took " +
+      format_significant(test.extra_seconds, 2) + " s more than the kept branch (" +
+      std::to_string(p.test_samples) + " samples of the other branch thrown away)");
   return event;
 }
 

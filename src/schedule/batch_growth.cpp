@@ -120,7 +120,8 @@ BranchVerdict judge_branches(const BranchLosses& losses, double tolerance) {
     }
     verdict.standard_error = std::sqrt(double(n) * squares / double(n - 1)) / items;
   }
-  verdict.bound = tolerance * std::abs(verdict.current_loss);
+  verdict.start_loss = losses.start_loss;
+  verdict.bound = tolerance * std::max(0.0, losses.start_loss - verdict.current_loss);
   verdict.keep = std::isfinite(verdict.doubled_loss) && verdict.difference <= verdict.bound;
   return verdict;
 }

@@ -119,17 +119,24 @@ int64_t growth_check_wait(int64_t rejected_in_a_row);
 int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch);
 
 // Both branches' losses on the controller's slice: per sample, summed over its items (one item
-// per sample, or a language model's target tokens), the same samples in the same order.
+// per sample, or a language model's target tokens), the same samples in the same order; and the
+// slice's loss per item where both began.
 struct BranchLosses {
   std::vector<double> current;
   std::vector<double> doubled;
   int64_t items = 0;  // the slice's items
+  double start_loss = 0;
 };
 
-// The doubled branch is kept when its loss per item is at most the current branch's plus
-// `tolerance` of it. The standard error of the difference (from the paired per-sample
-// differences) is reported beside it, to show how sure the comparison is.
+// The doubled branch is kept when it made at least 1 - `tolerance` of the current branch's
+// progress over the same samples: its loss per item at most the current one's plus `tolerance`
+// times what the current branch gained (start_loss - current_loss; none gained: a bound of 0).
+// Growing costs samples exactly where a doubled batch makes less progress per sample, so a
+// tolerance of 0.1 keeps the doublings that cost at most ~10% more samples. The standard error
+// of the difference (from the paired per-sample differences) is reported beside it, to show how
+// sure the comparison is.
 struct BranchVerdict {
+  double start_loss = 0;
   double current_loss = 0;
   double doubled_loss = 0;
   double difference = 0;

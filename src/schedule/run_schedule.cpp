@@ -253,8 +253,10 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
   BatchGrowthState& growth = at.growth;
   if (rule_.update_cost) {
     growth.update_cost = *rule_.update_cost;
-  } else {
-    tally_update_cost(growth, at.step, seen.timing);
+  } else if (tally_update_cost(growth, at.step, seen.timing) && seen.first_rank_value) {
+    // Every rank's tally completes at the same update (whole windows are counted alike); each
+    // timed its own, and all take rank 0's.
+    growth.update_cost = seen.first_rank_value(growth.update_cost);
   }
   const int64_t batch = plan_.global_batch_size;
   if (growth.update_cost < 0 || seen.noise == nullptr || growth.proposal ||

@@ -29,6 +29,7 @@
 //     { schedule->enter_branch(at, doubled); ...; schedule->settle(kept_at, test); }
 //   while (!schedule->complete(at)) ...
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,10 @@ struct GradientMeasure {
 struct UpdateObservation {
   UpdateTiming timing;
   const NoiseScaleTracker* noise = nullptr;
+  // Over several ranks: rank 0's value of a measurement each rank takes for itself (a timing),
+  // so that every rank decides alike; called on every rank at the same update. None in one
+  // process.
+  std::function<double(double)> first_rank_value;
 };
 
 // A switch of global batch at an update boundary: from what, to which plan, at which rate.

@@ -27,10 +27,11 @@ struct BatchDecision {
 };
 
 // One branch test of a proposed doubling: from the same point, `proposal.test_samples` samples
-// trained at the current batch and the same samples at the doubled one, both then scored on the
-// controller's slice of the training set (per item, the same samples for both).
+// trained at the current batch and the same samples at the doubled one, the controller's slice
+// of the training set scored (per item, the same samples) at the start and after each.
 struct BatchTest {
   BatchDecision proposal;  // where both branches started and what was tested
+  double start_loss = 0;   // per item, where both began
   double current_loss = 0;
   double doubled_loss = 0;
   // The doubled branch's loss minus the current one's, its standard error over the paired
@@ -39,8 +40,9 @@ struct BatchTest {
   double standard_error = 0;
   double bound = 0;
   bool kept = false;
-  // The losing branch's training time (the run's train_seconds count it).
-  double losing_seconds = 0;
+  // What the test took besides the kept branch's training: the losing branch, putting the run
+  // back and scoring both (the run's train_seconds count it).
+  double extra_seconds = 0;
 };
 
 // The timings an update's cost is fitted from: micro-steps (paid per sample) against the rest

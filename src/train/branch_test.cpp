@@ -34,7 +34,15 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
                                          const TrainBranch& train_branch) {
   BB_INTERNAL_ASSERT(run.data.controller.size() > 0, "a branch test needs the controller's slice");
   RunSchedule& schedule = *run.schedule;
+  const auto test_start = SteadyClock::now();
   const TrainingSnapshot start = TrainingSnapshot::take(*run.model, *run.optimizer, run.at);
+
+  BranchLosses losses;
+  const SampleLossList at_start = controller_losses(run);
+  double start_sum = 0;
+  for (const double loss : at_start.per_sample)
+    start_sum += loss;
+  losses.start_loss = start_sum / double(at_start.items);
 
   schedule.enter_branch(run.at, /*doubled=*/false);
   const auto current_start = SteadyClock::now();
@@ -43,7 +51,6 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
     return std::nullopt;
   }
   const double current_seconds = seconds_since(current_start);
-  BranchLosses losses;
   SampleLossList scored = controller_losses(run);
   losses.current = std::move(scored.per_sample);
   losses.items = scored.items;
@@ -62,16 +69,17 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
   const BranchVerdict verdict = judge_branches(losses, run.config.growth_tolerance);
   BatchTest test;
   test.proposal = proposal;
+  test.start_loss = verdict.start_loss;
   test.current_loss = verdict.current_loss;
   test.doubled_loss = verdict.doubled_loss;
   test.difference = verdict.difference;
   test.standard_error = verdict.standard_error;
   test.bound = verdict.bound;
   test.kept = verdict.keep;
-  test.losing_seconds = test.kept ? current_seconds : doubled_seconds;
   if (!test.kept)
     put_back(run, noise, current);
-  run.at.train_seconds += test.losing_seconds;
+  test.extra_seconds = seconds_since(test_start) - (test.kept ? doubled_seconds : current_seconds);
+  run.at.train_seconds += test.extra_seconds;
   schedule.settle(run.at, test);
   prepare_for_training(run.model, run.config, schedule.plan().accumulation_steps);
   return test;

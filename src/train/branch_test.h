@@ -8,7 +8,8 @@
 // otherwise the current branch's state is put back. Both branches consume the same samples, so
 // the data stream is the same whatever is decided, and the kept branch is exactly what a run
 // without the test would have trained: a run's decision log replays bit for bit as a
-// --global-batch-schedule. The losing branch's time is added to the run's train_seconds.
+// --global-batch-schedule. What the test took besides the kept branch's training (the losing
+// branch, the snapshots, the scoring) is added to the run's train_seconds.
 //
 // Every rank runs both branches and scores the slice itself: their weights are identical, so
 // are their verdicts, with no collective.

@@ -103,7 +103,15 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
   const UpdateTiming timing{update->rank_samples, update->step.gradient_seconds,
                             seconds_since(update->start) - update->step.gradient_seconds,
                             update->whole_window && !evaluated};
-  if (const auto check = run_.schedule->observe(at, {timing, &noise_}))
+  UpdateObservation seen{timing, &noise_, nullptr};
+  if (run_.job.world_size > 1) {
+    seen.first_rank_value = [this](double value) {
+      std::vector<torch::Tensor> shared = {torch::tensor({value}, torch::kFloat64)};
+      run_.reducer->broadcast_from_first_rank(shared);
+      return shared[0].item<double>();
+    };
+  }
+  if (const auto check = run_.schedule->observe(at, seen))
     tell(batch_check_event(*check));
   return after_update(stop);
 }

@@ -310,9 +310,14 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
         "update's cost " +
         (rule.update_cost ? "given as " + format_significant(*rule.update_cost, 4) + " samples"
                           : "timed over updates " + std::to_string(kCostWarmupUpdates + 1) + "-" +
-                                std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates)) +
-        "), at most " + std::to_string(rule.max_global_batch) + "; lr " +
-        format_double(config.base_lr()) + " @ " + std::to_string(run.ramp->reference_batch) + ", " +
+                                std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) +
+                                (world_size > 1 ? " on rank 0" : "")) +
+        "), at most " + std::to_string(rule.max_global_batch) +
+        (rule.branch_test ? ", each doubling tested on " +
+                                std::to_string(r.data.controller.size()) + " samples set aside"
+                          : ", untested (--growth-test none)") +
+        "; lr " + format_double(config.base_lr()) + " @ " +
+        std::to_string(run.ramp->reference_batch) + ", " +
         to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
         to_string(run.schedule.config().kind) + " schedule counted in samples (" +
         std::to_string(run.schedule.config().warmup_updates) + " and " +

@@ -86,12 +86,14 @@ class AutoBatchTest(CliTestCase):
             self.assertEqual(test["started_step"], proposal["step"])
             self.assertEqual(test["test_samples"], proposal["test_samples"])
             self.assertEqual(test["test_samples"] % (2 * test["proposed"]), 0)
-            # Kept exactly when the doubled branch's loss is within 1% (the default) of the current one's.
+            # Kept exactly when the doubled branch made at least 90% (the default) of the current one's
+            # progress from where both began (none made: it must do at least as well).
             self.assertAlmostEqual(test["difference"], test["doubled_loss"] - test["current_loss"], places=12)
-            self.assertAlmostEqual(test["bound"], 0.01 * test["current_loss"], places=12)
+            self.assertAlmostEqual(test["bound"], 0.1 * max(0.0, test["start_loss"] - test["current_loss"]),
+                                   places=12)
             self.assertEqual(test["kept"], test["difference"] <= test["bound"])
             self.assertGreaterEqual(test["standard_error"], 0)
-            self.assertGreaterEqual(test["losing_seconds"], 0)
+            self.assertGreaterEqual(test["extra_seconds"], 0)
         # A kept doubling starts where its test did; the losing branches left no update records.
         changes = [r for r in records(out) if r.get("event") == "batch_change"]
         self.assertEqual([(c["samples_seen"], c["global_batch"]) for c in changes],
@@ -104,7 +106,8 @@ class AutoBatchTest(CliTestCase):
         summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
         self.assertIn(f"; {len(tests)} branch tests ({kept} kept) trained {losing} samples more", summary)
         self.assertIn("testing 64 against 32: both train the", result.stderr)
-        self.assertRegex(result.stderr, r"automatic batch: stays at 32: loss [0-9.]+ at 64 against [0-9.]+ at 32")
+        self.assertRegex(result.stderr, r"automatic batch: stays at 32: from loss [0-9.]+, 64 reached [0-9.]+ and 32 "
+                                        r"[0-9.]+ \(32 made no progress; difference")
         # The decision log replayed as a ramp, with the same samples set aside: the same run, record for record.
         replay = REPLAY.search(summary).group(1)
         self.assertIn(f'"{replay}" --growth-holdout 256', summary)

@@ -13,7 +13,7 @@ import torch  # Debian's python3-torch: to compare weight files, and as the AdaS
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import bigbatch_oracle  # noqa: E402  (the sampler, data and mlp as bigbatch has them)
 import e2e_common  # noqa: E402
-from e2e_common import CliTestCase, free_port, main, max_relative_difference, read_weights, start  # noqa: E402
+from e2e_common import CliTestCase, free_port, main, max_relative_difference, read, read_weights, start  # noqa: E402
 from e2e_common import records as metrics  # noqa: E402
 
 run = functools.partial(e2e_common.run, timeout=300)  # this module's limit on a command, where none is given
@@ -72,6 +72,26 @@ class EquivalenceTest(DistributedTestCase):
         records = self.check("mlp", 2, 64, 1e-5)
         self.assertTrue(all(r["micro_steps"] == 1 for r in records))
         self.assertGreater(records[-1]["grad_noise_scale"], 0)
+
+    def test_the_automatic_batch_takes_rank_0s_timed_cost_and_replays_on_the_ranks(self):
+        # Each rank times the update for itself; all take rank 0's cost at the same update, so they
+        # propose alike, and their branch tests, scored on identical weights, decide alike (a rank
+        # deciding otherwise would leave the others waiting in a collective: --dist-timeout).
+        args = ["train", "--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--micro-batch", "16",
+                "--epochs", "2", "--lr", "0.05", "--lr-scaling", "sqrt", "--progress", "off", "--dist-timeout", "30"]
+        out = self.path("auto")
+        result = self.launch(2, *args, "--global-batch", "auto", "--out", out)
+        self.assertIn("global batch auto: starts at 32", result.stderr)
+        self.assertIn("timed over updates 3-18 on rank 0", result.stderr)
+        checks = [r for r in metrics(out) if r.get("event") == "batch_check"]
+        self.assertGreater(len(checks), 0)
+        self.assertEqual(len({c["update_cost"] for c in checks}), 1, checks)
+        summary = [line for line in result.stderr.splitlines() if line.startswith("[rank 0] automatic batch: ")][-1]
+        replay = summary.split('--global-batch-schedule "')[1].split('"')[0] if "replay it" in summary else "0:32"
+        again = self.path("replay")
+        self.launch(2, *args, "--global-batch-schedule", replay, "--growth-holdout", "256", "--out", again)
+        self.assertEqual(read(os.path.join(again, "weights.safetensors"), "rb"),
+                         read(os.path.join(out, "weights.safetensors"), "rb"))
 
     def test_adascale_ranks_average_their_small_batches(self):
         # 2 ranks x 2 micro-steps of 32 = 128: each rank's first micro-batch is a small batch of 32,

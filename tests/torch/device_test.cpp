@@ -366,7 +366,7 @@ TEST(Checkpoints, KeepTheGrowthTestsAndAWaitingProposal) {
   test.standard_error = 0.002;
   test.bound = 0.005;
   test.kept = true;
-  test.losing_seconds = 1.5;
+  test.extra_seconds = 1.5;
   progress.growth.tests = {test};
   progress.growth.proposal = BatchDecision{30, 1600, 64, 128, 150, 300, 600, 12.5, 1.1, 1024};
   progress.growth.rejected_in_a_row = 2;

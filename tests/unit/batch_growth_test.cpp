@@ -267,21 +267,27 @@ TEST(AutoBatchSchedule, AResumedRunContinuesTheSameDecisions) {
   EXPECT_EQ(after.at.growth.decisions.size(), uninterrupted.at.growth.decisions.size());
 }
 
-TEST(BatchGrowth, BranchesAreJudgedOnTheirPairedLossPerItem) {
-  // Three samples with 2 items each: per item, 12/6 = 2 against 13/6.
-  BranchLosses losses{{2, 4, 6}, {2.2, 4.2, 6.6}, 6};
-  BranchVerdict v = judge_branches(losses, 0.1);
+TEST(BatchGrowth, BranchesAreJudgedOnTheirShareOfTheProgress) {
+  // Three samples with 2 items each, from 3 per item: the current branch reaches 12/6 = 2 (a
+  // gain of 1), the doubled one 13/6 (5/6 of that gain).
+  BranchLosses losses{{2, 4, 6}, {2.2, 4.2, 6.6}, 6, 3.0};
+  BranchVerdict v = judge_branches(losses, 0.2);
+  EXPECT_NEAR(v.start_loss, 3.0, 1e-12);
   EXPECT_NEAR(v.current_loss, 2.0, 1e-12);
   EXPECT_NEAR(v.doubled_loss, 13.0 / 6, 1e-12);
   EXPECT_NEAR(v.difference, 1.0 / 6, 1e-12);
   // Differences 0.2, 0.2, 0.6: mean 1/3, sample variance 4/75; over the items sqrt(3 x 4/75)/6.
   EXPECT_NEAR(v.standard_error, std::sqrt(3 * 4.0 / 75) / 6, 1e-12);
-  EXPECT_NEAR(v.bound, 0.2, 1e-12);
+  EXPECT_NEAR(v.bound, 0.2, 1e-12);  // 20% of the current branch's gain of 1
   EXPECT_TRUE(v.keep);
-  EXPECT_FALSE(judge_branches(losses, 0.05).keep);  // bound 0.1 < 1/6
+  EXPECT_FALSE(judge_branches(losses, 0.1).keep);  // 5/6 of the progress < 90%
+  // No progress at the current batch: the doubled one must do at least as well.
+  losses.start_loss = 1.5;
+  EXPECT_EQ(judge_branches(losses, 0.5).bound, 0);
+  EXPECT_FALSE(judge_branches(losses, 0.5).keep);
   // Better is kept at any tolerance; a loss that is not finite never is.
-  EXPECT_TRUE(judge_branches({{2, 4, 6}, {1, 4, 6}, 6}, 0).keep);
-  EXPECT_FALSE(judge_branches({{2, 4, 6}, {2, std::nan(""), 6}, 6}, 0.5).keep);
+  EXPECT_TRUE(judge_branches({{2, 4, 6}, {1, 4, 6}, 6, 3}, 0).keep);
+  EXPECT_FALSE(judge_branches({{2, 4, 6}, {2, std::nan(""), 6}, 6, 3}, 0.5).keep);
 }
 
 TEST(BatchGrowth, ABranchTestFitsInsideTheEpochAndRejectionsWaitLonger) {
