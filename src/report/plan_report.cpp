@@ -117,12 +117,20 @@ std::string format_plan_text(const ResolvedRun& run) {
   if (run.auto_batch) {
     const GrowthRule& rule = *run.auto_batch;
     out += "global batch auto\n";
-    out += line("starts at", "global " + p.describe() + ", lr " +
-                                 format_significant(run.schedule.config().base_lr));
+    out += line("starts at",
+                "global " + p.describe() + ", lr " +
+                    format_significant(run.schedule.config().base_lr *
+                                       scale_lr(1.0, run.ramp->reference_batch, p.global_batch_size,
+                                                run.schedule.config().scaling)));
     out += line("doubles", "while the predicted goodput gain is at least " +
                                format_significant(100 * rule.threshold, 3) +
                                "% (noise scale and update cost measured in training), "
                                "accumulation doubling, the micro-batch staying");
+    out += line("tested", rule.branch_test
+                              ? "by branching: the next samples at both batches, scored on " +
+                                    std::to_string(rule.holdout) +
+                                    " training samples set aside (--growth-test branch)"
+                              : "no: the prediction alone decides (--growth-test none)");
     out += line("at most", "global " + std::to_string(rule.max_global_batch) + ", peak lr " +
                                format_significant(run.schedule.config().base_lr *
                                                   scale_lr(1.0, run.ramp->reference_batch,
@@ -247,6 +255,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   if (run.auto_batch) {
     j["global_batch_auto"] = true;
     j["max_global_batch"] = run.auto_batch->max_global_batch;
+    j["growth_test"] = run.auto_batch->branch_test ? "branch" : "none";
+    j["growth_holdout"] = run.auto_batch->holdout;
     j["growth_threshold"] = run.auto_batch->threshold;
     if (run.auto_batch->update_cost)
       j["update_cost"] = *run.auto_batch->update_cost;

@@ -196,10 +196,14 @@ class AutoBatchTest(CliTestCase):
                               "--json", check=True).stdout)
         self.assertEqual((plan["global_batch_size"], plan["global_batch_auto"], plan["max_global_batch"]),
                          (32, True, 2048))
+        self.assertEqual((plan["growth_test"], plan["growth_holdout"]), ("branch", 256))
         text = run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                    "--max-global-batch", "512", check=True).stdout
         self.assertIn("global batch auto", text)
         self.assertRegex(text, r"at most\s+global 512")
+        # The default rate, 0.05 at 256, scaled by the square root to the starting 32.
+        self.assertRegex(text, r"starts at\s+global 32 = micro 16 x accumulation 2 x world 1, lr 0.0176777")
+        self.assertRegex(text, r"tested\s+by branching: the next samples at both batches, scored on 256 training")
 
     def test_what_cannot_work_is_refused_in_one_line(self):
         cases = [

@@ -203,7 +203,7 @@ Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from 
       }
       continue;  // the loop does not check inside a test
     }
-    if (auto check = schedule.observe(w.at, {{global, 0.1, 0.01, true}, &noise}))
+    if (auto check = schedule.observe(w.at, {{global, 0.1, 0.01, true}, &noise, nullptr}))
       w.checks.push_back(*check);
   }
   return w;
