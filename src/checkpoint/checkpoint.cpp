@@ -126,6 +126,7 @@ nlohmann::json growth_json(const BatchGrowthState& g) {
                      {"difference", t.difference},
                      {"standard_error", t.standard_error},
                      {"bound", t.bound},
+                     {"confidence", t.confidence},
                      {"kept", t.kept},
                      {"extra_seconds", t.extra_seconds}});
   }
@@ -328,6 +329,7 @@ BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
     test.difference = t.amount("difference", std::nullopt, /*signed_value=*/true);
     test.standard_error = t.amount("standard_error");
     test.bound = t.amount("bound");
+    test.confidence = t.amount("confidence", 0.0);
     if (!tests[i].contains("kept") || !tests[i].at("kept").is_boolean())
       t.bad("kept", "is not true or false");
     test.kept = tests[i].at("kept").get<bool>();

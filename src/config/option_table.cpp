@@ -271,6 +271,12 @@ std::vector<OptionSpec> build_table() {
                             "branch may make over the test's samples and still be kept (0.1: "
                             "at least 90% of the current batch's)",
                             &TrainConfig::growth_tolerance, both));
+  t.push_back(
+      double_option("growth-confidence",
+                    "--growth-test branch: keep the doubled branch only when its "
+                    "difference plus this many standard errors (of the paired "
+                    "per-sample differences) is within the bound (2; 0: the estimate alone)",
+                    &TrainConfig::growth_confidence, both));
   t.push_back(optional_int_option(
       "growth-holdout",
       "training samples set aside (the last N) to score --growth-test branch's branches on; "

@@ -133,15 +133,20 @@ void TrainConfig::validate() const {
                  "--growth-tolerance must be zero or positive",
                  "e.g. --growth-tolerance 0.1 (the doubled batch makes at least 90% of the "
                  "progress)");
+    check_config(growth_confidence >= 0 && std::isfinite(growth_confidence),
+                 "--growth-confidence must be zero or positive",
+                 "e.g. --growth-confidence 2 (the difference plus two standard errors within the "
+                 "bound)");
     check_config(growth_test != GrowthTest::Branch || !growth_holdout || *growth_holdout != 0,
                  "--growth-test branch scores both branches on training samples set aside, and "
                  "--growth-holdout 0 sets none aside",
                  "give --growth-holdout N (default 2% of the training set), or --growth-test none");
   } else {
     check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
-                     growth_test == GrowthTest::Branch && growth_tolerance == 0.1,
-                 "--max-global-batch, --growth-threshold, --update-cost, --growth-test and "
-                 "--growth-tolerance belong to --global-batch auto",
+                     growth_test == GrowthTest::Branch && growth_tolerance == 0.1 &&
+                     growth_confidence == 2,
+                 "--max-global-batch, --growth-threshold, --update-cost, --growth-test, "
+                 "--growth-tolerance and --growth-confidence belong to --global-batch auto",
                  "add --global-batch auto, or drop them");
   }
   check_config(!growth_holdout || *growth_holdout >= 0, "--growth-holdout must be zero or positive",

@@ -93,6 +93,7 @@ struct TrainConfig {
   // at all. A replay sets the same samples aside.
   GrowthTest growth_test = GrowthTest::Branch;
   double growth_tolerance = 0.1;
+  double growth_confidence = 2;  // standard errors the difference must clear the bound by
   std::optional<int64_t> growth_holdout;
   // The samples the run sets aside from the training set (growth_holdout resolved against
   // `training_samples`, the training set before it).

@@ -100,6 +100,7 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
                   {"difference", test.difference},
                   {"standard_error", test.standard_error},
                   {"bound", test.bound},
+                  {"confidence", test.confidence},
                   {"kept", test.kept},
                   {"extra_seconds", test.extra_seconds}};
   // The share of the current batch's progress the doubled one made, when there was progress.
@@ -117,9 +118,13 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
       format_significant(test.doubled_loss, 5) + " and " + std::to_string(p.from_batch) + " " +
       format_significant(test.current_loss, 5) + " (" + share + "; difference " +
       format_significant(test.difference, 2) + " +- " + format_significant(test.standard_error, 2) +
-      ", kept up to " + format_significant(test.bound, 2) + "); the test took " +
-      format_significant(test.extra_seconds, 2) + " s more than the kept branch (" +
-      std::to_string(p.test_samples) + " samples of the other branch thrown away)");
+      ", kept when it is at most " + format_significant(test.bound, 2) +
+      (test.confidence > 0
+           ? " with " + format_significant(test.confidence, 3) + " standard errors to spare"
+           : std::string()) +
+      "); the test took " + format_significant(test.extra_seconds, 2) +
+      " s more than the kept branch (" + std::to_string(p.test_samples) +
+      " samples of the other branch thrown away)");
   return event;
 }
 

@@ -93,7 +93,7 @@ int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch) {
   return updates >= kFewestBranchTestUpdates ? updates * 2 * batch : 0;
 }
 
-BranchVerdict judge_branches(const BranchLosses& losses, double tolerance) {
+BranchVerdict judge_branches(const BranchLosses& losses, double tolerance, double confidence) {
   BB_INTERNAL_ASSERT(
       losses.current.size() == losses.doubled.size() && !losses.current.empty() && losses.items > 0,
       "branch losses must pair the same samples");
@@ -122,7 +122,8 @@ BranchVerdict judge_branches(const BranchLosses& losses, double tolerance) {
   }
   verdict.start_loss = losses.start_loss;
   verdict.bound = tolerance * std::max(0.0, losses.start_loss - verdict.current_loss);
-  verdict.keep = std::isfinite(verdict.doubled_loss) && verdict.difference <= verdict.bound;
+  verdict.keep = std::isfinite(verdict.doubled_loss) &&
+                 verdict.difference + confidence * verdict.standard_error <= verdict.bound;
   return verdict;
 }
 

@@ -133,8 +133,9 @@ struct BranchLosses {
 // times what the current branch gained (start_loss - current_loss; none gained: a bound of 0).
 // Growing costs samples exactly where a doubled batch makes less progress per sample, so a
 // tolerance of 0.1 keeps the doublings that cost at most ~10% more samples. The standard error
-// of the difference (from the paired per-sample differences) is reported beside it, to show how
-// sure the comparison is.
+// of the difference comes from the paired per-sample differences (the slice is a sample of the
+// data): with `confidence` z, the doubled branch is kept only when the difference plus z standard
+// errors is within the bound (0: the estimate alone decides).
 struct BranchVerdict {
   double start_loss = 0;
   double current_loss = 0;
@@ -144,7 +145,7 @@ struct BranchVerdict {
   double bound = 0;
   bool keep = false;
 };
-BranchVerdict judge_branches(const BranchLosses& losses, double tolerance);
+BranchVerdict judge_branches(const BranchLosses& losses, double tolerance, double confidence = 0);
 
 // The decision log as the --global-batch-schedule that replays it: "0:64 12800s:128".
 std::string replay_schedule(int64_t start_batch, const std::vector<BatchDecision>& decisions);

@@ -39,6 +39,7 @@ struct BatchTest {
   double difference = 0;
   double standard_error = 0;
   double bound = 0;
+  double confidence = 0;  // the standard errors the difference had to clear the bound by
   bool kept = false;
   // What the test took besides the kept branch's training: the losing branch, putting the run
   // back and scoring both (the run's train_seconds count it).

@@ -66,7 +66,8 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
   const double doubled_seconds = seconds_since(doubled_start);
   losses.doubled = controller_losses(run).per_sample;
 
-  const BranchVerdict verdict = judge_branches(losses, run.config.growth_tolerance);
+  const BranchVerdict verdict =
+      judge_branches(losses, run.config.growth_tolerance, run.config.growth_confidence);
   BatchTest test;
   test.proposal = proposal;
   test.start_loss = verdict.start_loss;
@@ -75,6 +76,7 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
   test.difference = verdict.difference;
   test.standard_error = verdict.standard_error;
   test.bound = verdict.bound;
+  test.confidence = run.config.growth_confidence;
   test.kept = verdict.keep;
   if (!test.kept)
     put_back(run, noise, current);

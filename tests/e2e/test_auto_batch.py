@@ -87,11 +87,13 @@ class AutoBatchTest(CliTestCase):
             self.assertEqual(test["test_samples"], proposal["test_samples"])
             self.assertEqual(test["test_samples"] % (2 * test["proposed"]), 0)
             # Kept exactly when the doubled branch made at least 90% (the default) of the current one's
-            # progress from where both began (none made: it must do at least as well).
+            # progress from where both began (none made: it must do at least as well), with two standard
+            # errors of the paired difference to spare (the default).
             self.assertAlmostEqual(test["difference"], test["doubled_loss"] - test["current_loss"], places=12)
             self.assertAlmostEqual(test["bound"], 0.1 * max(0.0, test["start_loss"] - test["current_loss"]),
                                    places=12)
-            self.assertEqual(test["kept"], test["difference"] <= test["bound"])
+            self.assertEqual(test["confidence"], 2)
+            self.assertEqual(test["kept"], test["difference"] + 2 * test["standard_error"] <= test["bound"])
             self.assertGreaterEqual(test["standard_error"], 0)
             self.assertGreaterEqual(test["extra_seconds"], 0)
         # A kept doubling starts where its test did; the losing branches left no update records.
@@ -218,13 +220,15 @@ class AutoBatchTest(CliTestCase):
             (["--growth-holdout", "-1"], "config", "--growth-holdout must be zero or positive"),
             (["--growth-holdout", "4096"], "config", "would set aside all 4096 training samples"),
             (["--growth-tolerance", "-0.1"], "config", "--growth-tolerance must be zero or positive"),
+            (["--growth-confidence", "-1"], "config", "--growth-confidence must be zero or positive"),
             (["--growth-test", "maybe"], "config", "growth test 'maybe' is not known"),
         ]
         for extra, kind, fragment in cases:
             with self.subTest(extra=extra):
                 self.assert_one_line_error(run("train", *AUTO, *extra, "--out", self.path("x")), kind, fragment)
                 self.assertFalse(os.path.exists(self.path("x")))
-        for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"]):
+        for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"],
+                      ["--growth-confidence", "1"]):
             self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", *extra), "config",
                                        "belong to --global-batch auto")
 

@@ -281,6 +281,9 @@ TEST(BatchGrowth, BranchesAreJudgedOnTheirShareOfTheProgress) {
   EXPECT_NEAR(v.bound, 0.2, 1e-12);  // 20% of the current branch's gain of 1
   EXPECT_TRUE(v.keep);
   EXPECT_FALSE(judge_branches(losses, 0.1).keep);  // 5/6 of the progress < 90%
+  // Asked to clear the bound by one standard error: 1/6 + 0.067 > 0.2.
+  EXPECT_FALSE(judge_branches(losses, 0.2, 1).keep);
+  EXPECT_TRUE(judge_branches(losses, 0.25, 1).keep);
   // No progress at the current batch: the doubled one must do at least as well.
   losses.start_loss = 1.5;
   EXPECT_EQ(judge_branches(losses, 0.5).bound, 0);
