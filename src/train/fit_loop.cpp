@@ -171,19 +171,25 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
 }
 
 void FitLoop::report_update(const TrainedUpdate& update) {
+  HeldRecord record{std::nullopt, update, run_.at, seconds_since(train_start_),
+                    noise_.noise_scale()};
   if (held_ != nullptr) {
-    held_->push_back(
-        {std::nullopt, update, run_.at, seconds_since(train_start_), noise_.noise_scale()});
+    held_->push_back(std::move(record));
     return;
   }
+  tell_update(record);
+}
+
+void FitLoop::tell_update(const HeldRecord& record) {
+  const TrainedUpdate& update = *record.update;
   const UpdateReport report{update.step,
-                            run_.at,
+                            record.at,
                             update.seconds,
-                            seconds_since(train_start_),
+                            record.wall_seconds,
                             update.allreduce_calls,
                             update.peak_bytes,
-                            run_.at.skipped_updates,
-                            noise_.noise_scale()};
+                            record.at.skipped_updates,
+                            record.noise_scale};
   for (auto& observer : observers_)
     observer->on_update(run_, report);
 }
@@ -213,19 +219,9 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
   for (const HeldRecord& record : held[test->kept ? 1 : 0]) {
     if (record.event) {
       tell(*record.event);
-      continue;
+    } else {
+      tell_update(record);
     }
-    const TrainedUpdate& update = *record.update;
-    const UpdateReport report{update.step,
-                              record.at,
-                              update.seconds,
-                              record.wall_seconds,
-                              update.allreduce_calls,
-                              update.peak_bytes,
-                              record.at.skipped_updates,
-                              record.noise_scale};
-    for (auto& observer : observers_)
-      observer->on_update(run_, report);
   }
   tell(branch_test_event(*test, run_.at.step));
   check_divergence();

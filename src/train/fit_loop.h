@@ -57,6 +57,9 @@ class FitLoop {
   std::optional<TrainedUpdate> train_update(const std::vector<int64_t>& order);
   // Tells the observers, or holds the report while a branch test runs.
   void report_update(const TrainedUpdate& update);
+  struct HeldRecord;
+  // Tells the observers of an update as `record` has it (its progress, its time).
+  void tell_update(const HeldRecord& record);
   // The schedule's proposal tested by branching (train/branch_test.h); the kept branch's
   // records are told once it is decided. Returns whether a stop was asked for.
   bool test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal);

@@ -295,17 +295,27 @@ TEST(Checkpoints, CarryTheCpusGenerator) {
   check_checkpoint_round_trip(torch::Device(torch::kCPU));
 }
 
-// A snapshot in memory puts the weights, the optimizer's moments, the generator and the
-// progress back exactly: training from it again gives the same bits.
-TEST(Checkpoints, ASnapshotPutsTrainingBackBitForBit) {
+// An mlp of one hidden layer of `width` on the CPU, seeded, with its optimizer.
+struct SmallMlp {
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+SmallMlp small_mlp(int64_t width, OptimizerKind kind) {
   torch::manual_seed(5);
   ModelSpec spec;
   spec.name = "mlp";
-  spec.hidden = {16};
-  auto model = make_model(spec);
+  spec.hidden = {width};
+  SmallMlp mlp{make_model(spec), nullptr};
   OptimizerSettings settings;
-  settings.kind = OptimizerKind::AdamW;
-  auto optimizer = make_optimizer(settings, model->parameters());
+  settings.kind = kind;
+  mlp.optimizer = make_optimizer(settings, mlp.model->parameters());
+  return mlp;
+}
+
+// A snapshot in memory puts the weights, the optimizer's moments, the generator and the
+// progress back exactly: training from it again gives the same bits.
+TEST(Checkpoints, ASnapshotPutsTrainingBackBitForBit) {
+  auto [model, optimizer] = small_mlp(16, OptimizerKind::AdamW);
   // Three steps on draws from the generator (as dropout would draw).
   const auto train = [&](int steps) {
     for (int i = 0; i < steps; ++i) {
@@ -335,19 +345,12 @@ TEST(Checkpoints, ASnapshotPutsTrainingBackBitForBit) {
     EXPECT_TRUE(torch::equal(again[i], first[i])) << "parameter " << i;
 }
 
-// --global-batch auto's proposal, branch tests and cooldown go through state.json unchanged;
-// a damaged test is named.
+// --global-batch auto's proposal, branch tests and cooldown go through state.json unchanged.
 TEST(Checkpoints, KeepTheGrowthTestsAndAWaitingProposal) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / "bigbatch_checkpoint_growth").string();
   std::filesystem::remove_all(dir);
-  torch::manual_seed(5);
-  ModelSpec spec;
-  spec.name = "mlp";
-  spec.hidden = {4};
-  auto model = make_model(spec);
-  OptimizerSettings settings;
-  auto optimizer = make_optimizer(settings, model->parameters());
+  auto [model, optimizer] = small_mlp(4, OptimizerKind::Sgd);
   const nlohmann::json identity =
       checkpoint_identity("mlp", {4}, "synthetic", 4, 4, 5, true, "sgd");
   TrainingProgress progress;

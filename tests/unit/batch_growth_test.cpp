@@ -209,6 +209,14 @@ Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from 
   return w;
 }
 
+// The walk's decision log as the ramp that replays it, from 32.
+RampSchedule replay_of(const Walk& w) {
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  return RampSchedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep), constant_rate(0.01, 32),
+                      RunBounds{1, 100000},
+                      GlobalBatchSchedule::parse(replay_schedule(32, w.at.growth.decisions)), 32);
+}
+
 TEST(AutoBatchSchedule, GrowsToTheBatchTheGoodputModelPicks) {
   // B_noise 1000, an update worth 100 samples: the optimum is sqrt(1e5) = 316, so doubling
   // from 32 pays up to 256 and not to 512.
@@ -243,10 +251,7 @@ TEST(AutoBatchSchedule, StaysPutWhenUpdatesCostNothing) {
 TEST(AutoBatchSchedule, ItsLogReplaysAsTheSameRampAtTheSameRates) {
   AutoBatchSchedule grown = auto_from_32(100);
   const Walk w = walk(grown, 200, 1000);
-  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
-  RampSchedule replay(plan, plan_epoch(plan, kSamples, LastWindow::Keep), constant_rate(0.01, 32),
-                      RunBounds{1, 100000},
-                      GlobalBatchSchedule::parse(replay_schedule(32, w.at.growth.decisions)), 32);
+  RampSchedule replay = replay_of(w);
   const Walk r = walk(replay, 200, 1000);
   EXPECT_EQ(r.batches, w.batches);
   EXPECT_EQ(r.rates, w.rates);
@@ -334,10 +339,7 @@ TEST(AutoBatchSchedule, ABranchTestDecidesEachProposal) {
   EXPECT_NE(summary.find("32 -> 64 -> 128"), std::string::npos) << summary;
   EXPECT_NE(summary.find("branch tests (2 kept)"), std::string::npos) << summary;
   // The kept branches replay as a ramp: the same batches at the same rates.
-  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
-  RampSchedule replay(plan, plan_epoch(plan, kSamples, LastWindow::Keep), constant_rate(0.01, 32),
-                      RunBounds{1, 100000},
-                      GlobalBatchSchedule::parse(replay_schedule(32, w.at.growth.decisions)), 32);
+  RampSchedule replay = replay_of(w);
   const Walk r = walk(replay, 300, 1000);
   EXPECT_EQ(r.batches, w.batches);
   EXPECT_EQ(r.rates, w.rates);
