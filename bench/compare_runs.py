@@ -14,7 +14,7 @@ import sys
 
 # Fields that time or measure the process, not the training (a resumed process starts with
 # other allocations, so its peaks differ too).
-MACHINE_FIELDS = {"time", "wall_s", "samples_per_s", "tokens_per_s", "updates_per_s", "train_seconds", "rss_peak_bytes",
+MACHINE_FIELDS = {"time", "wall_s", "extra_seconds", "samples_per_s", "tokens_per_s", "updates_per_s", "train_seconds", "rss_peak_bytes",
                   "rss_bytes", "peak_bytes"}
 
 

@@ -9,10 +9,10 @@
 #include "data/sampler.h"
 #include "device/device.h"
 #include "memory/tracking_allocator.h"
-#include "models/models.h"
 #include "runtime/runtime_env.h"
 #include "stats/loss_spikes.h"
 #include "train/branch_test.h"
+#include "train/memory_back_off.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -20,9 +20,7 @@ namespace bigbatch {
 // --- FitLoop: the epochs ----------------------------------------------------------------------
 
 FitLoop::FitLoop(TrainingRun& run, Console& console)
-    : run_(run), console_(console), checkpoints_(run) {
-  observers_.push_back(std::make_unique<MetricsLog>());
-  observers_.push_back(std::make_unique<ProgressDisplay>(console));
+    : run_(run), console_(console), checkpoints_(run), observers_(console) {
   // The gradient noise scale from the two batch sizes every accumulating update has.
   noise_.restore(run.at.noise);
 }
@@ -37,14 +35,8 @@ void FitLoop::run() {
   TrainingProgress& at = run_.at;
   tell(train_start_event(at, run_.device.str(), memory_counters().current_bytes,
                          current_rss_bytes()));
-  // A run that stopped early and is resumed with the same patience stays stopped; a larger
-  // --patience lets it go on.
-  if (run_.config.early_stop_metric() && at.early_stop.since_best >= run_.config.patience) {
-    early_stopped_ = true;
-    console_.say("--early-stop: the run stopped early at update " + std::to_string(at.step) +
-                 " (no improvement in " + count_of(at.early_stop.since_best, "evaluation") +
-                 "); resume with a larger --patience to train on");
-  }
+  if (const auto stopped = verdicts_.stopped_before_resume(run_))
+    console_.say(*stopped);
   while (!run_.schedule->complete(at) && !ends_early()) {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
@@ -151,7 +143,7 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
     return std::nullopt;
   }
   if (!update.step.completed) {
-    if (held_ != nullptr) {  // inside a branch test, which goes back to its start
+    if (in_branch_) {  // inside a branch test, which goes back to its start
       branch_stopped_ = true;
       return std::nullopt;
     }
@@ -165,47 +157,32 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
   update.seconds = seconds_since(update.start);
   count_update(window, update.step, update.seconds);
   update.allreduce_calls = run_.reducer->calls() - calls_before;
-  if (held_ != nullptr && update.step.stats.stop_requested)
+  if (in_branch_ && update.step.stats.stop_requested)
     branch_stopped_ = true;
   return update;
 }
 
 void FitLoop::report_update(const TrainedUpdate& update) {
-  HeldRecord record{std::nullopt, update, run_.at, seconds_since(train_start_),
-                    noise_.noise_scale()};
-  if (held_ != nullptr) {
-    held_->push_back(std::move(record));
-    return;
-  }
-  tell_update(record);
-}
-
-void FitLoop::tell_update(const HeldRecord& record) {
-  const TrainedUpdate& update = *record.update;
-  const UpdateReport report{update.step,
-                            record.at,
-                            update.seconds,
-                            record.wall_seconds,
-                            update.allreduce_calls,
-                            update.peak_bytes,
-                            record.at.skipped_updates,
-                            record.noise_scale};
-  for (auto& observer : observers_)
-    observer->on_update(run_, report);
+  const TrainingProgress& at = run_.at;
+  observers_.update(run_, UpdateReport{update.step, at, update.seconds, seconds_since(train_start_),
+                                       update.allreduce_calls, update.peak_bytes,
+                                       at.skipped_updates, noise_.noise_scale()});
 }
 
 bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal) {
   const int64_t samples_before = run_.at.samples_seen;
   tell(branch_test_start_event(proposal));
-  std::vector<HeldRecord> held[2];
+  FitObservers::Held held[2];
   const TrainBranch train_branch = [&](bool doubled) {
-    held_ = &held[doubled ? 1 : 0];
+    observers_.hold();
+    in_branch_ = true;
     branch_stopped_ = false;
     while (run_.at.samples_seen < samples_before + proposal.test_samples && !branch_stopped_) {
       if (const std::optional<TrainedUpdate> update = train_update(order))
         report_update(*update);
     }
-    held_ = nullptr;
+    in_branch_ = false;
+    held[doubled ? 1 : 0] = observers_.release();
     return !branch_stopped_;
   };
   const std::optional<BatchTest> test = run_branch_test(run_, noise_, proposal, train_branch);
@@ -216,13 +193,7 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
     stop_after_update();
   }
   // The kept branch's records, as a run without the test would have written them.
-  for (const HeldRecord& record : held[test->kept ? 1 : 0]) {
-    if (record.event) {
-      tell(*record.event);
-    } else {
-      tell_update(record);
-    }
-  }
+  observers_.tell(run_, held[test->kept ? 1 : 0]);
   tell(branch_test_event(*test, run_.at.step));
   check_divergence();
   // An evaluation the branch passed comes at its end. A signal while the slice was scored
@@ -250,7 +221,7 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
     request.synchronize = [device = run_.device] { synchronize_device(device); };
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
     run_.at.micro_step = done;
-    if (held_ != nullptr)  // a branch test checkpoints before and after, never inside
+    if (in_branch_)  // a branch test checkpoints before and after, never inside
       return run_.job.world_size > 1 || done == micro_steps || !interrupts_.requested();
     checkpoints_.note_micro_step();
     if (run_.job.world_size > 1 || done == micro_steps)
@@ -326,75 +297,18 @@ void FitLoop::check_divergence() {
   throw divergence_error(divergence);
 }
 
-// Out of memory inside a window (a budget lowered on resume, fragmentation, a larger sample):
-// the window was thrown away (train_step); halve the micro-batch, raise accumulation, and
-// replay the same samples. The global batch, the samples and the mathematics stay the same
-// (except BatchNorm's statistics, which follow the micro-batch).
+// Out of memory inside a window: the window was thrown away (train_step), and the same update
+// comes again, cut smaller (train/memory_back_off.h).
 void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
-  TrainingProgress& at = run_.at;
-  RunSchedule& schedule = *run_.schedule;
-  at.micro_step = 0;
+  run_.at.micro_step = 0;
   // What the failed window held is free again; a GPU's allocator gives its cache back too, so
   // the smaller micro-batch starts from what is really in use.
   release_cached_memory();
-  const std::string what = short_out_of_memory_message(oom.what_without_backtrace());
-  const int64_t from = schedule.plan().micro_batch_size;
-  if (run_.job.world_size > 1) {
-    // Said in the unit the run cuts its micro-batches by.
-    const int64_t tokens = schedule.micro_batch_tokens();
-    const std::string flag = tokens > 0 ? "--micro-batch-tokens" : "--micro-batch";
-    throw Error(ErrorKind::Memory,
-                "rank " + std::to_string(run_.job.rank) + " ran out of memory at " +
-                    (tokens > 0 ? flag + " " + std::to_string(tokens)
-                                : "micro-batch " + std::to_string(from)) +
-                    " (" + what + ")",
-                "lower " + flag + " or raise --memory-budget (ranks do not back off together yet)");
-  }
-  if (run_.schedule->micro_batch_tokens() > 0) {
-    back_off_tokens(what);
-    return;
-  }
-  if (from == 1) {
-    throw Error(ErrorKind::Memory,
-                "out of memory at micro-batch 1, the smallest there is (" + what + ")",
-                "raise --memory-budget, or train a smaller model");
-  }
-  const int64_t to = from / 2;
-  const bool batch_norm = uses_batch_statistics(*run_.model);
-  if (batch_norm && run_.config.strict_batch) {
-    throw Error(ErrorKind::Memory,
-                "--strict-batch: out of memory at micro-batch " + std::to_string(from) +
-                    ", and backing off would change " + run_.config.model +
-                    "'s normalisation batch to " + std::to_string(to),
-                "raise --memory-budget, or start with --micro-batch " + std::to_string(to));
-  }
-  schedule.set_micro_batch(to);
-  const BatchPlan& plan = schedule.plan();
-  assembler_.reset();  // the next window allocates the smaller buffer
-  prepare_for_training(run_.model, run_.config, plan.accumulation_steps);  // BatchNorm momentum
-  ++at.oom_backoffs;
-  tell(micro_batch_back_off_event(at, what, from, plan, batch_norm ? run_.config.model : ""));
-}
-
-// Under --micro-batch-tokens the window is cut by padded tokens, so the budget is what halves:
-// the same samples replayed in smaller micro-batches (the plan, the whole window, stays).
-void FitLoop::back_off_tokens(const std::string& what) {
-  TrainingProgress& at = run_.at;
-  const int64_t from = run_.schedule->micro_batch_tokens();
-  // Below one row of --seq-len the budget stops grouping rows of full length, which is what
-  // runs out: the floor is that row.
-  const int64_t row = run_.data.train.width();
-  if (from <= row) {
-    throw Error(ErrorKind::Memory,
-                "out of memory at --micro-batch-tokens " + std::to_string(from) +
-                    ", one row of --seq-len " + std::to_string(row) + " per micro-batch (" + what +
-                    ")",
-                "raise --memory-budget, lower --seq-len, or train a smaller model");
-  }
-  const int64_t budget = std::max(row, from / 2);
-  run_.schedule->set_micro_batch_tokens(budget);
-  ++at.oom_backoffs;
-  tell(token_back_off_event(at, what, run_.schedule->plan().global_batch_size, from, budget));
+  const MemoryBackOff backed_off =
+      back_off_after_out_of_memory(run_, short_out_of_memory_message(oom.what_without_backtrace()));
+  if (backed_off.micro_batch_changed)
+    assembler_.reset();  // the next window allocates the smaller buffer
+  tell(backed_off.event);
 }
 
 // A ramp's switch of global batch, made by the schedule at this update boundary: BatchNorm's
@@ -409,15 +323,6 @@ void FitLoop::announce_batch_change(const BatchChange& change) {
   if (at.step + 1 == run_.update_already_logged)
     event.record = nullptr;
   tell(event);
-}
-
-void FitLoop::tell(const RunEvent& event) {
-  if (held_ != nullptr) {
-    held_->push_back({event, std::nullopt, run_.at, 0, std::nullopt});
-    return;
-  }
-  for (auto& observer : observers_)
-    observer->on_event(run_, event);
 }
 
 // --- Epoch ends -------------------------------------------------------------------------------
@@ -449,15 +354,13 @@ void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
   if (run_.data.train.is_tokens())
     record["tokens_seen"] = run_.at.items_seen;
   record.update(evaluate_splits());
-  for (auto& observer : observers_) {
-    if (interval) {
-      observer->on_evaluation(run_, EpochReport{record});
-    } else {
-      observer->on_epoch(run_, EpochReport{record});
-    }
+  if (interval) {
+    observers_.evaluation(run_, EpochReport{record});
+  } else {
+    observers_.epoch(run_, EpochReport{record});
   }
-  check_target(record);
-  watch_metrics(record);
+  for (const RunEvent& event : verdicts_.judge(run_, record))
+    tell(event);
 }
 
 nlohmann::json FitLoop::evaluate_splits() {
@@ -489,79 +392,11 @@ void FitLoop::evaluate_on_interval() {
         at, double(at.epoch) + run_.schedule->epoch_progress(at), seconds_since(train_start_));
     evaluate_into(record, /*interval=*/true);
   }
-  share_stop_verdict();
-}
-
-// --target (or --target-accuracy): on the validation split when there is one, unless the
-// target names its split; the test set is not for decisions. Its metric was checked against
-// the data before training (train/run_setup.h), so the record holds it.
-void FitLoop::check_target(const nlohmann::json& record) {
-  const std::optional<StopTarget> target = run_.config.stop_target();
-  if (!target || target_reached_)  // reached at an interval, the run's end records its epoch
-    return;
-  const TrainingProgress& at = run_.at;
-  const std::string metric = target->metric_in(run_.data.validation.size() > 0);
-  const auto found = record.find(metric);
-  BB_INTERNAL_ASSERT(found != record.end(), "the epoch record has no " + metric);
-  const double value = found->get<double>();
-  if (!target->reached(value))
-    return;
-  target_reached_ = true;
-  // Epochs done where it was reached: a fraction at an interval's evaluation (--eval-every) or
-  // where a run ends inside an epoch, a whole number at an epoch's end.
-  const double epochs = record.contains("partial_epoch")
-                            ? double(at.epoch) + record["partial_epoch"].get<double>()
-                            : record["epoch"].get<double>();
-  tell(target_reached_event(at, *target, metric, value, epochs));
-}
-
-// --keep-best: the weights of each evaluation that beats the best so far replace
-// RUN/best.safetensors. --early-stop: after `patience` evaluations in a row without an
-// improvement larger than --min-delta, the run ends here. Only rank 0 evaluates; the verdict is
-// shared with the others after.
-void FitLoop::watch_metrics(const nlohmann::json& record) {
-  TrainingProgress& at = run_.at;
-  const bool has_validation = run_.data.validation.size() > 0;
-  const auto value_of = [&](const WatchedMetric& watched) {
-    const std::string key = watched.metric_in(has_validation);
-    const auto found = record.find(key);
-    BB_INTERNAL_ASSERT(found != record.end(), "the evaluation record has no " + key);
-    // A figure that is not finite is written as null: it never improves.
-    return found->is_number() ? found->get<double>() : std::nan("");
-  };
-  if (const auto watched = run_.config.keep_best_metric()) {
-    const std::string key = watched->metric_in(has_validation);
-    const double value = value_of(*watched);
-    at.keep_best.metric = key;
-    if (at.keep_best.observe(value, at.step, watched->rises(), /*min_delta=*/0)) {
-      run_.save_model_weights(run_.run_dir + "/best.safetensors", at.step,
-                              {{"best_metric", key}, {"best_value", format_double(value)}});
-      tell(best_weights_event(at, key, value));
-    }
-  }
-  if (const auto watched = run_.config.early_stop_metric()) {
-    const std::string key = watched->metric_in(has_validation);
-    at.early_stop.metric = key;
-    at.early_stop.observe(value_of(*watched), at.step, watched->rises(), run_.config.min_delta);
-    if (at.early_stop.since_best >= run_.config.patience && !early_stopped_) {
-      early_stopped_ = true;
-      tell(early_stop_event(at, key, run_.config.patience, run_.config.min_delta));
-    }
-  }
-}
-
-void FitLoop::share_stop_verdict() {
-  if ((run_.config.stop_target() || run_.config.early_stop_metric()) && run_.job.world_size > 1) {
-    std::vector<torch::Tensor> verdict = {
-        torch::tensor({target_reached_ ? 1 : 0, early_stopped_ ? 1 : 0})};
-    run_.reducer->broadcast_from_first_rank(verdict);
-    target_reached_ = verdict[0][0].item<int64_t>() != 0;
-    early_stopped_ = verdict[0][1].item<int64_t>() != 0;
-  }
+  verdicts_.share(run_);
 }
 
 void FitLoop::start_next_epoch() {
-  share_stop_verdict();
+  verdicts_.share(run_);
   TrainingProgress& at = run_.at;
   at.epoch += 1;
   epoch_peak_bytes_ = 0;

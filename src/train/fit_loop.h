@@ -22,6 +22,7 @@
 #include "stats/gradient_noise.h"
 #include "train/checkpointer.h"
 #include "train/evaluate.h"
+#include "train/evaluation_verdicts.h"
 #include "train/fit_observers.h"
 #include "train/train_step.h"
 #include "train/training_run.h"
@@ -55,11 +56,8 @@ class FitLoop {
   // out-of-memory (the same update comes again, cut smaller), or stopped inside a branch test
   // (branch_stopped_).
   std::optional<TrainedUpdate> train_update(const std::vector<int64_t>& order);
-  // Tells the observers, or holds the report while a branch test runs.
+  // Tells the observers (which hold it while a branch test trains a branch).
   void report_update(const TrainedUpdate& update);
-  struct HeldRecord;
-  // Tells the observers of an update as `record` has it (its progress, its time).
-  void tell_update(const HeldRecord& record);
   // The schedule's proposal tested by branching (train/branch_test.h); the kept branch's
   // records are told once it is decided. Returns whether a stop was asked for.
   bool test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal);
@@ -70,10 +68,9 @@ class FitLoop {
   void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
-  void back_off_tokens(const std::string& what);
   void announce_batch_change(const BatchChange& change);
-  // Tells every observer (metrics.jsonl, the terminal) of an event.
-  void tell(const RunEvent& event);
+  // Tells the observers (metrics.jsonl, the terminal) of an event.
+  void tell(const RunEvent& event) { observers_.event(run_, event); }
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.
   void record_epoch(bool ends_inside);
   // --eval-every: whether this update ends an interval (and no epoch end evaluates it anyway),
@@ -83,36 +80,21 @@ class FitLoop {
   // The held-out splits' figures at the current step (rank 0), evaluated once per step.
   nlohmann::json evaluate_splits();
   void evaluate_into(nlohmann::json& record, bool interval);
-  void check_target(const nlohmann::json& record);
-  // --keep-best and --early-stop: an evaluation's record counted against the best so far.
-  void watch_metrics(const nlohmann::json& record);
-  // Rank 0's verdicts on the target and on stopping early, everyone's (only rank 0 evaluates).
-  void share_stop_verdict();
-  bool ends_early() const { return target_reached_ || early_stopped_; }
+  bool ends_early() const { return verdicts_.end_run(); }
   void start_next_epoch();
   void finish();
 
   bool epoch_used_up() const;
   [[noreturn]] void stop_after_update() const;
 
-  // What a branch's updates would have told the observers: an update's report (with its
-  // progress) or an event, in order.
-  struct HeldRecord {
-    std::optional<RunEvent> event;
-    std::optional<TrainedUpdate> update;
-    TrainingProgress at;
-    double wall_seconds = 0;
-    std::optional<double> noise_scale;
-  };
-
   TrainingRun& run_;
   Console& console_;
-  // While a branch test trains a branch: where its records are held, and whether a stop was
-  // asked for inside it.
-  std::vector<HeldRecord>* held_ = nullptr;
+  // While a branch test trains a branch (its records held by the observers): whether a stop
+  // was asked for inside it.
+  bool in_branch_ = false;
   bool branch_stopped_ = false;
   Checkpointer checkpoints_;
-  std::vector<std::unique_ptr<FitObserver>> observers_;
+  FitObservers observers_;
   NoiseScaleTracker noise_;
   InterruptGuard interrupts_;
   // The batch buffer belongs to the micro-steps' memory: it is allocated inside the window
@@ -120,9 +102,8 @@ class FitLoop {
   std::unique_ptr<BatchAssembler> assembler_;
   SteadyClock::time_point train_start_;
   int64_t epoch_peak_bytes_ = 0;
-  bool target_reached_ = false;  // --target met at an epoch's end or an interval's evaluation
-  bool early_stopped_ = false;   // --early-stop's patience ran out
   HeldOutEvaluation held_out_;
+  EvaluationVerdicts verdicts_;
 };
 
 }  // namespace bigbatch

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/error.h"
 #include "core/text.h"
 #include "runtime/runtime_env.h"
 
@@ -185,6 +186,68 @@ void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& upda
 
 void ProgressDisplay::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
   console_.say(epoch_summary(epoch.record, run.at));
+}
+
+FitObservers::FitObservers(Console& console) {
+  observers_.push_back(std::make_unique<MetricsLog>());
+  observers_.push_back(std::make_unique<ProgressDisplay>(console));
+}
+
+void FitObservers::update(const TrainingRun& run, const UpdateReport& report) {
+  if (held_) {
+    held_->push_back({std::nullopt, report.step, report.at, report.seconds, report.wall_seconds,
+                      report.allreduce_calls, report.peak_bytes, report.skipped_updates,
+                      report.noise_scale});
+    return;
+  }
+  for (auto& observer : observers_)
+    observer->on_update(run, report);
+}
+
+void FitObservers::event(const TrainingRun& run, const RunEvent& event) {
+  if (held_) {
+    HeldRecord record;
+    record.event = event;
+    held_->push_back(std::move(record));
+    return;
+  }
+  for (auto& observer : observers_)
+    observer->on_event(run, event);
+}
+
+void FitObservers::epoch(const TrainingRun& run, const EpochReport& epoch) {
+  BB_INTERNAL_ASSERT(!held_, "an epoch ended inside a branch test");
+  for (auto& observer : observers_)
+    observer->on_epoch(run, epoch);
+}
+
+void FitObservers::evaluation(const TrainingRun& run, const EpochReport& evaluation) {
+  BB_INTERNAL_ASSERT(!held_, "an evaluation inside a branch test");
+  for (auto& observer : observers_)
+    observer->on_evaluation(run, evaluation);
+}
+
+void FitObservers::hold() {
+  BB_INTERNAL_ASSERT(!held_, "a branch inside a branch");
+  held_.emplace();
+}
+
+FitObservers::Held FitObservers::release() {
+  Held held = std::move(*held_);
+  held_.reset();
+  return held;
+}
+
+void FitObservers::tell(const TrainingRun& run, const Held& held) {
+  for (const HeldRecord& record : held) {
+    if (record.event) {
+      event(run, *record.event);
+    } else {
+      update(run, UpdateReport{*record.step, record.at, record.seconds, record.wall_seconds,
+                               record.allreduce_calls, record.peak_bytes, record.skipped_updates,
+                               record.noise_scale});
+    }
+  }
 }
 
 }  // namespace bigbatch

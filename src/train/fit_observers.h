@@ -1,15 +1,19 @@
 #pragma once
 // What the fit loop tells after each update, each epoch and each event, and who listens:
-// metrics.jsonl (MetricsLog) and the terminal (ProgressDisplay). Observers only report; what
-// decides (evaluation, stopping, checkpoints) stays in the loop, which calls them in order after it
-// has advanced the progress counters.
+// metrics.jsonl (MetricsLog) and the terminal (ProgressDisplay), told in order by FitObservers.
+// Observers only report; what decides (evaluation, stopping, checkpoints) stays in the loop,
+// which tells them after it has advanced the progress counters.
 //
-//   std::vector<std::unique_ptr<FitObserver>> observers;
-//   observers.push_back(std::make_unique<MetricsLog>());
-//   for (auto& o : observers) o->on_update(run, update);
+//   FitObservers observers(console);
+//   observers.update(run, report);
+//   observers.hold();                      // a branch test's branch: told only if it is kept
+//   FitObservers::Held branch = observers.release();
+//   observers.tell(run, branch);
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "report/run_events.h"
 #include "train/train_step.h"
@@ -70,6 +74,42 @@ class ProgressDisplay final : public FitObserver {
 
  private:
   Console& console_;
+};
+
+// The loop's observers (metrics.jsonl, then the terminal), told in order. While a branch test
+// trains a branch, updates and events are held instead, with the progress they were told at,
+// and told once the test keeps that branch; a run with the test writes what a run without it
+// would have. (No epoch ends and nothing is evaluated inside a branch.)
+class FitObservers {
+ public:
+  explicit FitObservers(Console& console);
+  void update(const TrainingRun& run, const UpdateReport& report);
+  void event(const TrainingRun& run, const RunEvent& event);
+  void epoch(const TrainingRun& run, const EpochReport& epoch);
+  void evaluation(const TrainingRun& run, const EpochReport& evaluation);
+
+  // An update or an event, held with what its report refers to.
+  struct HeldRecord {
+    std::optional<RunEvent> event;
+    std::optional<StepResult> step;
+    TrainingProgress at;
+    double seconds = 0;
+    double wall_seconds = 0;
+    int64_t allreduce_calls = 0;
+    int64_t peak_bytes = 0;
+    int64_t skipped_updates = 0;
+    std::optional<double> noise_scale;
+  };
+  using Held = std::vector<HeldRecord>;
+  // Holds every update and event from here until release(), which returns them in order.
+  void hold();
+  Held release();
+  // Tells what was held, as it would have been told then.
+  void tell(const TrainingRun& run, const Held& held);
+
+ private:
+  std::vector<std::unique_ptr<FitObserver>> observers_;
+  std::optional<Held> held_;
 };
 
 }  // namespace bigbatch
