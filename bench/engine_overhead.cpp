@@ -23,6 +23,7 @@
 #include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "device/resources.h"
 #include "dist/gradient_reducer.h"
 #include "models/accumulating_linear.h"
 #include "models/models.h"

@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "data/npy_format.h"
 #include "device/device.h"
+#include "device/resources.h"
 #include "io/safetensors.h"
 #include "models/model_choices.h"
 #include "runtime/runtime_env.h"

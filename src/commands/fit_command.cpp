@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "device/device.h"
+#include "device/resources.h"
 #include "runtime/runtime_env.h"
 #include "train/run_setup.h"
 

@@ -12,6 +12,7 @@
 #include "core/text.h"
 #include "data/sampler.h"
 #include "device/device.h"
+#include "device/resources.h"
 #include "dist/gradient_reducer.h"
 #include "io/safetensors.h"
 #include "optim/optimizer.h"

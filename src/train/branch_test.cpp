@@ -14,16 +14,16 @@ namespace {
 // that go with them (BatchNorm's momentum follows the plan's accumulation).
 void put_back(TrainingRun& run, NoiseScaleTracker& noise, const TrainingSnapshot& snapshot) {
   run.engine->discard();  // a window a stop left open
-  snapshot.restore(*run.model, *run.optimizer, run.at);
-  noise.restore(run.at.noise);
-  run.schedule->restore(run.at);
-  prepare_for_training(run.model, run.config, run.schedule->plan().accumulation_steps);
+  snapshot.restore(*run.model, *run.optimizer, run.state.at);
+  noise.restore(run.state.at.noise);
+  run.state.schedule->restore(run.state.at);
+  prepare_for_training(run.model, run.config, run.state.schedule->plan().accumulation_steps);
 }
 
 SampleLossList controller_losses(TrainingRun& run) {
-  const int64_t rows =
-      evaluation_rows_in_training(run.data.train, run.schedule->plan().micro_batch_size,
-                                  run.schedule->micro_batch_tokens(), run.config.memory_budget > 0);
+  const int64_t rows = evaluation_rows_in_training(
+      run.data.train, run.state.schedule->plan().micro_batch_size,
+      run.state.schedule->micro_batch_tokens(), run.config.memory_budget > 0);
   return sample_losses(run.model, run.data.controller, rows, run.precision);
 }
 
@@ -33,9 +33,9 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
                                          const BatchDecision& proposal,
                                          const TrainBranch& train_branch) {
   BB_INTERNAL_ASSERT(run.data.controller.size() > 0, "a branch test needs the controller's slice");
-  RunSchedule& schedule = *run.schedule;
+  RunSchedule& schedule = *run.state.schedule;
   const auto test_start = SteadyClock::now();
-  const TrainingSnapshot start = TrainingSnapshot::take(*run.model, *run.optimizer, run.at);
+  const TrainingSnapshot start = TrainingSnapshot::take(*run.model, *run.optimizer, run.state.at);
 
   BranchLosses losses;
   const SampleLossList at_start = controller_losses(run);
@@ -44,7 +44,7 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
     start_sum += loss;
   losses.start_loss = start_sum / double(at_start.items);
 
-  schedule.enter_branch(run.at, /*doubled=*/false);
+  schedule.enter_branch(run.state.at, /*doubled=*/false);
   const auto current_start = SteadyClock::now();
   if (!train_branch(false)) {
     put_back(run, noise, start);
@@ -54,10 +54,10 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
   SampleLossList scored = controller_losses(run);
   losses.current = std::move(scored.per_sample);
   losses.items = scored.items;
-  const TrainingSnapshot current = TrainingSnapshot::take(*run.model, *run.optimizer, run.at);
+  const TrainingSnapshot current = TrainingSnapshot::take(*run.model, *run.optimizer, run.state.at);
 
   put_back(run, noise, start);
-  schedule.enter_branch(run.at, /*doubled=*/true);
+  schedule.enter_branch(run.state.at, /*doubled=*/true);
   const auto doubled_start = SteadyClock::now();
   if (!train_branch(true)) {
     put_back(run, noise, start);
@@ -81,8 +81,8 @@ std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& no
   if (!test.kept)
     put_back(run, noise, current);
   test.extra_seconds = seconds_since(test_start) - (test.kept ? doubled_seconds : current_seconds);
-  run.at.train_seconds += test.extra_seconds;
-  schedule.settle(run.at, test);
+  run.state.at.train_seconds += test.extra_seconds;
+  schedule.settle(run.state.at, test);
   prepare_for_training(run.model, run.config, schedule.plan().accumulation_steps);
   return test;
 }

@@ -29,9 +29,9 @@ namespace bigbatch {
 // Trains one branch's samples at the plan in force; false when a stop was asked for inside it.
 using TrainBranch = std::function<bool(bool doubled)>;
 
-// The test of `proposal` from run.at (which holds it). Returns the test with run.at, the model,
-// the optimizer, the generators and `noise` those of the kept branch, and the schedule on its
-// plan; or nullopt when a branch was stopped, with everything as it was at the start.
+// The test of `proposal` from run.state.at (which holds it). Returns the test with run.state.at,
+// the model, the optimizer, the generators and `noise` those of the kept branch, and the schedule
+// on its plan; or nullopt when a branch was stopped, with everything as it was at the start.
 std::optional<BatchTest> run_branch_test(TrainingRun& run, NoiseScaleTracker& noise,
                                          const BatchDecision& proposal,
                                          const TrainBranch& train_branch);

@@ -20,7 +20,7 @@ class Checkpointer {
   bool due_inside_window() const;  // by micro-steps (--checkpoint-every Nmicro)
   void note_micro_step() { ++micro_steps_since_; }
   void write();                // at an update boundary
-  void write_inside_window();  // run.at.micro_step micro-steps into the next update
+  void write_inside_window();  // run.state.at.micro_step micro-steps into the next update
   int64_t last_step() const { return last_step_; }
   bool has_cadence() const { return cadence_.is_set(); }
   // The step of the newest checkpoint (written by this process, or the one it resumed from)

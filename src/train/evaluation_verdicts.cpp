@@ -8,7 +8,7 @@
 namespace bigbatch {
 
 std::optional<std::string> EvaluationVerdicts::stopped_before_resume(const TrainingRun& run) {
-  const TrainingProgress& at = run.at;
+  const TrainingProgress& at = run.state.at;
   if (!run.config.early_stop_metric() || at.early_stop.since_best < run.config.patience)
     return std::nullopt;
   early_stopped_ = true;
@@ -35,9 +35,9 @@ std::optional<RunEvent> EvaluationVerdicts::check_target(const TrainingRun& run,
   // Epochs done where it was reached: a fraction at an interval's evaluation (--eval-every) or
   // where a run ends inside an epoch, a whole number at an epoch's end.
   const double epochs = record.contains("partial_epoch")
-                            ? double(run.at.epoch) + record["partial_epoch"].get<double>()
+                            ? double(run.state.at.epoch) + record["partial_epoch"].get<double>()
                             : record["epoch"].get<double>();
-  return target_reached_event(run.at, *target, metric, value, epochs);
+  return target_reached_event(run.state.at, *target, metric, value, epochs);
 }
 
 // --keep-best: the weights of each evaluation that beats the best so far replace
@@ -47,7 +47,7 @@ std::vector<RunEvent> EvaluationVerdicts::judge(TrainingRun& run, const nlohmann
   std::vector<RunEvent> events;
   if (auto reached = check_target(run, record))
     events.push_back(std::move(*reached));
-  TrainingProgress& at = run.at;
+  TrainingProgress& at = run.state.at;
   const bool has_validation = run.data.validation.size() > 0;
   const auto value_of = [&](const WatchedMetric& watched) {
     const std::string key = watched.metric_in(has_validation);

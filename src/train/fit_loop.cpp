@@ -20,9 +20,9 @@ namespace bigbatch {
 // --- FitLoop: the epochs ----------------------------------------------------------------------
 
 FitLoop::FitLoop(TrainingRun& run, Console& console)
-    : run_(run), console_(console), checkpoints_(run), observers_(console) {
+    : run_(run), state_(run.state), console_(console), checkpoints_(run), observers_(console) {
   // The gradient noise scale from the two batch sizes every accumulating update has.
-  noise_.restore(run.at.noise);
+  noise_.restore(run.state.at.noise);
 }
 
 void FitLoop::run() {
@@ -32,16 +32,16 @@ void FitLoop::run() {
   // Wall-clock time from here, everything included (metrics, progress, checkpoints): what a
   // stopwatch beside the run would read, unlike train_seconds, which times the updates alone.
   train_start_ = SteadyClock::now();
-  TrainingProgress& at = run_.at;
+  TrainingProgress& at = state_.at;
   tell(train_start_event(at, run_.device.str(), memory_counters().current_bytes,
                          current_rss_bytes()));
   if (const auto stopped = verdicts_.stopped_before_resume(run_))
     console_.say(*stopped);
-  while (!run_.schedule->complete(at) && !ends_early()) {
+  while (!state_.schedule->complete(at) && !ends_early()) {
     const auto order = epoch_order(run_.config.seed, at.epoch, run_.data.train.size(),
                                    run_.config.shuffle ? Shuffle::On : Shuffle::Off);
     bool stop = false;
-    while (!epoch_used_up() && !run_.schedule->complete(at) && !stop && !ends_early())
+    while (!epoch_used_up() && !state_.schedule->complete(at) && !stop && !ends_early())
       stop = run_update(order);
     if (epoch_used_up()) {
       record_epoch(/*ends_inside=*/false);
@@ -64,16 +64,16 @@ void FitLoop::run() {
 // Whether the epoch's order has no window left (under --last-window drop, none that the next
 // update's batch fills).
 bool FitLoop::epoch_used_up() const {
-  const int64_t rest = run_.data.train.size() - run_.at.position_in_epoch;
+  const int64_t rest = run_.data.train.size() - state_.at.position_in_epoch;
   return rest == 0 || (run_.config.last_window == LastWindow::Drop &&
-                       rest < run_.schedule->global_batch_at(run_.at));
+                       rest < state_.schedule->global_batch_at(state_.at));
 }
 
 // --- One update -------------------------------------------------------------------------------
 
 bool FitLoop::run_update(const std::vector<int64_t>& order) {
-  TrainingProgress& at = run_.at;
-  if (const auto proposal = run_.schedule->proposal(at))
+  TrainingProgress& at = state_.at;
+  if (const auto proposal = state_.schedule->proposal(at))
     return test_proposal(order, *proposal);
   const int64_t samples_before = at.samples_seen;
   const std::optional<TrainedUpdate> update = train_update(order);
@@ -103,7 +103,7 @@ bool FitLoop::run_update(const std::vector<int64_t>& order) {
       return shared[0].item<double>();
     };
   }
-  if (const auto check = run_.schedule->observe(at, seen))
+  if (const auto check = state_.schedule->observe(at, seen))
     tell(batch_check_event(*check));
   return after_update(stop);
 }
@@ -117,14 +117,14 @@ bool FitLoop::after_update(bool stop) {
 }
 
 std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<int64_t>& order) {
-  TrainingProgress& at = run_.at;
-  if (const auto change = run_.schedule->plan_update(at))
+  TrainingProgress& at = state_.at;
+  if (const auto change = state_.schedule->plan_update(at))
     announce_batch_change(*change);
   TrainedUpdate update;
   update.start = SteadyClock::now();
   const int64_t calls_before = run_.reducer->calls();
   const UpdateWindow window =
-      window_at(run_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
+      window_at(state_.schedule->plan(), run_.data.train.size(), run_.config.last_window,
                 at.position_in_epoch, run_.job.rank);
   update.rank_samples = window.rank_size;
   update.whole_window = at.micro_step == 0;
@@ -132,10 +132,10 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
   reset_peak_memory();
   try {
     if (!assembler_) {
-      assembler_ =
-          std::make_unique<BatchAssembler>(run_.data.train, run_.schedule->plan().micro_batch_size,
-                                           /*background=*/run_.config.prefetch,
-                                           /*pinned=*/run_.device.is_cuda());
+      assembler_ = std::make_unique<BatchAssembler>(run_.data.train,
+                                                    state_.schedule->plan().micro_batch_size,
+                                                    /*background=*/run_.config.prefetch,
+                                                    /*pinned=*/run_.device.is_cuda());
     }
     update.step = train_step(*run_.engine, *assembler_, request);
   } catch (const c10::OutOfMemoryError& oom) {
@@ -163,21 +163,21 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
 }
 
 void FitLoop::report_update(const TrainedUpdate& update) {
-  const TrainingProgress& at = run_.at;
+  const TrainingProgress& at = state_.at;
   observers_.update(run_, UpdateReport{update.step, at, update.seconds, seconds_since(train_start_),
                                        update.allreduce_calls, update.peak_bytes,
                                        at.skipped_updates, noise_.noise_scale()});
 }
 
 bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal) {
-  const int64_t samples_before = run_.at.samples_seen;
+  const int64_t samples_before = state_.at.samples_seen;
   tell(branch_test_start_event(proposal));
   FitObservers::Held held[2];
   const TrainBranch train_branch = [&](bool doubled) {
     observers_.hold();
     in_branch_ = true;
     branch_stopped_ = false;
-    while (run_.at.samples_seen < samples_before + proposal.test_samples && !branch_stopped_) {
+    while (state_.at.samples_seen < samples_before + proposal.test_samples && !branch_stopped_) {
       if (const std::optional<TrainedUpdate> update = train_update(order))
         report_update(*update);
     }
@@ -194,7 +194,7 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
   }
   // The kept branch's records, as a run without the test would have written them.
   observers_.tell(run_, held[test->kept ? 1 : 0]);
-  tell(branch_test_event(*test, run_.at.step));
+  tell(branch_test_event(*test, state_.at.step));
   check_divergence();
   // An evaluation the branch passed comes at its end. A signal while the slice was scored
   // stops here (a single process; ranks stopped inside a branch together).
@@ -208,19 +208,19 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
 // where they meet.
 StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const UpdateWindow& window) {
   StepRequest request(order, window);
-  request.first_micro_step = run_.at.micro_step;
+  request.first_micro_step = state_.at.micro_step;
   request.window_bn = run_.window_bn.get();
   request.noise = &noise_;
-  request.schedule = run_.schedule.get();
-  request.at = &run_.at;
+  request.schedule = state_.schedule.get();
+  request.at = &state_.at;
   request.stop_requested = [this] { return interrupts_.requested(); };
-  request.micro_batch_tokens = run_.schedule->micro_batch_tokens();
-  request.recent_losses = &run_.at.recent_losses;
+  request.micro_batch_tokens = state_.schedule->micro_batch_tokens();
+  request.recent_losses = &state_.at.recent_losses;
   request.spike_factor = run_.config.spike_factor;
   if (run_.device.is_cuda())
     request.synchronize = [device = run_.device] { synchronize_device(device); };
   request.after_micro_step = [this](int64_t done, int64_t micro_steps) {
-    run_.at.micro_step = done;
+    state_.at.micro_step = done;
     if (in_branch_)  // a branch test checkpoints before and after, never inside
       return run_.job.world_size > 1 || done == micro_steps || !interrupts_.requested();
     checkpoints_.note_micro_step();
@@ -238,16 +238,16 @@ StepRequest FitLoop::step_request(const std::vector<int64_t>& order, const Updat
 }
 
 void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, double seconds) {
-  TrainingProgress& at = run_.at;
+  TrainingProgress& at = state_.at;
   const UpdateStats& stats = step.stats;
-  run_.schedule->count(at, step.rate, /*applied=*/!stats.skipped());
+  state_.schedule->count(at, step.rate, /*applied=*/!stats.skipped());
   at.noise = noise_.state();
   at.micro_step = 0;
   at.train_seconds += seconds;
   ++at.step;
   ++at.update_in_epoch;
   at.position_in_epoch += window.size;
-  at.global_batch = run_.schedule->plan().global_batch_size;
+  at.global_batch = state_.schedule->plan().global_batch_size;
   // A skipped update consumed its samples but taught nothing: the epoch's training loss and
   // accuracy are those of the updates that were applied.
   at.samples_seen += stats.counts.samples;
@@ -264,7 +264,7 @@ void FitLoop::count_update(const UpdateWindow& window, const StepResult& step, d
 }
 
 void FitLoop::check_divergence() {
-  const TrainingProgress& at = run_.at;
+  const TrainingProgress& at = state_.at;
   if (at.bad_in_a_row < run_.config.max_bad_updates)
     return;
   const int64_t first_bad = at.step - at.bad_in_a_row + 1;
@@ -285,12 +285,12 @@ void FitLoop::check_divergence() {
   divergence.spike_factor = run_.config.spike_factor;
   divergence.clipping = run_.config.clip_norm > 0;
   divergence.run_dir = run_.run_dir;
-  divergence.schedule = &run_.schedule->lr_schedule();
+  divergence.schedule = &state_.schedule->lr_schedule();
   if (!divergence.kept) {
     // Resuming it is a decision to go on from these weights (with a lower rate): the guard
     // then judges the resumed run by its own losses, not by the streak that stopped this one.
-    run_.at.bad_in_a_row = 0;
-    run_.at.recent_losses.clear();
+    state_.at.bad_in_a_row = 0;
+    state_.at.recent_losses.clear();
     checkpoints_.write();
   }
   tell(diverged_event(divergence));
@@ -300,7 +300,7 @@ void FitLoop::check_divergence() {
 // Out of memory inside a window: the window was thrown away (train_step), and the same update
 // comes again, cut smaller (train/memory_back_off.h).
 void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
-  run_.at.micro_step = 0;
+  state_.at.micro_step = 0;
   // What the failed window held is free again; a GPU's allocator gives its cache back too, so
   // the smaller micro-batch starts from what is really in use.
   release_cached_memory();
@@ -314,13 +314,13 @@ void FitLoop::back_off(const c10::OutOfMemoryError& oom) {
 // A ramp's switch of global batch, made by the schedule at this update boundary: BatchNorm's
 // momentum follows the new accumulation steps.
 void FitLoop::announce_batch_change(const BatchChange& change) {
-  const TrainingProgress& at = run_.at;
+  const TrainingProgress& at = state_.at;
   prepare_for_training(run_.model, run_.config, change.plan.accumulation_steps);
   RunEvent event = batch_change_event(change, at.step + 1, at.samples_seen);
   // Keyed by the first update at the new batch. A run resumed from a checkpoint taken before it
   // drops the line and writes it again; one resumed from inside that update's window kept it
   // (it was written before the checkpoint) and announces it on stderr only.
-  if (at.step + 1 == run_.update_already_logged)
+  if (at.step + 1 == state_.update_already_logged)
     event.record = nullptr;
   tell(event);
 }
@@ -331,7 +331,7 @@ void FitLoop::announce_batch_change(const BatchChange& change) {
 // AdaScale's scale-invariant length) — with its evaluation and the --target-accuracy check.
 // Only rank 0 evaluates.
 void FitLoop::record_epoch(bool ends_inside) {
-  TrainingProgress& at = run_.at;
+  TrainingProgress& at = state_.at;
   at.recorded_epoch_step = at.step;
   if (!run_.job.is_main())
     return;
@@ -339,11 +339,11 @@ void FitLoop::record_epoch(bool ends_inside) {
   EpochFacts facts;
   facts.peak_bytes = epoch_peak_bytes_;
   facts.rss_peak_bytes = peak_rss_bytes();
-  facts.micro_batch = run_.schedule->plan().micro_batch_size;
+  facts.micro_batch = state_.schedule->plan().micro_batch_size;
   facts.scores_predictions = task.scores_predictions();
   facts.regression_outputs = task.is_regression() ? run_.data.train.outputs() : 0;
   if (ends_inside)
-    facts.partial_epoch = run_.schedule->epoch_progress(at);
+    facts.partial_epoch = state_.schedule->epoch_progress(at);
   nlohmann::json record = epoch_record(at, noise_, facts);
   evaluate_into(record, /*interval=*/false);
 }
@@ -352,7 +352,7 @@ void FitLoop::record_epoch(bool ends_inside) {
 // the observers, checked against the target.
 void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
   if (run_.data.train.is_tokens())
-    record["tokens_seen"] = run_.at.items_seen;
+    record["tokens_seen"] = state_.at.items_seen;
   record.update(evaluate_splits());
   if (interval) {
     observers_.evaluation(run_, EpochReport{record});
@@ -365,9 +365,9 @@ void FitLoop::evaluate_into(nlohmann::json& record, bool interval) {
 
 nlohmann::json FitLoop::evaluate_splits() {
   const int64_t rows = evaluation_rows_in_training(
-      run_.data.train, run_.schedule->plan().micro_batch_size, run_.schedule->micro_batch_tokens(),
-      run_.config.memory_budget > 0);
-  return held_out_.figures(run_.at.step, run_.model, run_.data, rows, run_.precision);
+      run_.data.train, state_.schedule->plan().micro_batch_size,
+      state_.schedule->micro_batch_tokens(), run_.config.memory_budget > 0);
+  return held_out_.figures(state_.at.step, run_.model, run_.data, rows, run_.precision);
 }
 
 // Every eval_every_updates-th update, counted from the run's start (a resumed run keeps the
@@ -375,21 +375,21 @@ nlohmann::json FitLoop::evaluate_splits() {
 // changes), except where an epoch's end or the run's evaluates anyway. `samples_before`: the
 // samples seen before the update just counted.
 bool FitLoop::evaluation_due(int64_t samples_before) const {
-  const TrainingProgress& at = run_.at;
+  const TrainingProgress& at = state_.at;
   const int64_t every = run_.resolved.eval_every_updates;
   const int64_t every_samples = run_.resolved.eval_every_samples;
   const bool due =
       (every > 0 && at.step % every == 0) ||
       (every_samples > 0 && at.samples_seen / every_samples > samples_before / every_samples);
   // The run's end records (and evaluates) the epoch where it stops: not twice.
-  return due && !epoch_used_up() && !run_.schedule->complete(at);
+  return due && !epoch_used_up() && !state_.schedule->complete(at);
 }
 
 void FitLoop::evaluate_on_interval() {
   if (run_.job.is_main()) {
-    const TrainingProgress& at = run_.at;
+    const TrainingProgress& at = state_.at;
     nlohmann::json record = evaluation_record(
-        at, double(at.epoch) + run_.schedule->epoch_progress(at), seconds_since(train_start_));
+        at, double(at.epoch) + state_.schedule->epoch_progress(at), seconds_since(train_start_));
     evaluate_into(record, /*interval=*/true);
   }
   verdicts_.share(run_);
@@ -397,7 +397,7 @@ void FitLoop::evaluate_on_interval() {
 
 void FitLoop::start_next_epoch() {
   verdicts_.share(run_);
-  TrainingProgress& at = run_.at;
+  TrainingProgress& at = state_.at;
   at.epoch += 1;
   epoch_peak_bytes_ = 0;
   at.update_in_epoch = 0;
@@ -408,21 +408,21 @@ void FitLoop::start_next_epoch() {
 void FitLoop::stop_after_update() const {
   const int signal_number = interrupts_.requested() ? interrupts_.signal_number() : SIGTERM;
   console_.say(
-      stopped_by_signal_line(signal_number, run_.at, StopPoint::AfterUpdate, run_.run_dir));
+      stopped_by_signal_line(signal_number, state_.at, StopPoint::AfterUpdate, run_.run_dir));
   throw Interrupted(signal_number,
-                    "training interrupted at update " + std::to_string(run_.at.step));
+                    "training interrupted at update " + std::to_string(state_.at.step));
 }
 
 // --- The end of the run -----------------------------------------------------------------------
 
 void FitLoop::finish() {
-  const TrainingProgress& at = run_.at;
+  const TrainingProgress& at = state_.at;
   // A run that ends inside an epoch (its length, or a target reached at an interval's
   // evaluation) is recorded where it ends, once: a resumed run with nothing left to train finds
   // that record already written.
   if (at.update_in_epoch > 0 && at.recorded_epoch_step != at.step)
     record_epoch(/*ends_inside=*/true);
-  if (const std::string summary = run_.schedule->summary(at); !summary.empty())
+  if (const std::string summary = state_.schedule->summary(at); !summary.empty())
     console_.say(summary);
   // The end of a run always leaves a checkpoint (with --checkpoint-every or a resume), so the
   // run can be extended later with more --epochs.
@@ -441,8 +441,8 @@ void FitLoop::finish() {
   }
   if (!run_.config.noise_scale)
     return;  // --no-noise-scale (and lr-find): nothing measured, nothing to judge
-  const std::string verdict = batch_size_verdict(noise_, run_.schedule->plan().global_batch_size,
-                                                 run_.schedule->epoch().items_per_sample);
+  const std::string verdict = batch_size_verdict(noise_, state_.schedule->plan().global_batch_size,
+                                                 state_.schedule->epoch().items_per_sample);
   if (!verdict.empty())
     console_.say(verdict);
 }

@@ -2,7 +2,7 @@
 // The fit level of `bigbatch train`: epochs of updates until the run is complete, its target
 // is reached or a signal stops it, on a TrainingRun set up by set_up_training. Each update is
 // one train_step (train/train_step.h); around it the loop follows the batch schedule, backs
-// off on out-of-memory, counts the update into run.at, tells its observers (metrics,
+// off on out-of-memory, counts the update into run.state.at, tells its observers (metrics,
 // progress), guards against divergence, evaluates on --eval-every's interval and checkpoints on
 // the cadence; at each epoch's end it evaluates, records and checks the target.
 //
@@ -42,7 +42,7 @@ class FitLoop {
   // proposal waiting, its branch test — with what follows it (records, evaluation, the
   // schedule's check, a checkpoint); returns whether a stop was asked for (on any rank).
   bool run_update(const std::vector<int64_t>& order);
-  // An update trained and counted into run.at, for its report.
+  // An update trained and counted into state_.at, for its report.
   struct TrainedUpdate {
     StepResult step;
     int64_t rank_samples = 0;  // this rank's samples in the window
@@ -64,7 +64,7 @@ class FitLoop {
   // The checkpoint after an update (on the cadence, or for a stop); returns `stop`.
   bool after_update(bool stop);
   StepRequest step_request(const std::vector<int64_t>& order, const UpdateWindow& window);
-  // Advances run.at by a finished update.
+  // Advances state_.at by a finished update.
   void count_update(const UpdateWindow& window, const StepResult& step, double seconds);
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
@@ -88,6 +88,7 @@ class FitLoop {
   [[noreturn]] void stop_after_update() const;
 
   TrainingRun& run_;
+  RunState& state_;  // run_.state: the part of the run the loop changes
   Console& console_;
   // While a branch test trains a branch (its records held by the observers): whether a stop
   // was asked for inside it.

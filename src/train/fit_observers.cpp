@@ -99,7 +99,7 @@ void MetricsLog::on_update(const TrainingRun& run, const UpdateReport& update) {
     return;
   const TrainingProgress& at = update.at;
   const UpdateStats& stats = update.step.stats;
-  const RunSchedule& schedule = *run.schedule;
+  const RunSchedule& schedule = *run.state.schedule;
   const BatchPlan& plan = schedule.plan();
   nlohmann::json record = {{"step", at.step},
                            {"epoch", double(at.epoch) + schedule.epoch_progress(at)},
@@ -165,7 +165,7 @@ void ProgressDisplay::on_event(const TrainingRun&, const RunEvent& event) {
 
 void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& update) {
   const TrainingProgress& at = update.at;
-  const RunLength length = run.schedule->expected_length(at);
+  const RunLength length = run.state.schedule->expected_length(at);
   ProgressState state;
   state.epoch = at.epoch + 1;
   state.epochs = length.epochs;
@@ -173,19 +173,19 @@ void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& upda
   state.updates_per_epoch = length.updates_per_epoch;
   state.step = at.step;
   state.total_updates = length.total_updates;
-  if (run.schedule->measures_gain())
+  if (run.state.schedule->measures_gain())
     state.lr_gain = update.step.rate.gain;
   state.loss = update.step.stats.loss();
   state.samples_per_s = double(at.samples_seen) / at.train_seconds;
   state.elapsed_s = at.train_seconds;
   state.memory_bytes = update.peak_bytes;
-  state.global_batch = run.schedule->plan().global_batch_size;
+  state.global_batch = run.state.schedule->plan().global_batch_size;
   state.noise_scale = update.noise_scale.value_or(0);
   console_.show(state);
 }
 
 void ProgressDisplay::on_epoch(const TrainingRun& run, const EpochReport& epoch) {
-  console_.say(epoch_summary(epoch.record, run.at));
+  console_.say(epoch_summary(epoch.record, run.state.at));
 }
 
 FitObservers::FitObservers(Console& console) {

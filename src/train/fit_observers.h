@@ -22,7 +22,7 @@
 namespace bigbatch {
 
 // One finished update, told after the progress has counted it. `at` is the progress right
-// after it: run.at, or, for the updates of a branch test told once the test is decided, the
+// after it: run.state.at, or, for the updates of a branch test told once the test is decided, the
 // kept branch's progress at that update.
 struct UpdateReport {
   const StepResult& step;

@@ -13,7 +13,7 @@ namespace {
 // Under --micro-batch-tokens the window is cut by padded tokens, so the budget is what halves:
 // the same samples replayed in smaller micro-batches (the plan, the whole window, stays).
 RunEvent back_off_tokens(TrainingRun& run, const std::string& what) {
-  const int64_t from = run.schedule->micro_batch_tokens();
+  const int64_t from = run.state.schedule->micro_batch_tokens();
   // Below one row of --seq-len the budget stops grouping rows of full length, which is what
   // runs out: the floor is that row.
   const int64_t row = run.data.train.width();
@@ -25,15 +25,16 @@ RunEvent back_off_tokens(TrainingRun& run, const std::string& what) {
                 "raise --memory-budget, lower --seq-len, or train a smaller model");
   }
   const int64_t budget = std::max(row, from / 2);
-  run.schedule->set_micro_batch_tokens(budget);
-  ++run.at.oom_backoffs;
-  return token_back_off_event(run.at, what, run.schedule->plan().global_batch_size, from, budget);
+  run.state.schedule->set_micro_batch_tokens(budget);
+  ++run.state.at.oom_backoffs;
+  return token_back_off_event(run.state.at, what, run.state.schedule->plan().global_batch_size,
+                              from, budget);
 }
 
 }  // namespace
 
 MemoryBackOff back_off_after_out_of_memory(TrainingRun& run, const std::string& what) {
-  RunSchedule& schedule = *run.schedule;
+  RunSchedule& schedule = *run.state.schedule;
   const int64_t from = schedule.plan().micro_batch_size;
   if (run.job.world_size > 1) {
     // Said in the unit the run cuts its micro-batches by.
@@ -65,8 +66,9 @@ MemoryBackOff back_off_after_out_of_memory(TrainingRun& run, const std::string& 
   schedule.set_micro_batch(to);
   const BatchPlan& plan = schedule.plan();
   prepare_for_training(run.model, run.config, plan.accumulation_steps);  // BatchNorm momentum
-  ++run.at.oom_backoffs;
-  return {micro_batch_back_off_event(run.at, what, from, plan, batch_norm ? run.config.model : ""),
+  ++run.state.at.oom_backoffs;
+  return {micro_batch_back_off_event(run.state.at, what, from, plan,
+                                     batch_norm ? run.config.model : ""),
           /*micro_batch_changed=*/true};
 }
 

@@ -23,8 +23,8 @@ struct MemoryBackOff {
   bool micro_batch_changed = false;
 };
 
-// Backs run.schedule off after `what` (the short out-of-memory message), counts it into
-// run.at, and re-prepares the model for the new accumulation.
+// Backs run.state.schedule off after `what` (the short out-of-memory message), counts it into
+// run.state.at, and re-prepares the model for the new accumulation.
 MemoryBackOff back_off_after_out_of_memory(TrainingRun& run, const std::string& what);
 
 }  // namespace bigbatch

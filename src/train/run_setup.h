@@ -1,7 +1,8 @@
 #pragma once
 // What every command that builds a model from a TrainConfig shares (train, fit, verify): the
-// model's shape from the data, the data loaded outside the memory budget, and the start of
-// memory accounting.
+// model's shape from the data, the data loaded outside the memory budget, the checks of the
+// metrics a run watches, the micro-batch fit. (The CPU's settings and memory accounting, which
+// commands start with, are device/resources.h.)
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -56,19 +57,6 @@ void measure_token_cut(ResolvedRun& run, const TrainConfig& config, const Tensor
 // How a run's IDX images were normalised: as its config.toml records, or, for a run from
 // before the normalisation was recorded, Fashion-MNIST's constants (what every IDX run used).
 PixelNormalisation idx_pixels(const TrainConfig& config);
-
-// The CPU settings every command that computes starts with, before any parallel work: intra-op
-// threads, glibc malloc tuning (runtime/runtime_env.h), and denormal floats flushed to zero
-// (x86 FTZ/DAZ) unless --keep-denormals. Denormals (|x| < 1.2e-38 in fp32: softmax
-// probabilities of confident predictions, decayed momentum) take ~100x longer per operation on
-// x86; measured, an mlp at micro 16 trains 1.8x faster with them flushed and to the same
-// loss. The setting is per thread and inherited by threads created afterwards, which is why
-// it comes first. Returns whether flushing is in effect.
-bool configure_cpu(const TrainConfig& config, int64_t threads);
-
-// Counts every tensor allocation from here on, and enforces --memory-budget on `device` (the
-// CPU's tracking allocator, or a GPU's caching allocator).
-void start_memory_accounting(const TrainConfig& config, const torch::Device& device);
 
 // The largest micro-batch a run of `config` over `world_size` ranks can train at: a rank's share
 // of its global batch (of the largest the automatic batch may reach, of a schedule's smallest,

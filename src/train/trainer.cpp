@@ -60,8 +60,9 @@ std::string recorded_figures(const TrainingRun& run) {
 
 // What a finished run reached, from its own records: resuming it again changes nothing.
 std::string finished_run_summary(const TrainingRun& run) {
-  return "run '" + run.run_dir + "' has already finished: " + count_of(run.at.step, "update") +
-         ", " + count_of(run.at.samples_seen, "sample") + recorded_figures(run) +
+  return "run '" + run.run_dir +
+         "' has already finished: " + count_of(run.state.at.step, "update") + ", " +
+         count_of(run.state.at.samples_seen, "sample") + recorded_figures(run) +
          ". Nothing was trained or changed; to train it longer, resume with a larger --epochs "
          "or --max-updates";
 }
@@ -92,8 +93,8 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
     return result;
   }
 
-  result.earlier_train_seconds = run.at.train_seconds;
-  const int64_t first_step = run.at.step;
+  result.earlier_train_seconds = run.state.at.train_seconds;
+  const int64_t first_step = run.state.at.step;
   FitLoop loop(run, console);
   try {
     loop.run();
@@ -107,13 +108,13 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
       } catch (const std::exception& report_error) {
         console.say(std::string("report not written: ") + report_error.what());
       }
-    } else if (e.kind() == ErrorKind::Model && run.at.step > 0) {
+    } else if (e.kind() == ErrorKind::Model && run.state.at.step > 0) {
       // The module broke its contract: a resume would meet it again, so a run with no
       // checkpoint is not left as one that can neither be resumed nor reused.
       const std::string aside = run.set_failed_run_aside();
       if (!aside.empty()) {
         console.say("moved the run's records to " + aside + ": it stopped after " +
-                    count_of(run.at.step, "update") +
+                    count_of(run.state.at.step, "update") +
                     " with no checkpoint to resume from, and its --out can be used again");
       }
     } else {
@@ -122,7 +123,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
     throw;
   }
 
-  const TrainingProgress& at = run.at;
+  const TrainingProgress& at = run.state.at;
   save_final_weights(run, at.step);
   if (run.metrics) {
     run.metrics.reset();  // flushed and closed: the report reads every line
@@ -138,7 +139,7 @@ TrainResult run_training(const TrainConfig& requested, const CustomProblem* prob
   result.test_loss = loop.last_test().loss;
   result.test_accuracy = loop.last_test().accuracy;
   result.tested = loop.last_test().items > 0;
-  if (run.at.step == first_step && !result.tested) {
+  if (run.state.at.step == first_step && !result.tested) {
     result.nothing_left_to_train = true;
     const std::string figures = recorded_figures(run);
     result.recorded_figures = figures.empty() ? figures : figures.substr(2);  // its ", " left out

@@ -13,6 +13,8 @@
 #include "core/text.h"
 #include "data/sampler.h"
 #include "device/device.h"
+#include "device/resources.h"
+#include "device/thread_tuning.h"
 #include "dist/collective_reducer.h"
 #include "dist/rank_agreement.h"
 #include "io/safetensors.h"
@@ -24,7 +26,6 @@
 #include "runtime/runtime_env.h"
 #include "train/micro_batch_fit.h"
 #include "train/run_setup.h"
-#include "train/thread_tuning.h"
 
 namespace bigbatch {
 
@@ -100,12 +101,12 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
 void restart_watches_of_other_metrics(TrainingRun& r, Console& console) {
   const bool has_validation = r.data.validation.size() > 0;
   const std::pair<std::optional<WatchedMetric>, MetricWatch*> watches[] = {
-      {r.config.early_stop_metric(), &r.at.early_stop},
-      {r.config.keep_best_metric(), &r.at.keep_best}};
+      {r.config.early_stop_metric(), &r.state.at.early_stop},
+      {r.config.keep_best_metric(), &r.state.at.keep_best}};
   for (const auto& [watched, watch] : watches) {
     if (!watched || watch->counted_step < 0 || watch->metric == watched->metric_in(has_validation))
       continue;
-    console.say(std::string(watch == &r.at.early_stop ? "--early-stop" : "--keep-best") +
+    console.say(std::string(watch == &r.state.at.early_stop ? "--early-stop" : "--keep-best") +
                 " now watches " + watched->metric_in(has_validation) +
                 " where the checkpoint counted " + watch->metric + ": its count starts again here");
     *watch = MetricWatch{};
@@ -131,7 +132,7 @@ void restore_best_weights(TrainingRun& r, Console& console) {
   if (!r.config.keep_best_metric())
     return;
   const std::string path = r.run_dir + "/best.safetensors";
-  MetricWatch& watch = r.at.keep_best;
+  MetricWatch& watch = r.state.at.keep_best;
   const auto matches = [&](const std::string& file) {
     if (!watch.seen || !path_exists(file))
       return false;
@@ -166,7 +167,7 @@ void restore_best_weights(TrainingRun& r, Console& console) {
                 ", and --keep-best watches " + watched);
   } else if (had_file) {
     console.say("removed " + path + ": it is from past the checkpoint this run resumes (update " +
-                std::to_string(r.at.step) + ")");
+                std::to_string(r.state.at.step) + ")");
   }
   watch = MetricWatch{};
 }
@@ -598,12 +599,12 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
     return;  // a plan that no longer resolves has nothing to compare
   }
   const LrScheduleConfig& was = before->lr_schedule().config();
-  const LrScheduleConfig& now = r.schedule->lr_schedule().config();
+  const LrScheduleConfig& now = r.state.schedule->lr_schedule().config();
   if (was.total_updates == now.total_updates)
     return;
-  before->restore(r.at);
-  const double rate_was = before->rate(r.at, {}).lr;
-  const double rate_now = r.schedule->rate(r.at, {}).lr;
+  before->restore(r.state.at);
+  const double rate_was = before->rate(r.state.at, {}).lr;
+  const double rate_now = r.state.schedule->rate(r.state.at, {}).lr;
   // Only a decay has an end to keep (a step schedule's milestones are intervals of their own).
   const bool decays = was.kind == ScheduleKind::Cosine || was.kind == ScheduleKind::Linear;
   const double end_rate = before->lr_schedule().lr_at(was.total_updates);
@@ -613,42 +614,43 @@ void say_replanned_schedule(const TrainingRun& r, Console& console) {
                       " epochs");
   if (planned.max_updates != r.config.max_updates)
     changes.push_back("--max-updates changed");
-  console.say((changes.empty() ? std::string("--schedule-length changed")
-                               : "the run's length changed (" + join(changes, ", ") + ")") +
-              ": its " + to_string(now.kind) + " schedule is re-planned over " +
-              count_of(now.total_updates, "update") + " where the run planned " +
-              count_of(was.total_updates, "update") + ", so update " +
-              std::to_string(r.at.step + 1) + " trains at " + format_significant(rate_now, 4) +
-              " where the plan had " + format_significant(rate_was, 4) +
-              (r.at.step > 0 && decays
-                   ? "; to keep the planned schedule, add --schedule-length " +
-                         std::to_string(was.total_updates) +
-                         "u (past its end the rate holds its final value, " +
-                         format_significant(end_rate, 4) +
-                         (end_rate > 0 ? ")" : ": those updates would not train)")
-                   : std::string()));
+  console.say(
+      (changes.empty() ? std::string("--schedule-length changed")
+                       : "the run's length changed (" + join(changes, ", ") + ")") +
+      ": its " + to_string(now.kind) + " schedule is re-planned over " +
+      count_of(now.total_updates, "update") + " where the run planned " +
+      count_of(was.total_updates, "update") + ", so update " + std::to_string(r.state.at.step + 1) +
+      " trains at " + format_significant(rate_now, 4) + " where the plan had " +
+      format_significant(rate_was, 4) +
+      (r.state.at.step > 0 && decays ? "; to keep the planned schedule, add --schedule-length " +
+                                           std::to_string(was.total_updates) +
+                                           "u (past its end the rate holds its final value, " +
+                                           format_significant(end_rate, 4) +
+                                           (end_rate > 0 ? ")" : ": those updates would not train)")
+                                     : std::string()));
 }
 
-void resume_from_checkpoint(TrainingRun& r, Console& console) {
+// `partial`: the window a checkpoint taken inside one holds, for the engine to go on with.
+void resume_from_checkpoint(TrainingRun& r, PartialWindow& partial, Console& console) {
   const TrainConfig& config = r.config;
-  RunSchedule& schedule = *r.schedule;
-  TrainingProgress& at = r.at;
-  at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &r.partial);
+  RunSchedule& schedule = *r.state.schedule;
+  TrainingProgress& at = r.state.at;
+  at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &partial);
   if (schedule.restore(at))
     prepare_for_training(r.model, config, schedule.plan().accumulation_steps);
   console.say("resumed from " + config.resume + " at update " + std::to_string(at.step) +
               " (epoch " + std::to_string(at.epoch + 1) + ", " + std::to_string(at.samples_seen) +
               " samples seen); batch plan " + schedule.plan().describe());
   const bool resumed_inside_window = at.micro_step > 0;
-  if (at.micro_step > 0 && (r.partial.micro_batch_size != schedule.plan().micro_batch_size ||
-                            r.partial.world_size != r.job.world_size ||
-                            r.partial.micro_batch_tokens != config.micro_batch_tokens)) {
+  if (at.micro_step > 0 && (partial.micro_batch_size != schedule.plan().micro_batch_size ||
+                            partial.world_size != r.job.world_size ||
+                            partial.micro_batch_tokens != config.micro_batch_tokens)) {
     // The partial gradient belongs to another cut of the window: redo the window instead, on
     // the same samples, so the mathematics is unchanged.
     console.say("the checkpoint is " + std::to_string(at.micro_step) + " micro-steps into update " +
                 std::to_string(at.step + 1) + " under micro " +
-                std::to_string(r.partial.micro_batch_size) + " x world " +
-                std::to_string(r.partial.world_size) +
+                std::to_string(partial.micro_batch_size) + " x world " +
+                std::to_string(partial.world_size) +
                 "; that window is replayed from its start with the new plan");
     at.micro_step = 0;
   }
@@ -678,13 +680,13 @@ void resume_from_checkpoint(TrainingRun& r, Console& console) {
     r.write_description();
     // Lines the interrupted run wrote after its checkpoint are replayed now: drop them.
     if (keep_metrics_of_checkpoint(r.run_dir + "/metrics.jsonl", at) && resumed_inside_window)
-      r.update_already_logged = at.step + 1;
+      r.state.update_already_logged = at.step + 1;
   }
 }
 
 // The engine (and --bn-mode window's statistics pass) over the model and optimizer, with a
 // window restored from a mid-window checkpoint.
-void build_engine(TrainingRun& r, Console& console) {
+void build_engine(TrainingRun& r, const PartialWindow& partial, Console& console) {
   r.precision = r.config.precision;
   if (r.precision == Precision::Bf16) {
     console.say(r.device.is_cuda() || cpu_has_native_bf16()
@@ -702,8 +704,8 @@ void build_engine(TrainingRun& r, Console& console) {
       std::make_unique<AccumulationEngine>(r.model, *r.optimizer, *r.reducer, engine_options);
   if (r.config.bn_mode == BatchNormMode::Window && uses_batch_statistics(*r.model))
     r.window_bn = std::make_unique<WindowBatchNorm>(r.model, kBatchNormMomentum, r.precision);
-  if (r.at.micro_step > 0)
-    r.engine->restore_window(r.partial.window, r.partial.gradients);
+  if (r.state.at.micro_step > 0)
+    r.engine->restore_window(partial.window, partial.gradients);
 }
 
 // --threads auto: 1 against the CPUs available, timed on a real micro-batch.
@@ -726,13 +728,15 @@ void tune_threads(TrainingRun& r, Console& console) {
     const int64_t rows =
         r.config.micro_batch_tokens > 0
             ? std::max<int64_t>(1, r.config.micro_batch_tokens / r.data.train.width())
-            : r.schedule->plan().micro_batch_size;
+            : r.state.schedule->plan().micro_batch_size;
     BatchAssembler probe_batch(r.data.train, rows);
-    const ThreadChoice choice = measure_fastest_thread_count(
-        r.model, r.task(),
-        probe_batch.gather(epoch_order(r.config.seed, 0, r.data.train.size(), Shuffle::Off), 0,
-                           rows),
-        r.threads);
+    const Batch batch = probe_batch.gather(
+        epoch_order(r.config.seed, 0, r.data.train.size(), Shuffle::Off), 0, rows);
+    const Task task = r.task();
+    const auto micro_step = [&](torch::nn::Sequential& model) {
+      backward_through(*model, task.loss(model, batch, Precision::Fp32).loss_sum);
+    };
+    const ThreadChoice choice = measure_fastest_thread_count(r.model, micro_step, r.threads);
     r.threads = choice.threads;
     console.say("threads: " + choice.describe());
   } catch (const c10::OutOfMemoryError&) {
@@ -802,6 +806,7 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
       data_digest_text += (data_digest_text.empty() ? "" : " ") + value;
   }
   r.identity["training_data"] = data_digest_text;
+  PartialWindow partial;
   if (r.resuming) {
     // Before anything of the run is read back or rewritten: a run still training there would
     // otherwise be mixed with this one.
@@ -813,7 +818,7 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
       }
     }
     abandon_newer_history(r, console, /*move=*/false);
-    resume_from_checkpoint(r, console);
+    resume_from_checkpoint(r, partial, console);
     if (r.finished)
       return;
     restart_watches_of_other_metrics(r, console);
@@ -832,7 +837,7 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
   }
 
-  build_engine(r, console);
+  build_engine(r, partial, console);
   tune_threads(r, console);
 }
 
@@ -897,13 +902,13 @@ JobPlace read_job_place() {
 
 ResolvedRun TrainingRun::resolved_now() const {
   ResolvedRun now = resolved;
-  now.plan = schedule->plan();
-  now.epoch = schedule->epoch();
+  now.plan = state.schedule->plan();
+  now.epoch = state.schedule->epoch();
   return now;
 }
 
 void TrainingRun::discard_unstarted() {
-  if (resuming || !job.is_main() || directory_lock == nullptr || at.step > 0)
+  if (resuming || !job.is_main() || directory_lock == nullptr || state.at.step > 0)
     return;
   std::error_code ignored;
   const std::filesystem::path dir(run_dir);
@@ -945,7 +950,8 @@ std::string TrainingRun::set_failed_run_aside() {
       records.push_back((dir / file).string());
   }
   const std::string aside = set_checkpoints_aside(
-      run_dir, records, "failed-after-" + std::to_string(at.step) + "u-" + default_run_timestamp());
+      run_dir, records,
+      "failed-after-" + std::to_string(state.at.step) + "u-" + default_run_timestamp());
   directory_lock.reset();
   std::filesystem::remove(dir / ".lock", ignored);
   return aside;
@@ -1027,8 +1033,8 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   if (resolved_config.lr_scaling == LrScaling::Auto)
     resolved_config.lr_scaling = resolved.schedule.config().scaling;
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
-  r.schedule = make_run_schedule(r.resolved);
-  r.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);
+  r.state.schedule = make_run_schedule(r.resolved);
+  r.state.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);
   TrainConfig& config = r.config;
   r.reducer = std::move(reducer);
   r.device = device;

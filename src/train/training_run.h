@@ -1,8 +1,11 @@
 #pragma once
 // The set-up level of `bigbatch train` (train/trainer.h): everything the fit loop needs,
-// resolved and built once before the first update — this process's place in the job, the
-// data, the resolved plan, the run directory, model, optimizer, reducer and engine, and the
-// progress to continue from (a fresh run's zeros, or a checkpoint's).
+// resolved and built once before the first update, in two parts. The set-up — this process's
+// place in the job, the configuration, the data, the resolved plan, the run directory, model,
+// optimizer, reducer and engine — is fixed once set_up_training returns (the model's weights
+// and the optimizer's state train, nothing is replaced or rewritten). RunState is where the run
+// stands and the batch regime that moves it, from a fresh run's zeros or a checkpoint's: the
+// fit loop's to change, and what a checkpoint holds besides the weights and the optimizer.
 //
 //   const JobPlace job = read_job_place();
 //   Console console(job.is_main(), ProgressMode::Auto);
@@ -48,6 +51,19 @@ struct JobPlace {
 };
 JobPlace read_job_place();
 
+// Where the run stands, and the batch regime from there.
+struct RunState {
+  // The batch regime (schedule/run_schedule.h): the plan in force, whose micro-batch may shrink
+  // (an out-of-memory back-off) and whose global batch a ramp or the automatic batch moves, the
+  // rate of each update and the run's length.
+  std::unique_ptr<RunSchedule> schedule;
+  // Where the run stands: zeros, or the checkpoint's counters (and its open window).
+  TrainingProgress at;
+  // The update whose announcements metrics.jsonl already holds: one a checkpoint inside its
+  // window was taken in, when the file was cut back exactly to that checkpoint (-1: none).
+  int64_t update_already_logged = -1;
+};
+
 struct TrainingRun {
   TrainingRun(TrainConfig config_in, JobPlace job_in, DatasetSplits data_in,
               ResolvedRun resolved_in)
@@ -60,17 +76,14 @@ struct TrainingRun {
   // after everything else of the run has been written and closed.
   std::unique_ptr<DirectoryLock> directory_lock;
 
-  // The configuration with what the run resolved written back (a measured micro-batch, the
-  // thread count), so config.toml repeats the run exactly.
+  // The configuration with what the set-up resolved written back (a measured micro-batch, the
+  // thread count), so config.toml repeats the run exactly. Never rewritten while training.
   TrainConfig config;
   JobPlace job;
   DatasetSplits data;
-  // The plan, schedule and length as resolved at start-up (what plan.txt describes first).
+  // The plan, schedule and length as resolved at start-up (what plan.txt describes first;
+  // state.schedule moves on from there).
   ResolvedRun resolved;
-  // The batch regime from there (schedule/run_schedule.h): the plan in force, whose micro-batch
-  // may shrink (an out-of-memory back-off) and whose global batch a ramp moves, the rate of each
-  // update and the run's length.
-  std::unique_ptr<RunSchedule> schedule;
   std::string run_dir;
   // This start made the run directory itself (it did not exist before).
   bool made_run_dir = false;
@@ -95,14 +108,11 @@ struct TrainingRun {
 
   // What a checkpoint must match to be resumed into this run.
   nlohmann::json identity;
-  // Where the run stands: zeros, or the checkpoint's counters (and its open window).
-  TrainingProgress at;
-  PartialWindow partial;
-  // The update whose announcements metrics.jsonl already holds: one a checkpoint inside its
-  // window was taken in, when the file was cut back exactly to that checkpoint (-1: none).
-  int64_t update_already_logged = -1;
   // The resolved --threads (measured when auto).
   int64_t threads = 1;
+
+  // The loop's part.
+  RunState state;
 
   // What the model learns from the data (task/task.h), with the run's label smoothing.
   Task task() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/precision.h"
+#include "device/resources.h"
 #include "dist/gradient_reducer.h"
 #include "models/models.h"
 #include "optim/optimizer.h"

@@ -1,10 +1,8 @@
-#include "train/thread_tuning.h"
+#include "device/thread_tuning.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-
-#include "models/scripted_model.h"
 
 namespace bigbatch {
 
@@ -25,17 +23,15 @@ std::string ThreadChoice::describe() const {
   return text + ")";
 }
 
-ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const Task& task,
-                                          const Batch& batch, int64_t max_threads) {
+ThreadChoice measure_fastest_thread_count(torch::nn::Sequential& model, const ProbeStep& micro_step,
+                                          int64_t max_threads) {
   ThreadChoice choice;
   if (max_threads <= 1)
     return choice;
   auto probe = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(model->clone());
   probe->train();
   torch::nn::Sequential probe_model(probe);
-  auto step = [&] {
-    backward_through(*probe_model, task.loss(probe_model, batch, Precision::Fp32).loss_sum);
-  };
+  const auto step = [&] { micro_step(probe_model); };
   constexpr int kWarmup = 2;
   constexpr int kTimed = 5;
   std::vector<int64_t> candidates = {1, max_threads};
