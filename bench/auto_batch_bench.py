@@ -2,8 +2,9 @@
 """--global-batch auto against fixed batches and a hand ramp (issue 34), on the same sample
 order and the same evaluation cadence: each run's held-out (validation) loss is read from its
 metrics.jsonl, L* is the validation loss the best fixed run reaches at 80% of the sample
-budget, and every run is scored by the updates, samples and wall-clock it took to reach L*
-(interpolated between evaluations), its final validation loss and its test accuracy.
+budget, and every run is scored by the updates, samples (the branch tests' thrown-away branches
+included) and wall-clock it took to reach L* (interpolated between evaluations), its final
+validation loss and its test accuracy.
 
 Fixed batches each get a 3-point rate grid (the --lr-scaling rule's rate from --lr at the
 start batch, times each --lr-grid factor) and keep their best (by final validation loss); the ramp doubles at a third and two
@@ -15,7 +16,9 @@ seeds: mean and spread. Nothing here is timed against a threshold: it prints wha
 
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
-       [--update-costs auto 2000] [--growth-tests branch none] [--holdout 1100] [--seeds 42 1 2]
+       [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
+       [--growth-confidences 2 0]
+       [--holdout 1100] [--seeds 42 1 2]
        [--threads 2] [--json FILE]
 """
 import argparse
@@ -68,6 +71,9 @@ def train(binary, out, common, extra):
             "test_accuracy": [r for r in rs if "test_accuracy" in r][-1]["test_accuracy"],
             "batches": sorted({r["global_batch"] for r in updates}), "wall": wall,
             "tests": [(r["proposed"], r["kept"]) for r in rs if r.get("event") == "batch_test"],
+            # The samples each branch test trained besides its kept branch, where it began.
+            "thrown_away": [(r["samples_seen"], (r.get("branches", 2) - 1) * r["test_samples"])
+                            for r in rs if r.get("event") == "batch_test"],
             "summary": [line for line in result.stderr.splitlines()
                         if line.startswith("automatic batch:") and ("replay it" in line or "stayed at" in line)]}
 
@@ -83,7 +89,8 @@ def loss_at_samples(run, samples):
 
 def reach(run, target):
     """(samples, updates, train seconds) where the validation loss first reaches `target`,
-    interpolated between the two evaluations around it; None when it never does."""
+    interpolated between the two evaluations around it; None when it never does. The samples
+    count the branch tests' thrown-away branches that began before that point."""
     points = run["evaluations"]
     seconds = dict(run["train_seconds"])
     previous = (0, 0, float("inf"))
@@ -92,7 +99,9 @@ def reach(run, target):
             s0, u0, l0 = previous
             f = 1.0 if l0 == float("inf") else (l0 - target) / (l0 - loss)
             updates = u0 + f * (u - u0)
-            return s0 + f * (s - s0), updates, seconds.get(u, 0.0) * updates / max(u, 1)
+            samples = s0 + f * (s - s0)
+            samples += sum(n for at, n in run.get("thrown_away", []) if at < samples)
+            return samples, updates, seconds.get(u, 0.0) * updates / max(u, 1)
         previous = (s, u, loss)
     return None
 
@@ -112,6 +121,10 @@ def main():
     p.add_argument("--lr-grid", type=float, nargs="+", default=[0.5, 1, 2])
     p.add_argument("--update-costs", nargs="+", default=["auto", "2000"])
     p.add_argument("--growth-tests", nargs="+", default=["branch", "none"])
+    p.add_argument("--growth-controls", nargs="+", default=["rate"],
+                   help="what the branch test compares the doubled branch with (--growth-control)")
+    p.add_argument("--growth-confidences", nargs="+", default=["2"],
+                   help="the standard errors a kept doubling must clear its bound by (--growth-confidence)")
     p.add_argument("--holdout", type=int, default=1100,
                    help="training samples every run sets aside (the branch test scores on them; 2%% of 55,000)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
@@ -155,10 +168,16 @@ def main():
                                                  "--eval-every", a.eval_every])}
         for cost in a.update_costs:
             for test in a.growth_tests:
-                others[f"auto (update cost {cost}, test {test})"] = train(
-                    binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}"), seeded,
-                    [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test", test,
-                     "--eval-every", a.eval_every])
+                variants = [(c, z) for c in a.growth_controls for z in a.growth_confidences] \
+                    if test == "branch" else [(None, None)]
+                for control, z in variants:
+                    name = f"auto (update cost {cost}, test {test}" + \
+                        (f", control {control}, {z} SE)" if control else ")")
+                    branch = ["--growth-control", control, "--growth-confidence", z] if control else []
+                    others[name] = train(
+                        binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}"), seeded,
+                        [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
+                         test, *branch, "--eval-every", a.eval_every])
         for run in others.values():
             run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}

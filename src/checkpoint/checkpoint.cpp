@@ -127,6 +127,8 @@ nlohmann::json growth_json(const BatchGrowthState& g) {
                      {"standard_error", t.standard_error},
                      {"bound", t.bound},
                      {"confidence", t.confidence},
+                     {"control_rate_factor", t.control_rate_factor},
+                     {"branches", t.branches},
                      {"kept", t.kept},
                      {"extra_seconds", t.extra_seconds}});
   }
@@ -330,6 +332,8 @@ BatchGrowthState growth_from(const nlohmann::json& j, const std::string& dir) {
     test.standard_error = t.amount("standard_error");
     test.bound = t.amount("bound");
     test.confidence = t.amount("confidence", 0.0);
+    test.control_rate_factor = t.amount("control_rate_factor", 1.0);
+    test.branches = t.count("branches", 2, 2);
     if (!tests[i].contains("kept") || !tests[i].at("kept").is_boolean())
       t.bad("kept", "is not true or false");
     test.kept = tests[i].at("kept").get<bool>();

@@ -277,6 +277,12 @@ std::vector<OptionSpec> build_table() {
                     "difference plus this many standard errors (of the paired "
                     "per-sample differences) is within the bound (2; 0: the estimate alone)",
                     &TrainConfig::growth_confidence, both));
+  t.push_back(enum_option(
+      "growth-control",
+      "--growth-test branch: compare the doubled branch with the current batch at its rate "
+      "(rate), or at the doubled batch's noise temperature, rate over batch (temperature: the "
+      "batch alone is judged, not a lower temperature's quick gain)",
+      &TrainConfig::growth_control, &growth_control_names, both));
   t.push_back(optional_int_option(
       "growth-holdout",
       "training samples set aside (the last N) to score --growth-test branch's branches on; "

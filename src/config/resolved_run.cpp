@@ -195,6 +195,7 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
   rule.dataset_size = dataset_size;
   rule.must_divide = config.strict_batch;
   rule.branch_test = config.growth_test == GrowthTest::Branch;
+  rule.control = config.growth_control;
   rule.holdout = config.growth_holdout_samples(dataset_size);
   run.auto_batch = rule;
   return run;

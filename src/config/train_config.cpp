@@ -144,9 +144,10 @@ void TrainConfig::validate() const {
   } else {
     check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
                      growth_test == GrowthTest::Branch && growth_tolerance == 0.1 &&
-                     growth_confidence == 2,
+                     growth_confidence == 2 && growth_control == GrowthControl::Rate,
                  "--max-global-batch, --growth-threshold, --update-cost, --growth-test, "
-                 "--growth-tolerance and --growth-confidence belong to --global-batch auto",
+                 "--growth-tolerance, --growth-confidence and --growth-control belong to "
+                 "--global-batch auto",
                  "add --global-batch auto, or drop them");
   }
   check_config(!growth_holdout || *growth_holdout >= 0, "--growth-holdout must be zero or positive",

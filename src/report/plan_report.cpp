@@ -126,11 +126,16 @@ std::string format_plan_text(const ResolvedRun& run) {
                                format_significant(100 * rule.threshold, 3) +
                                "% (noise scale and update cost measured in training), "
                                "accumulation doubling, the micro-batch staying");
-    out += line("tested", rule.branch_test
-                              ? "by branching: the next samples at both batches, scored on " +
-                                    std::to_string(rule.holdout) +
-                                    " training samples set aside (--growth-test branch)"
-                              : "no: the prediction alone decides (--growth-test none)");
+    out += line("tested",
+                rule.branch_test
+                    ? "by branching: the next samples at both batches, scored on " +
+                          std::to_string(rule.holdout) +
+                          " training samples set aside (--growth-test branch)" +
+                          (rule.control == GrowthControl::Temperature
+                               ? ", compared with the current batch at the doubled one's noise "
+                                 "temperature (--growth-control temperature)"
+                               : std::string())
+                    : "no: the prediction alone decides (--growth-test none)");
     out += line("at most", "global " + std::to_string(rule.max_global_batch) + ", peak lr " +
                                format_significant(run.schedule.config().base_lr *
                                                   scale_lr(1.0, run.ramp->reference_batch,
@@ -256,6 +261,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
     j["global_batch_auto"] = true;
     j["max_global_batch"] = run.auto_batch->max_global_batch;
     j["growth_test"] = run.auto_batch->branch_test ? "branch" : "none";
+    if (run.auto_batch->branch_test)
+      j["growth_control"] = growth_control_names().name(run.auto_batch->control);
     j["growth_holdout"] = run.auto_batch->holdout;
     j["growth_threshold"] = run.auto_batch->threshold;
     if (run.auto_batch->update_cost)

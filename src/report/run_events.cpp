@@ -101,21 +101,29 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
                   {"standard_error", test.standard_error},
                   {"bound", test.bound},
                   {"confidence", test.confidence},
+                  {"control_rate_factor", test.control_rate_factor},
+                  {"branches", test.branches},
                   {"kept", test.kept},
                   {"extra_seconds", test.extra_seconds}};
   // The share of the current batch's progress the doubled one made, when there was progress.
   const double gained = test.start_loss - test.current_loss;
   const std::string from = std::to_string(p.from_batch);
-  const std::string share =
-      gained > 0 ? std::to_string(p.to_batch) + " made " +
-                       format_fixed(100 * (test.start_loss - test.doubled_loss) / gained, 0) +
-                       "% of " + from + "'s progress"
-                 : from + " made no progress";
+  // Under a control: the current batch trained at the doubled batch's noise temperature.
+  const bool control = test.control_rate_factor != 1;
+  const std::string compared =
+      from + (control ? " at " + format_significant(test.control_rate_factor, 3) + "x its rate"
+                      : std::string());
+  const std::string made = std::to_string(p.to_batch) + " made " +
+                           format_fixed(100 * (test.start_loss - test.doubled_loss) / gained, 0) +
+                           "% of ";
+  const std::string share = gained <= 0 ? compared + " made no progress"
+                            : control   ? made + "the progress of " + compared
+                                        : made + from + "'s progress";
   event.lines.push_back(
       "automatic batch: " + std::string(test.kept ? "kept " : "stays at ") +
       std::to_string(test.kept ? p.to_batch : p.from_batch) + ": from loss " +
       format_significant(test.start_loss, 5) + ", " + std::to_string(p.to_batch) + " reached " +
-      format_significant(test.doubled_loss, 5) + " and " + std::to_string(p.from_batch) + " " +
+      format_significant(test.doubled_loss, 5) + " and " + compared + " " +
       format_significant(test.current_loss, 5) + " (" + share + "; difference " +
       format_significant(test.difference, 2) + " +- " + format_significant(test.standard_error, 2) +
       ", kept when it is at most " + format_significant(test.bound, 2) +
@@ -123,8 +131,13 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
            ? " with " + format_significant(test.confidence, 3) + " standard errors to spare"
            : std::string()) +
       "); the test took " + format_significant(test.extra_seconds, 2) +
-      " s more than the kept branch (" + std::to_string(p.test_samples) +
-      " samples of the other branch thrown away)");
+      " s more than the kept branch (" +
+      (test.branches > 2
+           ? std::to_string((test.branches - 1) * p.test_samples) +
+                 " samples of the doubled branch and the control thrown away, " + from +
+                 " trained again at its rate"
+           : std::to_string(p.test_samples) + " samples of the other branch thrown away") +
+      ")");
   return event;
 }
 

@@ -74,6 +74,14 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
   return check;
 }
 
+const NameTable<GrowthControl>& growth_control_names() {
+  static const NameTable<GrowthControl> table{
+      "growth control",
+      "--growth-control",
+      {{GrowthControl::Rate, "rate"}, {GrowthControl::Temperature, "temperature"}}};
+  return table;
+}
+
 const NameTable<GrowthTest>& growth_test_names() {
   static const NameTable<GrowthTest> table{
       "growth test", "--growth-test", {{GrowthTest::Branch, "branch"}, {GrowthTest::None, "none"}}};

@@ -35,6 +35,22 @@ namespace bigbatch {
 enum class GrowthTest { Branch, None };
 const NameTable<GrowthTest>& growth_test_names();
 
+// --growth-control: what the branch test compares the doubled branch with. Rate: the current
+// batch at its own rate, the run as it would go on. Temperature: the current batch at the
+// doubled branch's noise temperature (rate over batch) — its rate times the doubling's rate
+// factor over 2 (1/sqrt(2) under the square-root rule, 1 under the linear one) — which trains
+// the same SGD time (rate x updates) over the same samples; the comparison then measures the
+// batch alone, not a lower temperature's quick early gain. When the doubling is rejected, the
+// current batch is trained again at its own rate (the run as it goes on), so the test costs a
+// third branch then.
+enum class GrowthControl { Rate, Temperature };
+const NameTable<GrowthControl>& growth_control_names();
+
+// A branch test's branches: the current batch (the run without the doubling), the doubled
+// batch (with the doubling), and the control the doubled one is compared with under
+// GrowthControl::Temperature.
+enum class TestBranch { Current, Doubled, Control };
+
 // --growth-holdout's default under --growth-test branch: 2% of the training set, at least 256
 // and at most 2048 samples, and never more than a quarter of it.
 int64_t default_growth_holdout(int64_t training_samples);
@@ -51,6 +67,7 @@ struct GrowthRule {
   // training the same samples at both batches shows the doubled batch's loss keeping up
   // (train/branch_test.h); none: the prediction alone decides.
   bool branch_test = true;
+  GrowthControl control = GrowthControl::Rate;
   // The training samples set aside for the tests (--growth-holdout): a replay sets the same
   // ones aside, so that it trains on the same samples.
   int64_t holdout = 0;

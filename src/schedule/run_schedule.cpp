@@ -33,8 +33,9 @@ std::optional<BatchDecision> RunSchedule::proposal(const TrainingProgress&) cons
   return std::nullopt;
 }
 
-void RunSchedule::enter_branch(TrainingProgress&, bool) {
+double RunSchedule::enter_branch(TrainingProgress&, TestBranch) {
   BB_INTERNAL_ASSERT(false, "only a regime that proposes has branches to enter");
+  return 1;
 }
 
 void RunSchedule::settle(TrainingProgress&, const BatchTest&) {
@@ -152,6 +153,11 @@ UpdateRate RampSchedule::rate(const TrainingProgress& at, const GradientMeasure&
 double RampSchedule::lr_at(int64_t samples_seen, int64_t global_batch) const {
   const double position = double(samples_seen) / double(reference_batch_);
   return lr_.lr_at_position(position) *
+         scale_lr(1.0, reference_batch_, global_batch, lr_.config().scaling);
+}
+
+double RampSchedule::doubling_rate_factor(int64_t global_batch) const {
+  return scale_lr(1.0, reference_batch_, 2 * global_batch, lr_.config().scaling) /
          scale_lr(1.0, reference_batch_, global_batch, lr_.config().scaling);
 }
 
@@ -306,13 +312,26 @@ std::optional<BatchDecision> AutoBatchSchedule::proposal(const TrainingProgress&
   return at.growth.proposal;
 }
 
-void AutoBatchSchedule::enter_branch(TrainingProgress& at, bool doubled) {
+double AutoBatchSchedule::enter_branch(TrainingProgress& at, TestBranch branch) {
   BatchGrowthState& growth = at.growth;
   BB_INTERNAL_ASSERT(growth.proposal.has_value(), "a branch needs a proposal to test");
-  if (doubled)
+  if (branch == TestBranch::Doubled)
     growth.decisions.push_back(*growth.proposal);
   growth.proposal.reset();
   batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+  branch_rate_factor_ = branch == TestBranch::Control ? control_rate_factor() : 1;
+  return branch_rate_factor_;
+}
+
+double AutoBatchSchedule::control_rate_factor() const {
+  return doubling_rate_factor(plan_.global_batch_size) / 2;
+}
+
+UpdateRate AutoBatchSchedule::rate(const TrainingProgress& at,
+                                   const GradientMeasure& measured) const {
+  UpdateRate rate = RampSchedule::rate(at, measured);
+  rate.lr *= branch_rate_factor_;
+  return rate;
 }
 
 void AutoBatchSchedule::settle(TrainingProgress& at, const BatchTest& test) {
@@ -321,6 +340,7 @@ void AutoBatchSchedule::settle(TrainingProgress& at, const BatchTest& test) {
   growth.rejected_in_a_row = test.kept ? 0 : growth.rejected_in_a_row + 1;
   growth.last_check_step = at.step;  // the wait for the next check starts after the test
   batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, growth.decisions));
+  branch_rate_factor_ = 1;
   RampSchedule::restore(at);  // the kept branch's batch
 }
 
@@ -341,7 +361,7 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   // What the branch tests cost: the losing branches' samples, trained and thrown away.
   int64_t losing_samples = 0;
   for (const BatchTest& test : growth.tests)
-    losing_samples += test.proposal.test_samples;
+    losing_samples += (test.branches - 1) * test.proposal.test_samples;
   const std::string tests =
       growth.tests.empty() ? std::string()
                            : "; " + count_of(int64_t(growth.tests.size()), "branch test") + " (" +
@@ -397,6 +417,7 @@ bool AutoBatchSchedule::restore(const TrainingProgress& at) {
   if (!inconsistency(at).empty())
     return false;
   batches_ = GlobalBatchSchedule::parse(replay_schedule(start_batch_, at.growth.decisions));
+  branch_rate_factor_ = 1;
   return RampSchedule::restore(at);
 }
 

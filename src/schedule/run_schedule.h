@@ -120,8 +120,10 @@ class RunSchedule {
   // test, which the fit loop runs at the next update boundary (none for the others).
   virtual std::optional<BatchDecision> proposal(const TrainingProgress& at) const;
   // Enters a branch of that test from its starting point `at`: the doubled batch (from the next
-  // update) or the current one. Either way `at` no longer holds the proposal.
-  virtual void enter_branch(TrainingProgress& at, bool doubled);
+  // update), the current one, or the current one at the control's rate (until restore or
+  // settle). Either way `at` no longer holds the proposal. Returns the branch's rate over the
+  // schedule's own: 1 but for a control whose temperature differs.
+  virtual double enter_branch(TrainingProgress& at, TestBranch branch);
   // The test decided and `at` is the kept branch's: records the test, takes up its plan.
   virtual void settle(TrainingProgress& at, const BatchTest& test);
   // Whether no update is left: the epochs, the updates, or a regime's own length.
@@ -184,6 +186,8 @@ class RampSchedule : public RunSchedule {
  protected:
   // The rate of an update at `global_batch` that starts after `samples_seen` samples.
   double lr_at(int64_t samples_seen, int64_t global_batch) const;
+  // What the rate is multiplied by when the batch goes from `global_batch` to twice it.
+  double doubling_rate_factor(int64_t global_batch) const;
   BatchPlan plan_for(int64_t global_batch) const;
 
   GlobalBatchSchedule batches_;
@@ -200,17 +204,22 @@ class AutoBatchSchedule final : public RampSchedule {
                     int64_t reference_batch, GrowthRule rule);
   std::optional<BatchCheck> observe(TrainingProgress& at, const UpdateObservation& seen) override;
   std::optional<BatchDecision> proposal(const TrainingProgress& at) const override;
-  void enter_branch(TrainingProgress& at, bool doubled) override;
+  double enter_branch(TrainingProgress& at, TestBranch branch) override;
   void settle(TrainingProgress& at, const BatchTest& test) override;
+  UpdateRate rate(const TrainingProgress& at, const GradientMeasure& measured) const override;
   RunLength expected_length(const TrainingProgress& at) const override;
   std::string summary(const TrainingProgress& at) const override;
   bool restore(const TrainingProgress& at) override;
   std::string inconsistency(const TrainingProgress& at) const override;
   const GrowthRule& rule() const { return rule_; }
+  // The control branch's rate over the current batch's: the doubled batch's noise temperature.
+  double control_rate_factor() const;
 
  private:
   int64_t start_batch_;
   GrowthRule rule_;
+  // 1, or the control's factor while a branch test trains its control branch.
+  double branch_rate_factor_ = 1;
 };
 
 // `lr` counts scale-invariant updates at the reference batch; the run ends when they reach

@@ -40,6 +40,13 @@ struct BatchTest {
   double standard_error = 0;
   double bound = 0;
   double confidence = 0;  // the standard errors the difference had to clear the bound by
+  // The rate the compared branch trained at over the current batch's own: 1 (the current batch
+  // as the run goes on), or the doubled batch's noise temperature (--growth-control
+  // temperature); current_loss is that branch's.
+  double control_rate_factor = 1;
+  // The branches trained: 2, or 3 when a rejected test under a control trained the current
+  // batch again at its own rate. All but the kept one are thrown away.
+  int64_t branches = 2;
   bool kept = false;
   // What the test took besides the kept branch's training: the losing branch, putting the run
   // back and scoring both (the run's train_seconds count it).

@@ -11,15 +11,21 @@
 // --global-batch-schedule. What the test took besides the kept branch's training (the losing
 // branch, the snapshots, the scoring) is added to the run's train_seconds.
 //
-// Every rank runs both branches and scores the slice itself: their weights are identical, so
+// Under --growth-control temperature the first branch is a control instead: the current batch
+// at the doubled batch's noise temperature (schedule/batch_growth.h's GrowthControl). When the
+// doubled branch is rejected the control is not what the run goes on with, so the current
+// batch is trained a third time from the start, at its own rate.
+//
+// Every rank runs the branches and scores the slice itself: their weights are identical, so
 // are their verdicts, with no collective.
 //
-//   const auto train_branch = [&](bool doubled) { ...updates until the samples are done... };
+//   const auto train_branch = [&](TestBranch branch) { ...updates until the samples are done... };
 //   std::optional<BatchTest> test = run_branch_test(run, noise, *proposal, train_branch);
 //   if (!test) ...  // a stop inside a branch: back at the start, the proposal still pending
 #include <functional>
 #include <optional>
 
+#include "schedule/batch_growth.h"
 #include "state/batch_growth_state.h"
 #include "stats/gradient_noise.h"
 #include "train/training_run.h"
@@ -27,7 +33,8 @@
 namespace bigbatch {
 
 // Trains one branch's samples at the plan in force; false when a stop was asked for inside it.
-using TrainBranch = std::function<bool(bool doubled)>;
+// The branch kept is the one whose records the run keeps.
+using TrainBranch = std::function<bool(TestBranch branch)>;
 
 // The test of `proposal` from run.state.at (which holds it). Returns the test with run.state.at,
 // the model, the optimizer, the generators and `noise` those of the kept branch, and the schedule

@@ -172,8 +172,9 @@ void FitLoop::report_update(const TrainedUpdate& update) {
 bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal) {
   const int64_t samples_before = state_.at.samples_seen;
   tell(branch_test_start_event(proposal));
-  FitObservers::Held held[2];
-  const TrainBranch train_branch = [&](bool doubled) {
+  // Each branch's records (current, doubled, control), told for the kept one.
+  FitObservers::Held held[3];
+  const TrainBranch train_branch = [&](TestBranch branch) {
     observers_.hold();
     in_branch_ = true;
     branch_stopped_ = false;
@@ -182,7 +183,7 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
         report_update(*update);
     }
     in_branch_ = false;
-    held[doubled ? 1 : 0] = observers_.release();
+    held[static_cast<int>(branch)] = observers_.release();
     return !branch_stopped_;
   };
   const std::optional<BatchTest> test = run_branch_test(run_, noise_, proposal, train_branch);
@@ -193,7 +194,8 @@ bool FitLoop::test_proposal(const std::vector<int64_t>& order, const BatchDecisi
     stop_after_update();
   }
   // The kept branch's records, as a run without the test would have written them.
-  observers_.tell(run_, held[test->kept ? 1 : 0]);
+  observers_.tell(run_,
+                  held[static_cast<int>(test->kept ? TestBranch::Doubled : TestBranch::Current)]);
   tell(branch_test_event(*test, state_.at.step));
   check_divergence();
   // An evaluation the branch passed comes at its end. A signal while the slice was scored

@@ -120,6 +120,39 @@ class AutoBatchTest(CliTestCase):
         self.assertEqual([[r[f] for f in fields] for r in update_records(again)],
                          [[r[f] for f in fields] for r in updates])
 
+    def test_a_control_at_the_doubled_batchs_temperature_judges_the_batch_alone(self):
+        # Under the square-root rule the control trains 32 at 1/sqrt(2) of its rate: the doubled
+        # batch's rate over its batch. A rejected doubling trains 32 a third time, at its own rate.
+        sqrt_args = [*ARGS[:ARGS.index("--lr-scaling")], "--lr-scaling", "sqrt",
+                     *ARGS[ARGS.index("--lr-scaling") + 2:]]
+        out = self.path("control")
+        result = run("train", *sqrt_args, "--global-batch", "auto", "--update-cost", "2000", "--growth-control",
+                     "temperature", "--out", out, check=True)
+        tests = [r for r in records(out) if r.get("event") == "batch_test"]
+        self.assertGreaterEqual(len(tests), 2, tests)
+        self.assertFalse(all(t["kept"] for t in tests), tests)
+        for test in tests:
+            self.assertAlmostEqual(test["control_rate_factor"], 2 ** -0.5, places=15)
+            self.assertEqual(test["branches"], 2 if test["kept"] else 3)
+            self.assertEqual(test["kept"], test["difference"] + 2 * test["standard_error"] <= test["bound"])
+        self.assertIn("and 32 at 0.707x its rate ", result.stderr)
+        self.assertIn("samples of the doubled branch and the control thrown away, 32 trained again at its rate",
+                      result.stderr)
+        summary = [line for line in result.stderr.splitlines()
+                   if line.startswith("automatic batch: ") and "branch test" in line and "trained" in line][-1]
+        losing = sum((t["branches"] - 1) * t["test_samples"] for t in tests)
+        self.assertIn(f"trained {losing} samples more", summary)
+        # The control never trains the run: the run is the ramp of its kept doublings, record for record.
+        replay = REPLAY.search(summary)
+        schedule = replay.group(1) if replay else "0:32"
+        again = self.path("replay")
+        run("train", *sqrt_args, "--global-batch-schedule", schedule, "--growth-holdout", "256", "--out", again,
+            check=True)
+        self.assertEqual(weights(again), weights(out))
+        fields = ("step", "samples_seen", "loss", "lr", "global_batch", "grad_norm")
+        self.assertEqual([[r[f] for f in fields] for r in update_records(again)],
+                         [[r[f] for f in fields] for r in update_records(out)])
+
     def test_a_stop_inside_a_branch_test_resumes_to_the_same_bits(self):
         # A wider model, so that a test's branches take long enough to be stopped in.
         args = [*AUTO, "--hidden", "1024", "--epochs", "1", "--update-cost", "2000"]
@@ -198,7 +231,8 @@ class AutoBatchTest(CliTestCase):
                               "--json", check=True).stdout)
         self.assertEqual((plan["global_batch_size"], plan["global_batch_auto"], plan["max_global_batch"]),
                          (32, True, 2048))
-        self.assertEqual((plan["growth_test"], plan["growth_holdout"]), ("branch", 256))
+        self.assertEqual((plan["growth_test"], plan["growth_holdout"], plan["growth_control"]),
+                         ("branch", 256, "rate"))
         text = run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                    "--max-global-batch", "512", check=True).stdout
         self.assertIn("global batch auto", text)
@@ -206,6 +240,9 @@ class AutoBatchTest(CliTestCase):
         # The default rate, 0.05 at 256, scaled by the square root to the starting 32.
         self.assertRegex(text, r"starts at\s+global 32 = micro 16 x accumulation 2 x world 1, lr 0.0176777")
         self.assertRegex(text, r"tested\s+by branching: the next samples at both batches, scored on 256 training")
+        text = run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
+                   "--growth-control", "temperature", check=True).stdout
+        self.assertRegex(text, r"the current batch at the doubled one's\s+noise\s+temperature\s+\(--growth-control")
 
     def test_what_cannot_work_is_refused_in_one_line(self):
         cases = [
@@ -222,13 +259,14 @@ class AutoBatchTest(CliTestCase):
             (["--growth-tolerance", "-0.1"], "config", "--growth-tolerance must be zero or positive"),
             (["--growth-confidence", "-1"], "config", "--growth-confidence must be zero or positive"),
             (["--growth-test", "maybe"], "config", "growth test 'maybe' is not known"),
+            (["--growth-control", "loss"], "config", "growth control 'loss' is not known"),
         ]
         for extra, kind, fragment in cases:
             with self.subTest(extra=extra):
                 self.assert_one_line_error(run("train", *AUTO, *extra, "--out", self.path("x")), kind, fragment)
                 self.assertFalse(os.path.exists(self.path("x")))
         for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"],
-                      ["--growth-confidence", "1"]):
+                      ["--growth-confidence", "1"], ["--growth-control", "temperature"]):
             self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", *extra), "config",
                                        "belong to --global-batch auto")
 

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -370,7 +371,11 @@ TEST(Checkpoints, KeepTheGrowthTestsAndAWaitingProposal) {
   test.bound = 0.005;
   test.kept = true;
   test.extra_seconds = 1.5;
-  progress.growth.tests = {test};
+  BatchTest against_control = test;  // --growth-control temperature, rejected: three branches
+  against_control.kept = false;
+  against_control.control_rate_factor = 1 / std::sqrt(2.0);
+  against_control.branches = 3;
+  progress.growth.tests = {test, against_control};
   progress.growth.proposal = BatchDecision{30, 1600, 64, 128, 150, 300, 600, 12.5, 1.1, 1024};
   progress.growth.rejected_in_a_row = 2;
   write_checkpoint(dir, progress, identity, *model, *optimizer, 1, nlohmann::json::object());
@@ -378,10 +383,15 @@ TEST(Checkpoints, KeepTheGrowthTestsAndAWaitingProposal) {
       read_checkpoint(find_latest_checkpoint(dir), identity, *model, *optimizer);
   ASSERT_EQ(back.growth.decisions.size(), 1u);
   EXPECT_EQ(back.growth.decisions[0].test_samples, 512);
-  ASSERT_EQ(back.growth.tests.size(), 1u);
+  ASSERT_EQ(back.growth.tests.size(), 2u);
   EXPECT_EQ(back.growth.tests[0].difference, -0.001);
   EXPECT_EQ(back.growth.tests[0].standard_error, 0.002);
   EXPECT_TRUE(back.growth.tests[0].kept);
+  EXPECT_EQ(back.growth.tests[0].control_rate_factor, 1.0);
+  EXPECT_EQ(back.growth.tests[0].branches, 2);
+  EXPECT_FALSE(back.growth.tests[1].kept);
+  EXPECT_EQ(back.growth.tests[1].control_rate_factor, 1 / std::sqrt(2.0));
+  EXPECT_EQ(back.growth.tests[1].branches, 3);
   EXPECT_EQ(back.growth.tests[0].proposal.to_batch, 64);
   ASSERT_TRUE(back.growth.proposal.has_value());
   EXPECT_EQ(back.growth.proposal->to_batch, 128);

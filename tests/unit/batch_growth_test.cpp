@@ -179,7 +179,7 @@ Walk walk(RunSchedule& schedule, int64_t updates, double noise_scale, Walk from 
     if (const auto proposal = schedule.proposal(w.at)) {
       testing = *proposal;
       test_ends = w.at.samples_seen + proposal->test_samples;
-      schedule.enter_branch(w.at, verdict(*proposal));
+      schedule.enter_branch(w.at, verdict(*proposal) ? TestBranch::Doubled : TestBranch::Current);
     }
     schedule.plan_update(w.at);
     const int64_t global = schedule.plan().global_batch_size;
@@ -343,6 +343,63 @@ TEST(AutoBatchSchedule, ABranchTestDecidesEachProposal) {
   const Walk r = walk(replay, 300, 1000);
   EXPECT_EQ(r.batches, w.batches);
   EXPECT_EQ(r.rates, w.rates);
+}
+
+// --growth-control temperature: the control branch trains the current batch at the doubled
+// batch's noise temperature (rate over batch), and only while it trains.
+TEST(AutoBatchSchedule, TheControlBranchTrainsAtTheDoubledBatchsTemperature) {
+  for (const LrScaling scaling : {LrScaling::Sqrt, LrScaling::Linear, LrScaling::None}) {
+    const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+    GrowthRule rule;
+    rule.max_global_batch = 4096;
+    rule.dataset_size = kSamples;
+    rule.update_cost = 100;
+    rule.control = GrowthControl::Temperature;
+    LrScheduleConfig c = constant_rate(0.01, 32).config();
+    c.scaling = scaling;
+    AutoBatchSchedule schedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep), LrSchedule(c),
+                               RunBounds{1, 100000}, /*reference_batch=*/32, rule);
+    Walk w = walk(schedule, kGrowthCheckEvery, 1000);
+    ASSERT_TRUE(schedule.proposal(w.at).has_value());
+    const TrainingProgress start = w.at;
+    NoiseScaleTracker noise;
+    const auto rate_of = [&](const TrainingProgress& at) {
+      return schedule.rate(at, {32, &noise}).lr;
+    };
+    const double own = rate_of(start);
+    // The doubled batch's rate over its batch, at the current batch: its rate times the
+    // doubling's factor over 2 (sqrt: 1/sqrt(2); linear: 1, the current branch itself; none: 1/2).
+    const double expected = scaling == LrScaling::Sqrt     ? 1 / std::sqrt(2.0)
+                            : scaling == LrScaling::Linear ? 1.0
+                                                           : 0.5;
+    TrainingProgress control = start;
+    EXPECT_DOUBLE_EQ(schedule.enter_branch(control, TestBranch::Control), expected);
+    EXPECT_DOUBLE_EQ(rate_of(control), own * expected);
+    EXPECT_EQ(schedule.plan().global_batch_size, 32);
+    EXPECT_FALSE(schedule.proposal(control).has_value());
+    // Put back (a snapshot's restore) and the doubled branch: the schedule's own rates again.
+    schedule.restore(start);
+    EXPECT_DOUBLE_EQ(rate_of(start), own);
+    TrainingProgress doubled = start;
+    EXPECT_DOUBLE_EQ(schedule.enter_branch(doubled, TestBranch::Doubled), 1.0);
+    schedule.plan_update(doubled);
+    EXPECT_EQ(schedule.plan().global_batch_size, 64);
+    EXPECT_DOUBLE_EQ(rate_of(doubled) / own, expected * 2);
+    // A rejection settles on the current batch at its own rate.
+    schedule.restore(start);
+    TrainingProgress current = start;
+    schedule.enter_branch(current, TestBranch::Control);
+    BatchTest test;
+    test.proposal = *schedule.proposal(start);
+    test.control_rate_factor = expected;
+    test.branches = 3;
+    schedule.settle(current, test);
+    EXPECT_DOUBLE_EQ(rate_of(current), own);
+    EXPECT_NE(schedule.summary(current).find(
+                  "trained " + std::to_string(2 * test.proposal.test_samples) + " samples more"),
+              std::string::npos)
+        << schedule.summary(current);
+  }
 }
 
 TEST(AutoBatchSchedule, ATestNearTheEpochsEndWaits) {
