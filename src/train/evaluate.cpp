@@ -80,15 +80,15 @@ EvalResult evaluate(torch::nn::Sequential& model, const TensorDataset& data, int
     InferenceScope inference(model);
     PredictionTally tally;
     const Task task = Task::of(*model, data);
-    int64_t own_items = 0;
+    int64_t items = 0;
     const torch::Device device = model_device(*model);
     for (int64_t begin = 0; begin < data.size(); begin += batch_size) {
       const int64_t end = std::min(data.size(), begin + batch_size);
       const Batch batch = to_device(batch_of(data, begin, end), device);
-      own_items += task.loss(model, batch, precision, &tally).items;
+      items += task.loss(model, batch, precision, &tally).items;
     }
-    // A module that computes its own loss counts its items; for the others the data know them.
-    result.items = task.computes_own_loss() ? own_items : data.items(0, data.size());
+    // The task counts each batch's items (a module with its own loss counts them itself).
+    result.items = items;
     result.loss_sum = tally.loss_sum();
     result.loss = result.items > 0 ? result.loss_sum / double(result.items) : 0.0;
     result.has_accuracy = task.scores_predictions();
