@@ -8,7 +8,8 @@ validation loss and its test accuracy.
 
 Fixed batches each get a 3-point rate grid (the --lr-scaling rule's rate from --lr at the
 start batch, times each --lr-grid factor) and keep their best (by final validation loss); the ramp doubles at a third and two
-thirds of the budget; the automatic batch runs with its timed update cost and with each
+thirds of the budget; Seesaw's ramp doubles the batch where the cosine halves the rate (the
+square-root rule scaling the rate at each switch); the automatic batch runs with its timed update cost and with each
 --update-cost given, each with the branch test confirming its doublings (--growth-test branch)
 and without it (none: the noise-scale prediction alone, the ablation). Every run sets the same
 --growth-holdout samples aside, so all train on the same samples in the same order. Several
@@ -18,11 +19,12 @@ Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epoch
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
        [--growth-confidences 2 0]
-       [--holdout 1100] [--seeds 42 1 2]
+       [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
        [--threads 2] [--json FILE]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -123,6 +125,8 @@ def main():
     p.add_argument("--growth-tests", nargs="+", default=["branch", "none"])
     p.add_argument("--growth-controls", nargs="+", default=["rate"],
                    help="what the branch test compares the doubled branch with (--growth-control)")
+    p.add_argument("--seesaw", type=int, default=4,
+                   help="doublings of the Seesaw ramp (x2 at each halving of the cosine; 0: no Seesaw row)")
     p.add_argument("--growth-confidences", nargs="+", default=["2"],
                    help="the standard errors a kept doubling must clear its bound by (--growth-confidence)")
     p.add_argument("--holdout", type=int, default=1100,
@@ -166,6 +170,17 @@ def main():
         others = {"ramp x2 at 1/3, 2/3": train(binary, os.path.join(workdir, f"s{seed}-ramp"), seeded,
                                                 [*rule, "--global-batch-schedule", ramp, "--lr", str(lr),
                                                  "--eval-every", a.eval_every])}
+        if a.seesaw:
+            # Seesaw (arXiv:2510.14717): the batch doubles where the schedule would halve the rate.
+            # Under the cosine (the default schedule, counted in samples) the rate halves at
+            # acos(2^(1-k) - 1) / pi of the budget; the square-root rule then scales it by sqrt(2)
+            # at each doubling, Seesaw's rate / sqrt(2) at the switch.
+            steps = [f"0:{start_batch}"] + [
+                f"{int(budget * math.acos(2.0 ** (1 - k) - 1) / math.pi)}s:{start_batch << k}"
+                for k in range(1, a.seesaw + 1)]
+            others["seesaw (x2 where the cosine halves)"] = train(
+                binary, os.path.join(workdir, f"s{seed}-seesaw"), seeded,
+                [*rule, "--global-batch-schedule", " ".join(steps), "--lr", str(lr), "--eval-every", a.eval_every])
         for cost in a.update_costs:
             for test in a.growth_tests:
                 variants = [(c, z) for c in a.growth_controls for z in a.growth_confidences] \
