@@ -113,12 +113,12 @@ RunEvent branch_test_event(const BatchTest& test, int64_t step) {
   const std::string compared =
       from + (control ? " at " + format_significant(test.control_rate_factor, 3) + "x its rate"
                       : std::string());
-  const std::string made = std::to_string(p.to_batch) + " made " +
-                           format_fixed(100 * (test.start_loss - test.doubled_loss) / gained, 0) +
-                           "% of ";
-  const std::string share = gained <= 0 ? compared + " made no progress"
-                            : control   ? made + "the progress of " + compared
-                                        : made + from + "'s progress";
+  std::string share = compared + " made no progress";
+  if (gained > 0) {
+    share = std::to_string(p.to_batch) + " made " +
+            format_fixed(100 * (test.start_loss - test.doubled_loss) / gained, 0) + "% of " +
+            (control ? "the progress of " + compared : from + "'s progress");
+  }
   event.lines.push_back(
       "automatic batch: " + std::string(test.kept ? "kept " : "stays at ") +
       std::to_string(test.kept ? p.to_batch : p.from_batch) + ": from loss " +

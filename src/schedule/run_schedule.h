@@ -212,10 +212,11 @@ class AutoBatchSchedule final : public RampSchedule {
   bool restore(const TrainingProgress& at) override;
   std::string inconsistency(const TrainingProgress& at) const override;
   const GrowthRule& rule() const { return rule_; }
+
+ private:
   // The control branch's rate over the current batch's: the doubled batch's noise temperature.
   double control_rate_factor() const;
 
- private:
   int64_t start_batch_;
   GrowthRule rule_;
   // 1, or the control's factor while a branch test trains its control branch.
