@@ -77,7 +77,8 @@ std::string help_group(const std::string& name) {
        {"checkpoint-every", "keep-checkpoints", "resume", "discard-newer"}},
       {"Distributed", {"dist-timeout", "bucket-mb"}},
       {"Output",
-       {"out", "save-weights", "keep-best", "progress", "no-noise-scale", "no-tensorboard"}},
+       {"out", "save-weights", "keep-best", "progress", "no-noise-scale", "noise-gradient",
+        "no-tensorboard"}},
   };
   for (const auto& [group, names] : groups) {
     if (std::find(names.begin(), names.end(), name) != names.end())

@@ -170,7 +170,9 @@ nlohmann::json progress_json(const TrainingProgress& p) {
             {"weight_sq", p.noise.weight_sq},
             {"gradient_sq_sum", p.noise.gradient_sq_sum},
             {"trace_sum", p.noise.trace_sum},
-            {"spread_samples", p.noise.spread_samples}}},
+            {"spread_samples", p.noise.spread_samples},
+            {"memory_batch", p.noise.memory_batch},
+            {"preconditioned", p.noise.preconditioned}}},
           {"scale_invariant_step", p.scale_invariant_step},
           {"metrics_bytes", p.metrics_bytes},
           {"recorded_epoch_step", p.recorded_epoch_step},
@@ -386,6 +388,13 @@ TrainingProgress progress_from(const nlohmann::json& j, const std::string& dir) 
     }
     // Absent (a checkpoint from before the spread was kept): the averages continue, AdaScale's
     // gain with them; the spread stays unknown for this run (spread_samples < samples).
+    // Absent before the memory was counted in samples: the next update's batch sets it.
+    p.noise.memory_batch = n.amount("memory_batch", 0.0);
+    // Absent before the preconditioned form: the raw gradient's.
+    const auto& preconditioned = j.at("noise").value("preconditioned", nlohmann::json(false));
+    if (!preconditioned.is_boolean())
+      n.bad("preconditioned", "is " + preconditioned.dump() + ", not true or false");
+    p.noise.preconditioned = preconditioned.get<bool>();
   }
   p.scale_invariant_step = f.amount("scale_invariant_step", 0.0);
   p.metrics_bytes = f.count("metrics_bytes", -1, -1);

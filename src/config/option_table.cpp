@@ -443,6 +443,12 @@ std::vector<OptionSpec> build_table() {
                             "do not measure the gradient noise scale (saves one pass over the "
                             "gradients per update)",
                             &TrainConfig::noise_scale, false, both));
+  t.push_back(enum_option("noise-gradient",
+                          "what the noise scale measures: the raw gradient, or the gradient "
+                          "times adamw's or lamb's preconditioner 1/(sqrt(v)+eps), the noise of "
+                          "the update's direction (preconditioned; as Pollux); auto: "
+                          "preconditioned for adamw and lamb, raw for sgd and lars",
+                          &TrainConfig::noise_gradient, &noise_gradient_names, both));
   t.push_back(switch_option("no-tensorboard",
                             "do not write TensorBoard event files in the run directory "
                             "(metrics.jsonl holds the same figures)",

@@ -101,6 +101,12 @@ void TrainConfig::validate() const {
           (global_batch ? "--global-batch" : "--accum-steps") + " cannot be given too",
       std::string("drop ") + (global_batch ? "--global-batch" : "--accum-steps") +
           "; the micro-batch (--micro-batch) stays the same in every step");
+  check_config(noise_gradient != NoiseGradient::Preconditioned ||
+                   optimizer == OptimizerKind::AdamW || optimizer == OptimizerKind::Lamb,
+               "--noise-gradient preconditioned measures the gradient times adamw's or lamb's "
+               "preconditioner, but the optimizer is " + std::string(to_string(optimizer)) +
+                   ", which has none",
+               "use --noise-gradient raw (or auto), or --optimizer adamw");
   if (global_batch_auto) {
     check_config(!global_batch, "--global-batch is both a number and auto", "keep one of them");
     check_config(global_batch_schedule.empty(),

@@ -131,6 +131,13 @@ struct TrainConfig {
   // The training cross-entropy's label smoothing (0: none); evaluations stay unsmoothed.
   double label_smoothing = 0.0;
   bool noise_scale = true;  // measure the gradient noise scale (stats/gradient_noise.h)
+  // Of the raw or the preconditioned gradient (auto: preconditioned for adamw and lamb).
+  NoiseGradient noise_gradient = NoiseGradient::Auto;
+  bool preconditioned_noise() const {
+    return noise_gradient == NoiseGradient::Preconditioned ||
+           (noise_gradient == NoiseGradient::Auto &&
+            (optimizer == OptimizerKind::AdamW || optimizer == OptimizerKind::Lamb));
+  }
   // A background thread gathers the window's next micro-batch (data/dataset.h).
   bool prefetch = false;
   // TensorBoard event files in the run directory (report/tensorboard_log.h).

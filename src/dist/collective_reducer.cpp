@@ -390,8 +390,10 @@ class CollectiveReducer final : public GradientReducer {
         numel += ordered[i].numel();
       auto flat = torch::zeros({numel}, ordered[begin].options());
       int64_t offset = 0;
+      std::vector<BucketSlice> slices;
       for (size_t i = begin; i < end; ++i) {
         auto& p = const_cast<at::Tensor&>(ordered[i]);
+        slices.push_back({parameters.size() - 1 - i, offset, p.numel()});
         p.mutable_grad() = flat.narrow(0, offset, p.numel()).view_as(p);
         offset += p.numel();
         // Told when this parameter's gradient is final for the backward pass (DDP's hook).
@@ -400,6 +402,7 @@ class CollectiveReducer final : public GradientReducer {
         accumulators_.push_back(std::move(accumulator));
       }
       buckets_.push_back(flat);
+      slices_.push_back(std::move(slices));
       parameters_in_bucket_.push_back(static_cast<int64_t>(end - begin));
     }
   }
@@ -521,6 +524,7 @@ class CollectiveReducer final : public GradientReducer {
                                          local.small_inverse_items};
     totals().copy_(torch::from_blob(const_cast<double*>(values), {kTotalsSlots}, torch::kFloat64));
     pre_reduction_norm_scale_ = local.pre_reduction_norm_scale;
+    pre_reduction_norm_weights_ = local.pre_reduction_norm_weights;
     local_sq_norm_ = 0;
   }
 
@@ -532,8 +536,20 @@ class CollectiveReducer final : public GradientReducer {
       // device they are queued ahead of the collective on the same stream).
       const auto& flat = buckets_[bucket];
       const int64_t gradients = flat.numel() - (last ? kTotalsSlots : 0);
-      local_sq_norm_ +=
-          flat.narrow(0, 0, gradients).to(torch::kFloat64).pow(2).sum().item<double>();
+      if (pre_reduction_norm_weights_) {
+        auto sum = torch::zeros({}, flat.options().dtype(torch::kFloat64));
+        for (const BucketSlice& slice : slices_[bucket]) {
+          const auto& weight = (*pre_reduction_norm_weights_)[slice.parameter];
+          sum += (flat.narrow(0, slice.offset, slice.numel) * weight.reshape({-1}))
+                     .to(torch::kFloat64)
+                     .pow(2)
+                     .sum();
+        }
+        local_sq_norm_ += sum.item<double>();
+      } else {
+        local_sq_norm_ +=
+            flat.narrow(0, 0, gradients).to(torch::kFloat64).pow(2).sum().item<double>();
+      }
       if (last)
         totals()[kSmallSqNorm].add_(local_sq_norm_ * pre_reduction_norm_scale_);
     }
@@ -577,6 +593,13 @@ class CollectiveReducer final : public GradientReducer {
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
 #endif
   std::vector<at::Tensor> buckets_;
+  // Where each parameter's gradient lies in its bucket (index: its position in attach()'s).
+  struct BucketSlice {
+    size_t parameter = 0;
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  std::vector<std::vector<BucketSlice>> slices_;
   std::vector<int64_t> parameters_in_bucket_;
   std::vector<GradAccumulator> accumulators_;  // hooks live as long as these
   bool armed_ = false;                         // inside a window's last backward pass
@@ -585,6 +608,7 @@ class CollectiveReducer final : public GradientReducer {
   std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;
   double pre_reduction_norm_scale_ = 0;  // > 0: measure local_sq_norm_ (WindowTotals)
+  const std::vector<at::Tensor>* pre_reduction_norm_weights_ = nullptr;
   double local_sq_norm_ = 0;             // this rank's gradients before the all-reduce, squared
 };
 

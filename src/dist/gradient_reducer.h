@@ -36,6 +36,9 @@ struct WindowTotals {
   // gradient's squared norm, multiplies it by this factor (the mean's scale) and adds it to
   // small_sq_norm. A single process ignores it: its window is the big batch.
   double pre_reduction_norm_scale = 0;
+  // Set: that norm is of the gradients times these (one per parameter, in attach()'s order):
+  // the optimizer's preconditioner (train/accumulation_engine.h, precondition_noise).
+  const std::vector<at::Tensor>* pre_reduction_norm_weights = nullptr;
 };
 
 class GradientReducer {

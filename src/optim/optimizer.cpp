@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
 #include <sstream>
 #include <type_traits>
 
@@ -89,6 +90,50 @@ Key state_key_of(c10::TensorImpl* impl) {
 
 OptimizerStateKey optimizer_state_key(const torch::Tensor& parameter) {
   return state_key_of<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
+}
+
+namespace {
+
+// One parameter's 1 / (sqrt(v / (1 - beta2^t)) + eps), as the optimizers compute it; undefined
+// before it has settled.
+torch::Tensor preconditioner_of(const torch::Tensor& exp_avg_sq, int64_t step, double beta2,
+                                double eps) {
+  if (step < kPreconditionerSettleSteps)
+    return {};
+  const double correction2 = 1 - std::pow(beta2, double(step));
+  return (exp_avg_sq / correction2).sqrt_().add_(eps).reciprocal_();
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
+                                               const std::vector<torch::Tensor>& parameters) {
+  torch::NoGradGuard no_grad;
+  auto& state = optimizer.state();
+  const auto& groups = optimizer.param_groups();
+  if (groups.empty())
+    return {};
+  std::vector<torch::Tensor> weights;
+  weights.reserve(parameters.size());
+  for (const auto& p : parameters) {
+    const auto slot = state.find(optimizer_state_key(p));
+    if (slot == state.end() || !slot->second)
+      return {};  // not stepped yet (or a parameter it does not update): no preconditioner
+    // One group per optimizer here (make_optimizer): its options hold beta2 and eps.
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot->second.get())) {
+      const auto& o = static_cast<const torch::optim::AdamWOptions&>(groups.front().options());
+      weights.push_back(preconditioner_of(adamw->exp_avg_sq(), adamw->step(),
+                                          std::get<1>(o.betas()), o.eps()));
+    } else if (auto* lamb = dynamic_cast<LambParamState*>(slot->second.get())) {
+      const auto& o = static_cast<const LambOptions&>(groups.front().options());
+      weights.push_back(preconditioner_of(lamb->exp_avg_sq(), lamb->step(), o.beta2(), o.eps()));
+    } else {
+      return {};
+    }
+    if (!weights.back().defined())
+      return {};
+  }
+  return weights;
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

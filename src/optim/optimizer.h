@@ -37,6 +37,18 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
+// AdamW's and LAMB's diagonal preconditioner as it stands, one tensor per parameter of
+// `parameters`: 1 / (sqrt(v / (1 - beta2^t)) + eps), what the next step divides the (first
+// moment of the) gradient by. The noise scale of the gradient times it is the noise of the
+// update's direction (Pollux, Qiao et al. 2021), not of the raw gradient. Empty when the
+// optimizer has none, or before its kPreconditionerSettleSteps-th step: from a handful of
+// gradients the second moment weights a coordinate whose first gradients were near 0 by up to
+// 1 / eps, and those first norms (measured here at 1e4 times the later ones) would rule the
+// noise scale's averages for hundreds of updates.
+inline constexpr int64_t kPreconditionerSettleSteps = 10;
+std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
+                                               const std::vector<torch::Tensor>& parameters);
+
 // The key of a parameter's entry in a libtorch optimizer's state, as libtorch's own optimizers
 // write it (so checkpoints hold our optimizers' state the same way): the address of its
 // TensorImpl as text in libtorch 1.13, the address itself from 2.2 on.

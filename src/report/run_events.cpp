@@ -212,7 +212,10 @@ std::string batch_size_verdict(const NoiseScaleTracker& noise, int64_t global_ba
   if (const auto b_noise = noise.summary()) {
     const bool tokens = items_per_sample > 0;
     const double batch = double(global_batch) * (tokens ? items_per_sample : 1);
-    return critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples");
+    std::string verdict = critical_batch_verdict(batch, *b_noise, tokens ? "tokens" : "samples");
+    if (noise.state().preconditioned)
+      verdict += " (of the preconditioned gradient, the update's direction: --noise-gradient)";
+    return verdict;
   }
   if (noise.state().samples == 0) {
     return "gradient noise scale: not measured (it needs two batch sizes per update: "

@@ -10,6 +10,15 @@
 
 namespace bigbatch {
 
+const NameTable<NoiseGradient>& noise_gradient_names() {
+  static const NameTable<NoiseGradient> table{"--noise-gradient",
+                                              "--noise-gradient",
+                                              {{NoiseGradient::Auto, "auto"},
+                                               {NoiseGradient::Raw, "raw"},
+                                               {NoiseGradient::Preconditioned, "preconditioned"}}};
+  return table;
+}
+
 NoiseEstimate estimate_noise(const NoiseSample& s) {
   BB_INTERNAL_ASSERT(s.small_batch > 0 && s.big_batch > s.small_batch,
                      "the noise estimators need two nested batch sizes");
@@ -20,21 +29,28 @@ NoiseEstimate estimate_noise(const NoiseSample& s) {
   return e;
 }
 
-void NoiseScaleTracker::add(const NoiseSample& sample) {
+void NoiseScaleTracker::add(const NoiseSample& sample, double update_batch) {
   const NoiseEstimate e = estimate_noise(sample);
   // The squares overflow long before the values do: a sample whose spread cannot be held is
   // left out whole, so the state stays finite (and a checkpoint readable).
   if (!std::isfinite(e.gradient_sq * e.gradient_sq) || !std::isfinite(e.trace * e.trace) ||
       !std::isfinite(e.trace * e.gradient_sq))
     return;
-  state_.gradient_sq_ema = beta_ * state_.gradient_sq_ema + (1 - beta_) * e.gradient_sq;
-  state_.trace_ema = beta_ * state_.trace_ema + (1 - beta_) * e.trace;
-  state_.weight = beta_ * state_.weight + (1 - beta_);
+  if (state_.memory_batch <= 0 && update_batch > 0)
+    state_.memory_batch = update_batch;
+  // Memory in samples: a doubled batch's update counts as two of the first batch's. A fixed
+  // batch's decay is beta itself (pow(beta, 1) is exact), as before the memory was in samples.
+  const double beta = update_batch > 0 && state_.memory_batch > 0
+                          ? std::pow(beta_, update_batch / state_.memory_batch)
+                          : beta_;
+  state_.gradient_sq_ema = beta * state_.gradient_sq_ema + (1 - beta) * e.gradient_sq;
+  state_.trace_ema = beta * state_.trace_ema + (1 - beta) * e.trace;
+  state_.weight = beta * state_.weight + (1 - beta);
   state_.gradient_sq_sq_ema =
-      beta_ * state_.gradient_sq_sq_ema + (1 - beta_) * e.gradient_sq * e.gradient_sq;
-  state_.trace_sq_ema = beta_ * state_.trace_sq_ema + (1 - beta_) * e.trace * e.trace;
-  state_.product_ema = beta_ * state_.product_ema + (1 - beta_) * e.trace * e.gradient_sq;
-  state_.weight_sq = beta_ * beta_ * state_.weight_sq + (1 - beta_) * (1 - beta_);
+      beta * state_.gradient_sq_sq_ema + (1 - beta) * e.gradient_sq * e.gradient_sq;
+  state_.trace_sq_ema = beta * state_.trace_sq_ema + (1 - beta) * e.trace * e.trace;
+  state_.product_ema = beta * state_.product_ema + (1 - beta) * e.trace * e.gradient_sq;
+  state_.weight_sq = beta * beta * state_.weight_sq + (1 - beta) * (1 - beta);
   state_.gradient_sq_sum += e.gradient_sq;
   state_.trace_sum += e.trace;
   ++state_.samples;

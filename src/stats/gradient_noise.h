@@ -22,7 +22,17 @@
 #include <optional>
 #include <string>
 
+#include "core/name_table.h"
+
 namespace bigbatch {
+
+// What the noise scale's norms are of: the raw gradient, or the gradient times the optimizer's
+// diagonal preconditioner (AdamW's and LAMB's 1 / (sqrt(v) + eps): the noise of the update's
+// direction, as Pollux measures it). Both are the same estimators of a linear image of the
+// gradient, so the formulas below hold for either. Auto: preconditioned for an optimizer that
+// has a preconditioner.
+enum class NoiseGradient { Auto, Raw, Preconditioned };
+const NameTable<NoiseGradient>& noise_gradient_names();
 
 // Squared norms of mean gradients over two nested batches of one update.
 struct NoiseSample {
@@ -58,6 +68,13 @@ struct NoiseScaleState {
   // The samples that entered the spread (fewer than `samples` after a resume from a
   // checkpoint that did not keep it: the spread is then unknown for the rest of the run).
   int64_t spread_samples = 0;
+  // The global batch at which beta's memory is counted: the first measured update's. An
+  // update at batch B decays the averages by beta^(B / memory_batch), so the memory spans the
+  // same samples (1 / (1 - beta) updates of memory_batch) as the batch grows. 0: not yet set
+  // (or a checkpoint from before: set by the next update).
+  double memory_batch = 0;
+  // Whether the norms are of the preconditioned gradient (EngineOptions::precondition_noise).
+  bool preconditioned = false;
 };
 
 // The estimate as reported: its value, how sure it is, and the run's average.
@@ -74,10 +91,13 @@ struct NoiseScaleSummary {
 
 class NoiseScaleTracker {
  public:
-  // beta 0.99 as in the reference implementations (gpt-neox, Composer): ~100 updates of memory.
+  // beta 0.99 as in the reference implementations (gpt-neox, Composer): ~100 updates of memory
+  // at the first measured batch, the same samples' worth at any later one.
   explicit NoiseScaleTracker(double beta = 0.99) : beta_(beta) {}
 
-  void add(const NoiseSample& sample);
+  // One update's measurement; `update_batch` is that update's global batch in samples (0:
+  // count the update as one of memory_batch, as a fixed batch's always is).
+  void add(const NoiseSample& sample, double update_batch = 0);
 
   // tr(Sigma) / |G|^2 from the bias-corrected averages; none until the averaged |G|^2 is
   // positive (early, noisy estimates can make it negative).

@@ -43,6 +43,9 @@ void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   samples_ += batch.size();
   items_ += items;
   ++micro_steps_;
+  // The optimizer's state does not change inside a window: its preconditioner is read once.
+  if (options_.measure_noise && options_.precondition_noise && micro_steps_ == 1)
+    noise_weights_ = adam_preconditioner(optimizer_, parameters_);
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
   if (options_.per_micro_batch_mean_for_tests) {
@@ -60,7 +63,8 @@ void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   } else {
     backward_through(*model_, loss);
   }
-  if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0)
+  if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0 &&
+      noise_measurable())
     read_first_gradient(items);
   // The assembler refills this batch's host buffer for the micro-step after next.
   feed_.release_host();
@@ -70,17 +74,32 @@ void AccumulationEngine::read_first_gradient(int64_t items) {
   // .grad now holds this micro-batch's summed gradient, scaled by 1 / expected items when the
   // window announced its size: rescale its squared norm to that of the micro-batch's mean.
   std::vector<torch::Tensor> gradients;
+  bool any = false;
   for (const auto& p : parameters_) {
-    if (p.grad().defined())
-      gradients.push_back(p.grad());
+    // A parameter outside this micro-batch's forward pass contributes nothing (yet).
+    gradients.push_back(p.grad().defined() ? p.grad() : torch::Tensor());
+    any = any || p.grad().defined();
   }
-  if (gradients.empty())
+  if (!any)
     return;
-  const double norm = torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
   const double scale =
       expected_items_ > 0 ? double(expected_items_) / double(items) : 1.0 / double(items);
   first_items_ = items;
-  first_sq_norm_ = norm * norm * scale * scale;
+  first_sq_norm_ = noise_sq_norm(gradients) * scale * scale;
+}
+
+double AccumulationEngine::noise_sq_norm(const std::vector<torch::Tensor>& gradients) const {
+  std::vector<torch::Tensor> measured;
+  measured.reserve(gradients.size());
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (gradients[i].defined())
+      measured.push_back(noise_weights_.empty() ? gradients[i] : gradients[i] * noise_weights_[i]);
+  }
+  if (measured.empty())
+    return 0;
+  // One fused call for all the per-tensor norms.
+  const double norm = torch::stack(at::_foreach_norm(measured)).norm().item<double>();
+  return norm * norm;
 }
 
 void AccumulationEngine::begin_window(int64_t global_samples, int64_t global_items) {
@@ -104,7 +123,7 @@ WindowTotals AccumulationEngine::local_totals() const {
     local.small_batches = 1;
     local.small_sq_norm = first_sq_norm_;
     local.small_inverse_items = 1.0 / double(first_items_);
-  } else if (local_norm_available_ && micro_steps_ == 1 && items_ > 0) {
+  } else if (local_norm_available_ && micro_steps_ == 1 && items_ > 0 && noise_measurable()) {
     // The whole window is this rank's small batch; its gradients were its summed loss's (scaled
     // by 1 / expected when announced), so the measured squared norm takes scale^2.
     const double scale =
@@ -112,6 +131,8 @@ WindowTotals AccumulationEngine::local_totals() const {
     local.small_batches = 1;
     local.small_inverse_items = 1.0 / double(items_);
     local.pre_reduction_norm_scale = scale * scale;
+    if (options_.precondition_noise)
+      local.pre_reduction_norm_weights = &noise_weights_;
   }
   return local;
 }
@@ -167,6 +188,16 @@ UpdateStats AccumulationEngine::finish_gradients() {
   // cost matters as much as the arithmetic.
   stats.grad_norm =
       gradients.empty() ? 0.0 : torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
+  // A rank without samples in a short window read no preconditioner; every rank reads the
+  // same (the optimizer's state is the same everywhere), so all judge the update alike.
+  if (options_.measure_noise && options_.precondition_noise && noise_weights_.empty())
+    noise_weights_ = adam_preconditioner(optimizer_, parameters_);
+  if (!noise_measurable())
+    stats.small_batch = 0;  // preconditioned, before the optimizer's first step
+  if (stats.small_batch > 0) {
+    stats.big_batch_sq_norm =
+        options_.precondition_noise ? noise_sq_norm(gradients) : stats.grad_norm * stats.grad_norm;
+  }
   // Both are global (reduced) values, so every rank reaches the same verdict.
   stats.non_finite = !std::isfinite(stats.loss()) || !std::isfinite(stats.grad_norm);
   if (stats.non_finite)
@@ -218,6 +249,8 @@ void AccumulationEngine::restore_window(const WindowState& state,
   items_ = state.counts.items;
   first_items_ = state.first_items;
   first_sq_norm_ = state.first_sq_norm;
+  if (options_.measure_noise && options_.precondition_noise)
+    noise_weights_ = adam_preconditioner(optimizer_, parameters_);
   tally_.reset(state.counts.loss_sum, state.counts.correct);
 }
 
@@ -239,6 +272,7 @@ void AccumulationEngine::discard() {
   expected_items_ = 0;
   first_items_ = 0;
   first_sq_norm_ = 0;
+  noise_weights_.clear();
 }
 
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,

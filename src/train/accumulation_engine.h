@@ -43,6 +43,10 @@ struct EngineOptions {
   // Reads the squared norm of the first micro-step's gradient (one pass over the gradients,
   // no extra memory) for the gradient noise scale (stats/gradient_noise.h).
   bool measure_noise = true;
+  // ... of the gradient times the optimizer's preconditioner (optim/optimizer.h,
+  // adam_preconditioner: the noise of AdamW's and LAMB's update direction) instead of the raw
+  // gradient; no measurement before the optimizer's first step.
+  bool precondition_noise = false;
   // The classic accumulation bug, for `bigbatch verify`'s own tests only: each micro-step
   // back-propagates its mean loss and the window divides by the micro-step count, which
   // over-weights a short micro-batch. Never set by training.
@@ -73,6 +77,9 @@ struct UpdateStats {
   // measured — one micro-step in one process, a resumed window, or measure_noise off).
   double small_batch = 0;
   double small_batch_sq_norm = 0;
+  // The update's mean gradient's squared norm as the noise scale sees it (measured with
+  // small_batch): grad_norm squared, or preconditioned under EngineOptions::precondition_noise.
+  double big_batch_sq_norm = 0;
 
   double loss() const { return counts.mean_loss(); }  // mean loss per item
   bool skipped() const { return non_finite || loss_spike; }
@@ -133,6 +140,14 @@ class AccumulationEngine {
  private:
   WindowTotals local_totals() const;
   void read_first_gradient(int64_t items);
+  // Whether this window's gradients can be measured for the noise scale: always for the raw
+  // gradient; with the preconditioner once it exists (read at the window's first micro-step).
+  bool noise_measurable() const {
+    return !options_.precondition_noise || !noise_weights_.empty();
+  }
+  // The squared norm of `gradients` as the noise scale measures it (times noise_weights_ when
+  // preconditioned); gradients in parameter order.
+  double noise_sq_norm(const std::vector<torch::Tensor>& gradients) const;
 
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;
@@ -155,6 +170,8 @@ class AccumulationEngine {
   bool local_norm_available_ = false;  // the reducer reads this rank's pre-reduction norm
   int64_t first_items_ = 0;  // the first micro-step's items, when its gradient norm was read
   double first_sq_norm_ = 0;
+  // The optimizer's preconditioner for this window (precondition_noise), in parameter order.
+  std::vector<torch::Tensor> noise_weights_;
 };
 
 // Told after each micro-step of a window how many are done of how many; returning false

@@ -21,8 +21,21 @@ namespace bigbatch {
 
 FitLoop::FitLoop(TrainingRun& run, Console& console)
     : run_(run), state_(run.state), console_(console), checkpoints_(run), observers_(console) {
-  // The gradient noise scale from the two batch sizes every accumulating update has.
-  noise_.restore(run.state.at.noise);
+  // The gradient noise scale from the two batch sizes every accumulating update has. Averages
+  // of the other gradient (a checkpoint from before the preconditioned form, or resumed with
+  // another --noise-gradient) do not mix with this run's: they start afresh.
+  NoiseScaleState noise = run.state.at.noise;
+  const bool preconditioned = run.config.preconditioned_noise();
+  if (noise.preconditioned != preconditioned) {
+    if (noise.samples > 0) {
+      console.say(std::string("noise scale: the checkpoint's averages are of the ") +
+                  (noise.preconditioned ? "preconditioned" : "raw") + " gradient, this run's of the " +
+                  (preconditioned ? "preconditioned" : "raw") + " one: measured afresh");
+    }
+    noise = NoiseScaleState{};
+    noise.preconditioned = preconditioned;
+  }
+  noise_.restore(noise);
 }
 
 void FitLoop::run() {

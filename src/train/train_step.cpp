@@ -26,12 +26,13 @@ int64_t padded_tokens(const int64_t* rows, const std::vector<int64_t>& micro_bat
 
 // The noise scale needs two nested batch sizes: the update's, and a smaller one measured
 // inside it (none for a single micro-step in one process, or a window resumed mid-way).
-void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats) {
+// `global_batch`: the update's planned batch in samples, which its memory is counted in.
+void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats, int64_t global_batch) {
   const double items = double(stats.counts.items);
   if (stats.skipped() || stats.small_batch <= 0 || stats.small_batch >= items)
     return;
-  noise.add(
-      {stats.small_batch, stats.small_batch_sq_norm, items, stats.grad_norm * stats.grad_norm});
+  noise.add({stats.small_batch, stats.small_batch_sq_norm, items, stats.big_batch_sq_norm},
+            double(global_batch));
 }
 
 }  // namespace
@@ -81,8 +82,10 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
                      is_loss_spike(*request.recent_losses, stats.loss(), request.spike_factor);
   // The rate comes from the averages that now include this update's gradients (AdaScale); a
   // skipped update's is asked for too, and logged.
-  if (request.noise)
-    feed_noise_scale(*request.noise, stats);
+  if (request.noise) {
+    feed_noise_scale(*request.noise, stats,
+                     request.schedule ? request.schedule->plan().global_batch_size : 0);
+  }
   result.rate = request.schedule
                     ? request.schedule->rate(*request.at, {stats.counts.items, request.noise})
                     : UpdateRate{request.lr};

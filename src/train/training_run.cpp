@@ -698,6 +698,7 @@ void build_engine(TrainingRun& r, const PartialWindow& partial, Console& console
   EngineOptions engine_options;
   engine_options.clip_norm = r.config.clip_norm;
   engine_options.measure_noise = r.config.noise_scale;
+  engine_options.precondition_noise = r.config.preconditioned_noise();
   engine_options.precision = r.precision;
   engine_options.task = r.task();
   r.engine =

@@ -264,6 +264,31 @@ class TrainTest(CliTestCase):
         result = run("train", *SMALL, "--no-noise-scale", "--out", self.path("off"), check=True)
         self.assertNotIn("noise scale", result.stderr)
 
+    def test_adamw_measures_the_noise_of_its_preconditioned_gradient(self):
+        # AdamW's update direction is the gradient over sqrt(v) + eps: by default its noise scale
+        # is measured on that (from the second update: the first has no second moment yet).
+        noise = {}
+        for form in ["auto", "raw"]:
+            out = self.path("adamw-" + form)
+            result = run("train", *SMALL, "--train-subset", "2048", "--optimizer", "adamw", "--lr", "0.001",
+                         "--noise-gradient", form, "--out", out, check=True)
+            records = [json.loads(line) for line in read(os.path.join(out, "metrics.jsonl")).splitlines()]
+            updates = [r for r in records if "loss" in r]
+            if form == "auto":
+                self.assertIsNone(updates[0]["grad_noise_scale"])
+            self.assertGreater(updates[-1]["grad_noise_scale"], 0)
+            noise[form] = updates[-1]["grad_noise_scale"]
+            said = "(of the preconditioned gradient, the update's direction: --noise-gradient)"
+            (self.assertIn if form == "auto" else self.assertNotIn)(said, result.stderr)
+            self.assertIn(f"noise-gradient = '{form}'", read(os.path.join(out, "config.toml")))
+        # The same training (the measurement changes no weight), another gradient measured.
+        self.assertNotAlmostEqual(noise["auto"], noise["raw"], places=3)
+        # SGD has no preconditioner: asked for, it is one clear line.
+        result = run("train", *SMALL, "--noise-gradient", "preconditioned", "--out", self.path("sgd"))
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--noise-gradient preconditioned measures the gradient times adamw's or lamb's "
+                      "preconditioner, but the optimizer is sgd", result.stderr)
+
     def test_adascale_gain_drives_a_schedule_in_scale_invariant_updates(self):
         out = self.path("adascale")
         # Reference batch 32, global 256: S = 8; 2048 samples = 64 reference updates per epoch.

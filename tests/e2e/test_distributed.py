@@ -73,6 +73,21 @@ class EquivalenceTest(DistributedTestCase):
         self.assertTrue(all(r["micro_steps"] == 1 for r in records))
         self.assertGreater(records[-1]["grad_noise_scale"], 0)
 
+    def test_ranks_measure_adamws_preconditioned_noise_bucket_by_bucket(self):
+        # One micro-step per window: each rank's gradient times AdamW's preconditioner is read bucket
+        # by bucket before its all-reduce. One bucket or two, the same parameters weighted alike.
+        noise = []
+        for bucket_mb in ["25", "0.05"]:
+            out = self.path(f"adamw-{bucket_mb}")
+            self.launch(2, *train_args("mlp", out, "--micro-batch", "64", "--optimizer", "adamw", "--lr", "0.001",
+                                       "--bucket-mb", bucket_mb))
+            records = [r for r in metrics(out) if "loss" in r]
+            self.assertTrue(all(r["micro_steps"] == 1 for r in records))
+            self.assertIsNone(records[0]["grad_noise_scale"])  # AdamW's second moment not settled yet
+            self.assertGreater(records[-1]["grad_noise_scale"], 0)
+            noise.append(records[-1]["grad_noise_scale"])
+        self.assertAlmostEqual(noise[0] / noise[1], 1.0, places=5)
+
     def test_the_automatic_batch_takes_rank_0s_timed_cost_and_replays_on_the_ranks(self):
         # Each rank times the update for itself; all take rank 0's cost at the same update, so they
         # propose alike, and their branch tests, scored on identical weights, decide alike (a rank

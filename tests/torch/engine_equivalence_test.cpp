@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -418,8 +419,12 @@ class TwoRankReducer final : public GradientReducer {
   WindowTotals reduce(std::vector<at::Tensor>& gradients, const WindowTotals& local) override {
     WindowTotals global = local;
     if (local.pre_reduction_norm_scale > 0) {
-      for (const auto& g : gradients)
+      for (size_t i = 0; i < gradients.size(); ++i) {
+        const auto g = local.pre_reduction_norm_weights
+                           ? gradients[i] * (*local.pre_reduction_norm_weights)[i]
+                           : gradients[i];
         global.small_sq_norm += g.pow(2).sum().item<double>() * local.pre_reduction_norm_scale;
+      }
     }
     global.counts += other_.counts;
     global.small_batches += other_.small_batches;
@@ -481,6 +486,101 @@ TEST(Engine, RanksAverageTheirSmallBatchesIntoOneEstimate) {
       EXPECT_NEAR(stats.small_batch_sq_norm, (own + 2.5) / 2, 1e-5 * (own + 2.5))
           << c.small << " " << announced;
     }
+  }
+}
+
+// The mean gradient of data[0, size) at the model's current weights, in float64.
+std::vector<torch::Tensor> gradient_at(torch::nn::Sequential& model, const TensorDataset& data,
+                                       int64_t size) {
+  auto plain_optimizer = make_optimizer(OptimizerSettings{}, model->parameters());
+  LocalReducer reducer;
+  AccumulationEngine plain(model, *plain_optimizer, reducer, EngineOptions{});
+  plain.micro_step(data.inputs.slice(0, 0, size), data.targets.slice(0, 0, size));
+  plain.finish_gradients();
+  std::vector<torch::Tensor> out;
+  for (auto& g : gradients_of(model))
+    out.push_back(g.to(torch::kFloat64));
+  plain.discard();
+  return out;
+}
+
+// sum((g * w)^2) in float64.
+double weighted_sq_norm(const std::vector<torch::Tensor>& gradients,
+                        const std::vector<torch::Tensor>& weights) {
+  double sum = 0;
+  for (size_t i = 0; i < gradients.size(); ++i)
+    sum += (gradients[i] * weights[i]).pow(2).sum().item<double>();
+  return sum;
+}
+
+TEST(Engine, PreconditionedNoiseNormsAreOfAdamsUpdateDirection) {
+  const auto data = synthetic_dataset(64);
+  for (const int64_t micro : {16, 32}) {
+    // 4 x 16 in one process (the first micro-batch is the small batch), or 1 x 32 beside a
+    // second rank of 32 (this rank's window, measured before the all-reduce).
+    auto model = seeded_model("mlp");
+    OptimizerSettings settings;
+    settings.kind = OptimizerKind::AdamW;
+    auto optimizer = make_optimizer(settings, model->parameters());
+    LocalReducer local;
+    WindowTotals other;
+    other.counts = {32, 32, 1.0, 0};
+    other.small_batches = 1;
+    other.small_sq_norm = 0;
+    other.small_inverse_items = 1.0 / 32;
+    TwoRankReducer two_ranks(other);
+    GradientReducer& reducer = micro == 16 ? static_cast<GradientReducer&>(local) : two_ranks;
+    EngineOptions options;
+    options.precondition_noise = true;
+    AccumulationEngine engine(model, *optimizer, reducer, options);
+    const int64_t window = micro == 16 ? 64 : 32;
+    const auto train_window = [&] {
+      for (int64_t begin = 0; begin < window; begin += micro) {
+        engine.micro_step(data.inputs.slice(0, begin, begin + micro),
+                          data.targets.slice(0, begin, begin + micro),
+                          begin + micro == window ? AccumulationEngine::MicroStep::Last
+                                                  : AccumulationEngine::MicroStep::Accumulate);
+      }
+    };
+    // Until AdamW's second moment has settled (no second moment before its first step),
+    // nothing is measured.
+    for (int64_t step = 0; step < kPreconditionerSettleSteps; ++step) {
+      train_window();
+      EXPECT_EQ(engine.update(1e-3).small_batch, 0.0) << step;
+    }
+    // AdamW's 1 / (sqrt(v / (1 - beta2^t)) + eps), read from its state independently.
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : model->parameters()) {
+      const auto& state = static_cast<const torch::optim::AdamWParamState&>(
+          *optimizer->state().at(optimizer_state_key(p)));
+      ASSERT_EQ(state.step(), kPreconditionerSettleSteps);
+      weights.push_back(
+          1.0 / ((state.exp_avg_sq().to(torch::kFloat64) / (1 - std::pow(0.999, 10))).sqrt() +
+                 1e-8));
+    }
+    const double small = weighted_sq_norm(gradient_at(model, data, micro), weights);
+    const auto big_gradient = gradient_at(model, data, window);
+    const double big = weighted_sq_norm(big_gradient, weights);
+    double raw_big = 0;
+    for (const auto& g : big_gradient)
+      raw_big += g.pow(2).sum().item<double>();
+    train_window();
+    const UpdateStats stats = engine.finish_gradients();
+    if (micro == 16) {
+      EXPECT_DOUBLE_EQ(stats.small_batch, 16.0);
+      EXPECT_NEAR(stats.small_batch_sq_norm, small, 1e-5 * small);
+      EXPECT_NEAR(stats.big_batch_sq_norm, big, 1e-5 * big);
+    } else {
+      // The other rank's small batch (squared norm 0) averaged in; this rank's gradients are
+      // the "reduced" ones (the stand-in adds none).
+      EXPECT_DOUBLE_EQ(stats.small_batch, 32.0);
+      EXPECT_NEAR(stats.small_batch_sq_norm, small / 2, 1e-5 * small);
+    }
+    // The reported gradient norm (and clipping) stays the raw gradient's.
+    if (micro == 16)
+      EXPECT_NEAR(stats.grad_norm * stats.grad_norm, raw_big, 1e-5 * raw_big);
+    // Adam's preconditioner rescales each coordinate by ~1 / |g|: not the raw norm.
+    EXPECT_GT(std::abs(big / raw_big - 1), 0.5);
   }
 }
 

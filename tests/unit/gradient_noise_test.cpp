@@ -38,6 +38,34 @@ TEST(GradientNoise, TrackerSmoothsEachEstimateAndDebiases) {
   EXPECT_EQ(*resumed.noise_scale(), *tracker.noise_scale());
 }
 
+TEST(GradientNoise, MemoryIsCountedInSamples) {
+  // Two estimates, tr 2 / |G|^2 3 and then tr 10 / |G|^2 3 ({1, 13, 2, 8}).
+  const NoiseSample first{1, 5, 2, 4};
+  const NoiseSample second{1, 13, 2, 8};
+  ASSERT_DOUBLE_EQ(estimate_noise(second).trace, 10);
+  // At the first measured batch an update decays the averages by beta, exactly as an update
+  // without a batch given (a fixed batch's runs are unchanged).
+  NoiseScaleTracker fixed(0.9);
+  NoiseScaleTracker unsized(0.9);
+  fixed.add(first, 32);
+  fixed.add(second, 32);
+  unsized.add(first);
+  unsized.add(second);
+  EXPECT_EQ(fixed.trace(), unsized.trace());
+  EXPECT_EQ(fixed.state().weight, unsized.state().weight);
+  EXPECT_EQ(fixed.state().memory_batch, 32);
+  // An update of twice the batch holds twice the samples: it decays them as two updates of 32
+  // would (beta^2 = 0.81), so the memory spans the same samples as the batch grows.
+  NoiseScaleTracker grown(0.9);
+  grown.add(first, 32);
+  grown.add(second, 64);
+  const double kept = 0.81 * 0.1;  // the first estimate's weight after the second update
+  const double added = 1 - 0.81;
+  EXPECT_NEAR(grown.state().weight, kept + added, 1e-12);
+  EXPECT_NEAR(grown.trace(), (kept * 2 + added * 10) / (kept + added), 1e-12);
+  EXPECT_NEAR(grown.state().weight_sq, 0.81 * 0.81 * 0.01 + added * added, 1e-12);
+}
+
 TEST(GradientNoise, MatchesTheAnalyticNoiseScaleOfALinearRegression) {
   // Loss (w.x - y)^2 / 2 with x ~ N(0, I_n), y = w*.x + eps, eps ~ N(0, s^2). At w = w* + d the
   // per-example gradient g = x x^T d - eps x has mean G = d and (Isserlis) covariance
