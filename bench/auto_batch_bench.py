@@ -18,7 +18,7 @@ seeds: mean and spread. Nothing here is timed against a threshold: it prints wha
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
-       [--growth-confidences 2 0]
+       [--growth-confidences 2 0] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
        [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
        [--threads 2] [--json FILE]
 """
@@ -127,6 +127,10 @@ def main():
                    help="what the branch test compares the doubled branch with (--growth-control)")
     p.add_argument("--seesaw", type=int, default=4,
                    help="doublings of the Seesaw ramp (x2 at each halving of the cosine; 0: no Seesaw row)")
+    p.add_argument("--optimizer", default="sgd")
+    p.add_argument("--noise-gradients", nargs="+", default=["auto"],
+                   help="what the automatic batch's noise scale measures (--noise-gradient): raw against "
+                        "preconditioned is the ablation for adamw")
     p.add_argument("--growth-confidences", nargs="+", default=["2"],
                    help="the standard errors a kept doubling must clear its bound by (--growth-confidence)")
     p.add_argument("--holdout", type=int, default=1100,
@@ -141,7 +145,7 @@ def main():
     start_batch = 2 * a.micro_batch
     common = ["--model", a.model, "--hidden", a.hidden, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
               "--threads", str(a.threads), "--progress", "off", "--micro-batch", str(a.micro_batch),
-              "--growth-holdout", str(a.holdout)]
+              "--growth-holdout", str(a.holdout), "--optimizer", a.optimizer]
     # The rule from the starting batch: fixed batches get its rate (times the grid's factors)
     # at their batch; the ramp and the automatic batch follow it as they grow.
     rule = ["--lr-scaling", a.lr_scaling, "--lr-ref-batch", str(start_batch)]
@@ -185,14 +189,16 @@ def main():
             for test in a.growth_tests:
                 variants = [(c, z) for c in a.growth_controls for z in a.growth_confidences] \
                     if test == "branch" else [(None, None)]
-                for control, z in variants:
+                for (control, z), gradient in [(v, g) for v in variants for g in a.noise_gradients]:
                     name = f"auto (update cost {cost}, test {test}" + \
-                        (f", control {control}, {z} SE)" if control else ")")
+                        (f", control {control}, {z} SE" if control else "") + \
+                        (f", noise {gradient})" if len(a.noise_gradients) > 1 else ")")
                     branch = ["--growth-control", control, "--growth-confidence", z] if control else []
                     others[name] = train(
-                        binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}"), seeded,
+                        binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}-{gradient}"),
+                        seeded,
                         [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
-                         test, *branch, "--eval-every", a.eval_every])
+                         test, *branch, "--noise-gradient", gradient, "--eval-every", a.eval_every])
         for run in others.values():
             run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}
@@ -203,7 +209,8 @@ def main():
             run["to_target"] = reach(run, target)
             results.setdefault(name, []).append(run)
         results.setdefault("_targets", []).append(target)
-    print(f"{a.model} ({a.hidden}), {a.epochs} epochs, micro-batch {a.micro_batch}, lr {a.lr} @ {start_batch} "
+    print(f"{a.model} ({a.hidden}), {a.optimizer}, {a.epochs} epochs, micro-batch {a.micro_batch}, "
+          f"lr {a.lr} @ {start_batch} "
           f"({a.lr_scaling}), grid x{a.lr_grid} (ramp and auto: the start batch's best), seeds {a.seeds}, "
           f"bigbatch {libtorch_version(a.build)}")
     print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
