@@ -577,8 +577,9 @@ TEST(Engine, PreconditionedNoiseNormsAreOfAdamsUpdateDirection) {
       EXPECT_NEAR(stats.small_batch_sq_norm, small / 2, 1e-5 * small);
     }
     // The reported gradient norm (and clipping) stays the raw gradient's.
-    if (micro == 16)
+    if (micro == 16) {
       EXPECT_NEAR(stats.grad_norm * stats.grad_norm, raw_big, 1e-5 * raw_big);
+    }
     // Adam's preconditioner rescales each coordinate by ~1 / |g|: not the raw norm.
     EXPECT_GT(std::abs(big / raw_big - 1), 0.5);
   }
