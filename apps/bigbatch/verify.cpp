@@ -32,7 +32,7 @@ class VerifyCommand final : public Subcommand {
         "out",          "resume",          "discard-newer",    "epochs",       "max-updates",
         "target",       "target-accuracy", "checkpoint-every", "eval-every",   "keep-checkpoints",
         "save-weights", "progress",        "max-bad-updates",  "dist-timeout", "bucket-mb",
-        "strict-batch", "no-noise-scale",  "noise-gradient", "spike-factor"};
+        "strict-batch", "no-noise-scale",  "noise-gradient",   "spike-factor"};
     for (const char* name : kRunOnly) {
       if (flags_.given(name))
         std::fprintf(stderr, "verify: --%s does not change what is verified (ignored)\n", name);

@@ -104,8 +104,8 @@ void TrainConfig::validate() const {
   check_config(noise_gradient != NoiseGradient::Preconditioned ||
                    optimizer == OptimizerKind::AdamW || optimizer == OptimizerKind::Lamb,
                "--noise-gradient preconditioned measures the gradient times adamw's or lamb's "
-               "preconditioner, but the optimizer is " + std::string(to_string(optimizer)) +
-                   ", which has none",
+               "preconditioner, but the optimizer is " +
+                   std::string(to_string(optimizer)) + ", which has none",
                "use --noise-gradient raw (or auto), or --optimizer adamw");
   if (global_batch_auto) {
     check_config(!global_batch, "--global-batch is both a number and auto", "keep one of them");

@@ -609,7 +609,7 @@ class CollectiveReducer final : public GradientReducer {
   int64_t calls_ = 0;
   double pre_reduction_norm_scale_ = 0;  // > 0: measure local_sq_norm_ (WindowTotals)
   const std::vector<at::Tensor>* pre_reduction_norm_weights_ = nullptr;
-  double local_sq_norm_ = 0;             // this rank's gradients before the all-reduce, squared
+  double local_sq_norm_ = 0;  // this rank's gradients before the all-reduce, squared
 };
 
 }  // namespace

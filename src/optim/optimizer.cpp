@@ -122,8 +122,8 @@ std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimize
     // One group per optimizer here (make_optimizer): its options hold beta2 and eps.
     if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot->second.get())) {
       const auto& o = static_cast<const torch::optim::AdamWOptions&>(groups.front().options());
-      weights.push_back(preconditioner_of(adamw->exp_avg_sq(), adamw->step(),
-                                          std::get<1>(o.betas()), o.eps()));
+      weights.push_back(
+          preconditioner_of(adamw->exp_avg_sq(), adamw->step(), std::get<1>(o.betas()), o.eps()));
     } else if (auto* lamb = dynamic_cast<LambParamState*>(slot->second.get())) {
       const auto& o = static_cast<const LambOptions&>(groups.front().options());
       weights.push_back(preconditioner_of(lamb->exp_avg_sq(), lamb->step(), o.beta2(), o.eps()));

@@ -142,9 +142,7 @@ class AccumulationEngine {
   void read_first_gradient(int64_t items);
   // Whether this window's gradients can be measured for the noise scale: always for the raw
   // gradient; with the preconditioner once it exists (read at the window's first micro-step).
-  bool noise_measurable() const {
-    return !options_.precondition_noise || !noise_weights_.empty();
-  }
+  bool noise_measurable() const { return !options_.precondition_noise || !noise_weights_.empty(); }
   // The squared norm of `gradients` as the noise scale measures it (times noise_weights_ when
   // preconditioned); gradients in parameter order.
   double noise_sq_norm(const std::vector<torch::Tensor>& gradients) const;

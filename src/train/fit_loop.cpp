@@ -29,8 +29,9 @@ FitLoop::FitLoop(TrainingRun& run, Console& console)
   if (noise.preconditioned != preconditioned) {
     if (noise.samples > 0) {
       console.say(std::string("noise scale: the checkpoint's averages are of the ") +
-                  (noise.preconditioned ? "preconditioned" : "raw") + " gradient, this run's of the " +
-                  (preconditioned ? "preconditioned" : "raw") + " one: measured afresh");
+                  (noise.preconditioned ? "preconditioned" : "raw") +
+                  " gradient, this run's of the " + (preconditioned ? "preconditioned" : "raw") +
+                  " one: measured afresh");
     }
     noise = NoiseScaleState{};
     noise.preconditioned = preconditioned;

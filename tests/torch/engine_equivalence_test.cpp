@@ -555,8 +555,8 @@ TEST(Engine, PreconditionedNoiseNormsAreOfAdamsUpdateDirection) {
           *optimizer->state().at(optimizer_state_key(p)));
       ASSERT_EQ(state.step(), kPreconditionerSettleSteps);
       weights.push_back(
-          1.0 / ((state.exp_avg_sq().to(torch::kFloat64) / (1 - std::pow(0.999, 10))).sqrt() +
-                 1e-8));
+          1.0 /
+          ((state.exp_avg_sq().to(torch::kFloat64) / (1 - std::pow(0.999, 10))).sqrt() + 1e-8));
     }
     const double small = weighted_sq_norm(gradient_at(model, data, micro), weights);
     const auto big_gradient = gradient_at(model, data, window);
