@@ -19,6 +19,7 @@ Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epoch
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
        [--growth-confidences 2 0] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
+       [--adam-sqrt-adjusts off on]
        [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
        [--threads 2] [--json FILE]
 """
@@ -131,6 +132,9 @@ def main():
     p.add_argument("--noise-gradients", nargs="+", default=["auto"],
                    help="what the automatic batch's noise scale measures (--noise-gradient): raw against "
                         "preconditioned is the ablation for adamw")
+    p.add_argument("--adam-sqrt-adjusts", nargs="+", default=["off"], choices=["off", "on"],
+                   help="adamw: the ramp and the automatic batch without and with --adam-sqrt-adjust (the betas "
+                        "following each batch; fixed batches keep theirs, as a larger fixed batch would be refused)")
     p.add_argument("--growth-confidences", nargs="+", default=["2"],
                    help="the standard errors a kept doubling must clear its bound by (--growth-confidence)")
     p.add_argument("--holdout", type=int, default=1100,
@@ -171,9 +175,12 @@ def main():
         start = fixed.get(f"fixed {start_batch}")
         lr = a.lr * (start["lr_factor"] if start else 1.0)
         ramp = f"0:{start_batch} {budget // 3}s:{2 * start_batch} {2 * budget // 3}s:{4 * start_batch}"
-        others = {"ramp x2 at 1/3, 2/3": train(binary, os.path.join(workdir, f"s{seed}-ramp"), seeded,
-                                                [*rule, "--global-batch-schedule", ramp, "--lr", str(lr),
-                                                 "--eval-every", a.eval_every])}
+        others = {}
+        for adjust in a.adam_sqrt_adjusts:
+            flag, label = (["--adam-sqrt-adjust"], ", adam-sqrt-adjust") if adjust == "on" else ([], "")
+            others[f"ramp x2 at 1/3, 2/3{label}"] = train(
+                binary, os.path.join(workdir, f"s{seed}-ramp-{adjust}"), seeded,
+                [*rule, "--global-batch-schedule", ramp, "--lr", str(lr), *flag, "--eval-every", a.eval_every])
         if a.seesaw:
             # Seesaw (arXiv:2510.14717): the batch doubles where the schedule would halve the rate.
             # Under the cosine (the default schedule, counted in samples) the rate halves at
@@ -189,16 +196,20 @@ def main():
             for test in a.growth_tests:
                 variants = [(c, z) for c in a.growth_controls for z in a.growth_confidences] \
                     if test == "branch" else [(None, None)]
-                for (control, z), gradient in [(v, g) for v in variants for g in a.noise_gradients]:
+                for (control, z), gradient, adjust in [(v, g, j) for v in variants for g in a.noise_gradients
+                                                       for j in a.adam_sqrt_adjusts]:
                     name = f"auto (update cost {cost}, test {test}" + \
                         (f", control {control}, {z} SE" if control else "") + \
-                        (f", noise {gradient})" if len(a.noise_gradients) > 1 else ")")
+                        (f", noise {gradient}" if len(a.noise_gradients) > 1 else "") + \
+                        (", adam-sqrt-adjust" if adjust == "on" else "") + ")"
                     branch = ["--growth-control", control, "--growth-confidence", z] if control else []
                     others[name] = train(
-                        binary, os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}-{gradient}"),
+                        binary,
+                        os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}-{gradient}-{adjust}"),
                         seeded,
                         [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
-                         test, *branch, "--noise-gradient", gradient, "--eval-every", a.eval_every])
+                         test, *branch, "--noise-gradient", gradient,
+                         *(["--adam-sqrt-adjust"] if adjust == "on" else []), "--eval-every", a.eval_every])
         for run in others.values():
             run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}

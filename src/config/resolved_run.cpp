@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace bigbatch {
 
@@ -31,7 +32,39 @@ LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const 
   for (const auto& milestone : config.step_milestones)
     s.milestones.push_back(milestone.to_updates(plan, epoch));
   s.gamma = config.step_gamma;
+  if (config.adam_sqrt_adjust)
+    s.adam_at_reference =
+        AdamHyperparameters{config.adam_beta1, config.adam_beta2, config.adam_eps};
   return LrSchedule(s);
+}
+
+// --adam-sqrt-adjust is the rest of the square-root rule: refused under another rule.
+void check_adam_sqrt_adjust_rule(const LrSchedule& schedule) {
+  if (schedule.config().adam_at_reference && schedule.config().scaling != LrScaling::Sqrt) {
+    throw Error(ErrorKind::Config,
+                "--adam-sqrt-adjust belongs to the square-root rule, but the rule is " +
+                    std::string(to_string(schedule.config().scaling)),
+                "use --lr-scaling sqrt (or auto with adamw)");
+  }
+}
+
+// The largest batch --adam-sqrt-adjust can train at from `schedule`'s reference (no limit
+// without it), and what bounds it: "beta1 0.9 reaches 0 at 10x the rate's reference batch 32".
+struct AdamBatchLimit {
+  int64_t largest = std::numeric_limits<int64_t>::max();
+  std::string why;
+};
+AdamBatchLimit adam_batch_limit(const LrSchedule& schedule) {
+  const auto& base = schedule.config().adam_at_reference;
+  if (!base)
+    return {};
+  const int64_t reference = schedule.config().reference_batch;
+  const bool first = base->beta1 <= base->beta2;
+  const double beta = first ? base->beta1 : base->beta2;
+  return {largest_adam_adjusted_batch(*base, reference),
+          std::string(first ? "beta1 " : "beta2 ") + format_significant(beta) + " reaches 0 at " +
+              format_significant(1 / (1 - beta)) + "x the rate's reference batch " +
+              std::to_string(reference)};
 }
 
 // AdaScale's preconditions, then its reference schedule and the bounds on the run's length.
@@ -150,13 +183,25 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
   LrSchedule schedule = make_schedule(config, ramp.reference_batch, reference_plan, reference_epoch,
                                       reference_updates);
   ResolvedRun run{plan, epoch, schedule, config.epochs, total, {}, {}, ramp};
-  if (config.adam_sqrt_adjust) {
-    throw Error(ErrorKind::Config,
-                std::string("--adam-sqrt-adjust with ") +
-                    (config.global_batch_auto ? "--global-batch auto" : "--global-batch-schedule") +
-                    ": the betas would change at every step of the batch",
-                "drop --adam-sqrt-adjust");
+  check_adam_sqrt_adjust_rule(run.schedule);
+  // Every phase trains at its own betas (LrSchedule::adam_at); the largest batch bounds them.
+  const AdamBatchLimit limit = adam_batch_limit(run.schedule);
+  for (const auto& phase : run.ramp->phases) {
+    if (phase.global_batch > limit.largest) {
+      throw Error(
+          ErrorKind::Config,
+          "--adam-sqrt-adjust: the global batch " + std::to_string(phase.global_batch) +
+              (config.global_batch_auto ? " that --global-batch auto starts at"
+                                        : " of the --global-batch-schedule") +
+              " is past the betas' range (" + limit.why + ")",
+          (config.global_batch_auto
+               ? std::string("start at ") + std::to_string(limit.largest) +
+                     " or below (--micro-batch)"
+               : "keep the schedule's batches at " + std::to_string(limit.largest) + " or below") +
+              ", raise --lr-ref-batch, or drop --adam-sqrt-adjust");
+    }
   }
+  run.adam = run.schedule.adam_at(plan.global_batch_size);
   return run;
 }
 
@@ -189,6 +234,18 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
                     " is below the batch --global-batch auto starts at, " + std::to_string(start) +
                     " (micro-batch x accumulation x ranks)",
                 "raise --max-global-batch, or start smaller with --micro-batch");
+  }
+  // --adam-sqrt-adjust: the betas bound the growth; a limit left to the default stops there.
+  const AdamBatchLimit limit = adam_batch_limit(run.schedule);
+  if (rule.max_global_batch > limit.largest) {
+    if (config.max_global_batch > 0) {
+      throw Error(ErrorKind::Config,
+                  "--max-global-batch " + std::to_string(rule.max_global_batch) +
+                      " is past the betas' range under --adam-sqrt-adjust (" + limit.why + ")",
+                  "use --max-global-batch " + std::to_string(limit.largest) +
+                      " or less, raise --lr-ref-batch, or drop --adam-sqrt-adjust");
+    }
+    rule.max_global_batch = limit.largest;
   }
   rule.threshold = config.growth_threshold;
   rule.update_cost = config.update_cost;
@@ -237,18 +294,8 @@ ResolvedRun resolve_batches_and_rates(const TrainConfig& config, int64_t dataset
   ResolvedRun run{plan,   epoch, make_schedule(config, plan.global_batch_size, plan, epoch, total),
                   epochs, total, {},
                   {},     {}};
-  if (config.adam_sqrt_adjust) {
-    if (run.schedule.config().scaling != LrScaling::Sqrt) {
-      throw Error(ErrorKind::Config,
-                  "--adam-sqrt-adjust belongs to the square-root rule, but the rule is " +
-                      std::string(to_string(run.schedule.config().scaling)),
-                  "use --lr-scaling sqrt (or auto with adamw)");
-    }
-    const double kappa =
-        double(plan.global_batch_size) / double(run.schedule.config().reference_batch);
-    run.adam =
-        scale_adam_hyperparameters({config.adam_beta1, config.adam_beta2, config.adam_eps}, kappa);
-  }
+  check_adam_sqrt_adjust_rule(run.schedule);
+  run.adam = run.schedule.adam_at(plan.global_batch_size);
   return run;
 }
 

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
+#include "core/error.h"
 #include "core/text.h"
 #include "optim/fused_sgd.h"
 #include "optim/layerwise_optimizers.h"
@@ -139,6 +141,18 @@ std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimize
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups())
     group.options().set_lr(lr);
+}
+
+void set_adam_hyperparameters(torch::optim::Optimizer& optimizer, const AdamHyperparameters& adam) {
+  for (auto& group : optimizer.param_groups()) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&group.options())) {
+      adamw->betas(std::make_tuple(adam.beta1, adam.beta2)).eps(adam.eps);
+    } else if (auto* lamb = dynamic_cast<LambOptions*>(&group.options())) {
+      lamb->beta1(adam.beta1).beta2(adam.beta2).eps(adam.eps);
+    } else {
+      BB_INTERNAL_ASSERT(false, "Adam's betas set on an optimizer without them");
+    }
+  }
 }
 
 }  // namespace bigbatch

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/train_config.h"
+#include "schedule/lr_schedule.h"
 
 namespace bigbatch {
 
@@ -36,6 +37,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const OptimizerSettings& settings, const std::vector<torch::Tensor>& parameters);
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+// AdamW's (or LAMB's) betas and eps for the next step (--adam-sqrt-adjust at the update's batch).
+// The moments are kept: like a PyTorch loop that sets param_groups' betas, the next step's
+// averages and bias corrections use the new values.
+void set_adam_hyperparameters(torch::optim::Optimizer& optimizer, const AdamHyperparameters& adam);
 
 // AdamW's and LAMB's diagonal preconditioner as it stands, one tensor per parameter of
 // `parameters`: 1 / (sqrt(v / (1 - beta2^t)) + eps), what the next step divides the (first

@@ -19,6 +19,12 @@ std::string line(const char* label, const std::string& value, const std::string&
   return buffer;
 }
 
+// ", beta1 0.8, beta2 0.998, eps 7.07107e-09" at `global_batch` under --adam-sqrt-adjust, or empty.
+std::string adam_at(const ResolvedRun& run, int64_t global_batch) {
+  const auto adam = run.schedule.adam_at(global_batch);
+  return adam ? ", " + describe(*adam) : std::string();
+}
+
 // The share of the computed positions that are padding.
 std::string padding_percent(const TokenCutEpoch& cut) {
   return cut.padded_tokens > 0
@@ -140,7 +146,8 @@ std::string format_plan_text(const ResolvedRun& run) {
                                format_significant(run.schedule.config().base_lr *
                                                   scale_lr(1.0, run.ramp->reference_batch,
                                                            rule.max_global_batch,
-                                                           run.schedule.config().scaling)));
+                                                           run.schedule.config().scaling)) +
+                               adam_at(run, rule.max_global_batch));
   } else if (run.ramp) {
     out += "global batch schedule (" + run.ramp->batches.to_string() + ")\n";
     for (const auto& phase : run.ramp->phases) {
@@ -154,7 +161,8 @@ std::string format_plan_text(const ResolvedRun& run) {
                      count_of(phase.samples, "sample") + ", peak lr " +
                      format_significant(run.schedule.config().base_lr *
                                         scale_lr(1.0, run.ramp->reference_batch, phase.global_batch,
-                                                 run.schedule.config().scaling)));
+                                                 run.schedule.config().scaling)) +
+                     adam_at(run, phase.global_batch));
     }
   }
   out += "learning rate\n";
@@ -167,9 +175,13 @@ std::string format_plan_text(const ResolvedRun& run) {
     out += line("rule", run.schedule.describe_scaling());
   }
   if (run.adam) {
-    out += line("adam (sqrt rule)", "beta1 " + format_significant(run.adam->beta1) + ", beta2 " +
-                                        format_significant(run.adam->beta2) + ", eps " +
-                                        format_significant(run.adam->eps));
+    out +=
+        line("adam (sqrt rule)",
+             describe(*run.adam) +
+                 (run.ramp ? " at the start; at each batch its own (beta_i -> 1 - k (1 - beta_i), "
+                             "eps -> eps / sqrt(k), k = batch / " +
+                                 std::to_string(run.ramp->reference_batch) + ")"
+                           : std::string()));
   }
   if (run.adascale) {
     const auto& a = *run.adascale;
@@ -272,12 +284,16 @@ nlohmann::json plan_json(const ResolvedRun& run) {
     j["global_batch_schedule"] = run.ramp->batches.to_string();
     j["lr_ref_batch"] = run.ramp->reference_batch;
     for (const auto& phase : run.ramp->phases) {
-      j["ramp_phases"].push_back({{"global_batch", phase.global_batch},
-                                  {"accumulation_steps", phase.accumulation_steps},
-                                  {"first_update", phase.first_update},
-                                  {"updates", phase.updates},
-                                  {"samples", phase.samples},
-                                  {"short_windows", phase.short_windows}});
+      nlohmann::json entry = {
+          {"global_batch", phase.global_batch}, {"accumulation_steps", phase.accumulation_steps},
+          {"first_update", phase.first_update}, {"updates", phase.updates},
+          {"samples", phase.samples},           {"short_windows", phase.short_windows}};
+      if (const auto adam = run.schedule.adam_at(phase.global_batch)) {
+        entry["adam_beta1"] = adam->beta1;
+        entry["adam_beta2"] = adam->beta2;
+        entry["adam_eps"] = adam->eps;
+      }
+      j["ramp_phases"].push_back(entry);
     }
   }
   if (run.adascale) {

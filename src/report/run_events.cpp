@@ -24,16 +24,24 @@ RunEvent skipped_update_event(const TrainingProgress& at, double loss, bool loss
 
 RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64_t samples_seen) {
   const BatchPlan& plan = change.plan;
-  return {{{"event", "batch_change"},
-           {"step", first_step},
-           {"samples_seen", samples_seen},
-           {"global_batch_from", change.from_global_batch},
-           {"global_batch", plan.global_batch_size},
-           {"accumulation_steps", plan.accumulation_steps},
-           {"lr", change.lr}},
-          {"global batch " + std::to_string(change.from_global_batch) + " -> " + plan.describe() +
-           " at update " + std::to_string(first_step) + " (" + std::to_string(samples_seen) +
-           " samples seen); lr now " + format_significant(change.lr, 4)}};
+  RunEvent event{
+      {{"event", "batch_change"},
+       {"step", first_step},
+       {"samples_seen", samples_seen},
+       {"global_batch_from", change.from_global_batch},
+       {"global_batch", plan.global_batch_size},
+       {"accumulation_steps", plan.accumulation_steps},
+       {"lr", change.lr}},
+      {"global batch " + std::to_string(change.from_global_batch) + " -> " + plan.describe() +
+       " at update " + std::to_string(first_step) + " (" + std::to_string(samples_seen) +
+       " samples seen); lr now " + format_significant(change.lr, 4)}};
+  if (const auto& adam = change.adam) {
+    event.record["adam_beta1"] = adam->beta1;
+    event.record["adam_beta2"] = adam->beta2;
+    event.record["adam_eps"] = adam->eps;
+    event.lines.front() += ", " + describe(*adam);
+  }
+  return event;
 }
 
 RunEvent batch_check_event(const BatchCheck& check) {

@@ -62,11 +62,20 @@ LrScaling resolve_lr_scaling(LrScaling scaling, bool layer_wise_trust) {
   return layer_wise_trust ? LrScaling::Linear : LrScaling::Sqrt;
 }
 
+namespace {
+// 1 - kappa (1 - beta), with a result within rounding of 0 made 0: 1 - 0.95 is not exactly 0.05 in
+// binary, so beta2 0.95 at 20x would otherwise come out at -9e-16 and be refused.
+double adjusted_beta(double beta, double kappa) {
+  const double value = 1 - kappa * (1 - beta);
+  return std::abs(value) < 1e-12 ? 0.0 : value;
+}
+}  // namespace
+
 AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_reference,
                                                double kappa) {
   AdamHyperparameters scaled;
-  scaled.beta1 = 1 - kappa * (1 - at_reference.beta1);
-  scaled.beta2 = 1 - kappa * (1 - at_reference.beta2);
+  scaled.beta1 = adjusted_beta(at_reference.beta1, kappa);
+  scaled.beta2 = adjusted_beta(at_reference.beta2, kappa);
   scaled.eps = at_reference.eps / std::sqrt(kappa);
   for (const auto& [name, value, original] :
        {std::tuple{"beta1", scaled.beta1, at_reference.beta1},
@@ -81,6 +90,22 @@ AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_ref
     }
   }
   return scaled;
+}
+
+std::string describe(const AdamHyperparameters& adam) {
+  return "beta1 " + format_significant(adam.beta1) + ", beta2 " + format_significant(adam.beta2) +
+         ", eps " + format_significant(adam.eps);
+}
+
+int64_t largest_adam_adjusted_batch(const AdamHyperparameters& at_reference,
+                                    int64_t reference_batch) {
+  const double smaller = std::min(at_reference.beta1, at_reference.beta2);
+  auto largest =
+      static_cast<int64_t>(std::floor(double(reference_batch) / (1 - smaller) * (1 + 1e-12)));
+  // The same arithmetic as scale_adam_hyperparameters, so the bound is one it accepts.
+  while (largest > 0 && adjusted_beta(smaller, double(largest) / double(reference_batch)) < 0)
+    --largest;
+  return largest;
 }
 
 LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
@@ -163,6 +188,13 @@ double LrSchedule::lr_at_position(double step) const {
     }
   }
   return peak_lr_;
+}
+
+std::optional<AdamHyperparameters> LrSchedule::adam_at(int64_t global_batch) const {
+  if (!config_.adam_at_reference)
+    return std::nullopt;
+  return scale_adam_hyperparameters(*config_.adam_at_reference,
+                                    double(global_batch) / double(config_.reference_batch));
 }
 
 std::string LrSchedule::describe_scaling() const {

@@ -63,6 +63,12 @@ struct AdamHyperparameters {
 };
 AdamHyperparameters scale_adam_hyperparameters(const AdamHyperparameters& at_reference,
                                                double kappa);
+// "beta1 0.8, beta2 0.998, eps 7.07107e-09"
+std::string describe(const AdamHyperparameters& adam);
+// The largest global batch the adjustment keeps both betas in [0, 1) at: a beta reaches 0 at
+// kappa = 1 / (1 - beta), so beta1 0.9 bounds it at 10x `reference_batch`.
+int64_t largest_adam_adjusted_batch(const AdamHyperparameters& at_reference,
+                                    int64_t reference_batch);
 
 struct LrScheduleConfig {
   double base_lr = 0.1;
@@ -82,6 +88,9 @@ struct LrScheduleConfig {
   double min_lr_factor = 0.0;       // cosine and linear end at peak x min_lr_factor
   std::vector<int64_t> milestones;  // step decay: update indices where lr *= gamma
   double gamma = 0.1;
+  // --adam-sqrt-adjust: AdamW's betas and eps as configured, i.e. at the reference batch; every
+  // global batch then trains at its own (adam_at). Unset: they stay as configured.
+  std::optional<AdamHyperparameters> adam_at_reference;
 };
 
 class LrSchedule {
@@ -94,6 +103,10 @@ class LrSchedule {
   double lr_at_position(double position) const;
   double peak_lr() const { return peak_lr_; }
   const LrScheduleConfig& config() const { return config_; }
+  // AdamW's betas and eps for an update of `global_batch` under --adam-sqrt-adjust (unset
+  // without): a function of the batch alone, like the rule's factor in the rate, so a batch that
+  // changes (a ramp, the automatic batch, a test's doubled branch) changes them with it.
+  std::optional<AdamHyperparameters> adam_at(int64_t global_batch) const;
 
   // "lr 0.05 @ 64 -> 0.8 @ 1024 (linear)"
   std::string describe_scaling() const;

@@ -107,7 +107,7 @@ std::string RunSchedule::fixed_batch_inconsistency(const TrainingProgress& at,
 // --- FixedSchedule ----------------------------------------------------------------------------
 
 UpdateRate FixedSchedule::rate(const TrainingProgress& at, const GradientMeasure&) const {
-  return {lr_.lr_at(at.step), 1};
+  return {lr_.lr_at(at.step), 1, lr_.adam_at(plan_.global_batch_size)};
 }
 
 std::string FixedSchedule::inconsistency(const TrainingProgress& at) const {
@@ -120,7 +120,12 @@ RampSchedule::RampSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule lr, RunBo
                            GlobalBatchSchedule batches, int64_t reference_batch)
     : RunSchedule(std::move(plan), std::move(epoch), std::move(lr), bounds),
       batches_(std::move(batches)),
-      reference_batch_(reference_batch) {}
+      reference_batch_(reference_batch) {
+  // The betas follow the batch from the LR schedule's reference (adam_at), the rate from this one.
+  BB_INTERNAL_ASSERT(
+      !lr_.config().adam_at_reference || lr_.config().reference_batch == reference_batch_,
+      "the ramp's reference batch differs from its LR schedule's");
+}
 
 int64_t RampSchedule::global_batch_at(const TrainingProgress& at) const {
   return batches_.global_batch_at({at.samples_seen, at.epoch, at.position_in_epoch},
@@ -138,13 +143,14 @@ std::optional<BatchChange> RampSchedule::plan_update(const TrainingProgress& at)
   const int64_t global = global_batch_at(at);
   if (global == plan_.global_batch_size)
     return std::nullopt;
-  BatchChange change{plan_.global_batch_size, plan_for(global), lr_at(at.samples_seen, global)};
+  BatchChange change{plan_.global_batch_size, plan_for(global), lr_at(at.samples_seen, global),
+                     lr_.adam_at(global)};
   replan(change.plan);
   return change;
 }
 
 UpdateRate RampSchedule::rate(const TrainingProgress& at, const GradientMeasure&) const {
-  return {lr_at(at.samples_seen, plan_.global_batch_size), 1};
+  return {lr_at(at.samples_seen, plan_.global_batch_size), 1, lr_.adam_at(plan_.global_batch_size)};
 }
 
 // The scaling rule from the reference batch to `global_batch`, times the LR schedule's curve at

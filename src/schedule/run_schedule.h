@@ -47,6 +47,8 @@ namespace bigbatch {
 struct UpdateRate {
   double lr = 0;
   double gain = 1;  // AdaScale's gain in the rate (1 under the other regimes)
+  // --adam-sqrt-adjust: AdamW's betas and eps at the update's batch (unset: as configured).
+  std::optional<AdamHyperparameters> adam = std::nullopt;
 };
 
 // What the update's own gradients tell a regime that measures them: its item count (the batch its
@@ -72,6 +74,7 @@ struct BatchChange {
   int64_t from_global_batch = 0;
   BatchPlan plan;
   double lr = 0;
+  std::optional<AdamHyperparameters> adam = std::nullopt;  // --adam-sqrt-adjust: the new batch's
 };
 
 // The updates and epochs a run is expected to take, as the progress display counts them down.

@@ -221,8 +221,10 @@ UpdateStats AccumulationEngine::update(double lr) {
   return stats;
 }
 
-void AccumulationEngine::apply(double lr) {
+void AccumulationEngine::apply(double lr, const std::optional<AdamHyperparameters>& adam) {
   set_learning_rate(optimizer_, lr);
+  if (adam)
+    set_adam_hyperparameters(optimizer_, *adam);
   optimizer_.step();
   discard();
 }

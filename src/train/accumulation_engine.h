@@ -31,6 +31,7 @@
 #include "device/precision.h"
 #include "dist/gradient_reducer.h"
 #include "models/scripted_model.h"
+#include "schedule/lr_schedule.h"
 #include "state/counts.h"
 #include "state/training_progress.h"
 #include "task/prediction_tally.h"
@@ -116,8 +117,9 @@ class AccumulationEngine {
   // Afterwards every .grad holds the mean gradient of the whole effective batch.
   UpdateStats finish_gradients();
 
-  // Applies the update at rate `lr` and clears the gradients for the next window.
-  void apply(double lr);
+  // Applies the update at rate `lr` (and, given, AdamW's betas and eps for the update's batch:
+  // --adam-sqrt-adjust) and clears the gradients for the next window.
+  void apply(double lr, const std::optional<AdamHyperparameters>& adam = std::nullopt);
 
   // Throws the window away without touching the weights or the optimizer state.
   void discard();

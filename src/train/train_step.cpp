@@ -94,7 +94,7 @@ StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
   if (stats.skipped()) {
     engine.discard();
   } else {
-    engine.apply(result.rate.lr);
+    engine.apply(result.rate.lr, result.rate.adam);
   }
   if (request.window_bn)
     request.window_bn->end(/*applied=*/!result.stats.skipped());

@@ -422,9 +422,8 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
     settings.adam_beta1 = adam->beta1;
     settings.adam_beta2 = adam->beta2;
     settings.adam_eps = adam->eps;
-    console.say("adamw under the square-root rule (--adam-sqrt-adjust): beta1 " +
-                format_significant(adam->beta1) + ", beta2 " + format_significant(adam->beta2) +
-                ", eps " + format_significant(adam->eps));
+    console.say("adamw under the square-root rule (--adam-sqrt-adjust): " + describe(*adam) +
+                (r.resolved.ramp ? " at the starting batch; each batch trains at its own" : ""));
   }
   console.say("optimizer: " + settings.describe());
   return make_optimizer(settings, r.model->parameters());

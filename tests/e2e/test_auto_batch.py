@@ -226,6 +226,64 @@ class AutoBatchTest(CliTestCase):
             self.assertGreater(r["samples_seen"] // 1000, before // 1000, r)
         self.assertEqual(sorted(set(range(1, 9)) - {4, 8}), [p for p in passed if p not in (4, 8)])
 
+    def test_adamws_betas_follow_each_doubling_and_the_replay_keeps_them(self):
+        # --adam-sqrt-adjust: each batch trains at Malladi's betas and eps for kappa = batch / 32 (the rate's
+        # reference), each doubling says them, the growth stops where beta1 0.9 reaches 0 (10 x 32), and the
+        # replay with the same flag is the same run, while one without it is not (the betas are applied).
+        adamw = [*[a for a in ARGS if a not in ("--lr", "0.05", "--lr-scaling", "linear")], "--optimizer", "adamw",
+                 "--lr", "0.002", "--lr-ref-batch", "32", "--lr-scaling", "sqrt", "--adam-sqrt-adjust"]
+        plan = json.loads(run("plan", *adamw, "--global-batch", "auto", "--json", check=True).stdout)
+        self.assertEqual(plan["max_global_batch"], 320)
+        self.assertEqual((plan["adam_beta1"], plan["adam_beta2"], plan["adam_eps"]), (0.9, 0.999, 1e-8))
+        out = self.path("adamw")
+        result = run("train", *adamw, "--global-batch", "auto", "--update-cost", "2000", "--growth-test", "none",
+                     "--out", out, check=True)
+        self.assertIn("adamw under the square-root rule (--adam-sqrt-adjust): beta1 0.9, beta2 0.999, eps 1e-08 at "
+                      "the starting batch; each batch trains at its own", result.stderr)
+        changes = [r for r in records(out) if r.get("event") == "batch_change"]
+        self.assertGreaterEqual(len(changes), 1, changes)
+        for change in changes:
+            kappa = change["global_batch"] / 32
+            self.assertAlmostEqual(change["adam_beta1"], 1 - kappa * 0.1, places=12)
+            self.assertAlmostEqual(change["adam_beta2"], 1 - kappa * 0.001, places=12)
+            self.assertAlmostEqual(change["adam_eps"] / (1e-8 / kappa ** 0.5), 1, places=12)
+        self.assertRegex(result.stderr, r"global batch 32 -> 64 = micro 16 x accumulation 4 x world 1 at update \d+ "
+                                        r"\(\d+ samples seen\); lr now [0-9.]+, beta1 0\.8, beta2 0\.998, eps 7\.07107e-09")
+        self.assertLessEqual(max(r["global_batch"] for r in update_records(out)), 320)
+        summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
+        replay = REPLAY.search(summary).group(1)
+        again = self.path("replay")
+        run("train", *adamw, "--global-batch-schedule", replay, "--out", again, check=True)
+        self.assertEqual(weights(again), weights(out))
+        ramp_plan = json.loads(run("plan", *adamw, "--global-batch-schedule", replay, "--json", check=True).stdout)
+        self.assertEqual([(p["global_batch"], p["adam_beta1"]) for p in ramp_plan["ramp_phases"]][1:],
+                         [(c["global_batch"], c["adam_beta1"]) for c in changes])
+        unadjusted = self.path("unadjusted")
+        run("train", *[a for a in adamw if a != "--adam-sqrt-adjust"], "--global-batch-schedule", replay,
+            "--out", unadjusted, check=True)
+        self.assertNotEqual(weights(unadjusted), weights(out))
+        # Under the branch test the rejected doubled branches trained at their own betas and left nothing behind:
+        # the kept run replays bit for bit, and a run killed (-9) and resumed (the betas set again before each
+        # step, whatever the checkpoint's optimizer holds) ends on the same bits.
+        tested = self.path("tested")
+        result = run("train", *adamw, "--global-batch", "auto", "--update-cost", "2000", "--out", tested, check=True)
+        self.assertIn("automatic batch: testing 64 against 32", result.stderr)
+        summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
+        replay = REPLAY.search(summary).group(1)
+        again = self.path("tested-replay")
+        run("train", *adamw, "--global-batch-schedule", replay, "--growth-holdout", "256", "--out", again, check=True)
+        self.assertEqual(weights(again), weights(tested))
+        killed = self.path("killed")
+        self.assertEqual(kill_and_resume([*adamw, "--global-batch", "auto", "--update-cost", "2000",
+                                          "--checkpoint-every", "7u"], killed, seed=3, pause=(0.1, 0.6)), 0)
+        self.assertEqual(weights(killed), weights(tested))
+        # Past the betas' range: refused in one line, naming the flag to change.
+        self.assert_one_line_error(run("train", *adamw, "--global-batch", "auto", "--max-global-batch", "640",
+                                       "--out", self.path("x")), "config", "--max-global-batch 640 is past the betas' range")
+        self.assert_one_line_error(run("train", *adamw, "--global-batch-schedule", "0:32 1e:512", "--out", self.path("x")),
+                                   "config", "the global batch 512 of the --global-batch-schedule is past the betas' range")
+        self.assertFalse(os.path.exists(self.path("x")))
+
     def test_plan_shows_the_start_and_the_limit(self):
         plan = json.loads(run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                               "--json", check=True).stdout)

@@ -11,7 +11,11 @@ rate schedule. The final weights and the per-update losses must agree to fp32 to
 The reference loop itself (reference_training, accumulate) is shared with gpt_oracle.py and
 scripted_oracle.py, as are the sampler, the schedule and the file readers here.
 
-Usage: bigbatch_oracle.py BIGBATCH_BINARY WORK_DIR [--optimizer sgd|adamw]
+With --ramp (AdamW) the global batch steps from 64 to 128 at the second epoch under the
+square-root rule in full (--adam-sqrt-adjust): the reference loop sets the rate and the param
+groups' betas and eps at each batch as Malladi et al.'s rule says.
+
+Usage: bigbatch_oracle.py BIGBATCH_BINARY WORK_DIR [--optimizer sgd|adamw] [--ramp]
 """
 import argparse
 import gzip
@@ -158,6 +162,34 @@ def reference_training(model, optimizer, window_loss, samples, global_batch, epo
     return losses, updates_per_epoch, total
 
 
+def ramp_training(model, optimizer, window_loss, samples, epoch_batches, seed, lr, reference, warmup, adam):
+    """The reference loop under a batch ramp that steps at epoch starts, with AdamW under the
+    square-root rule in full (Malladi et al.): epoch e trains in updates of epoch_batches[e]
+    samples (the last of each epoch short); the rate's warmup and cosine run on samples seen /
+    `reference` over the run's samples, times sqrt(batch / reference); and at each batch, with
+    kappa = batch / reference, the betas are 1 - kappa (1 - beta) and eps is eps / sqrt(kappa),
+    set on the param groups as a PyTorch user would. `adam`: (beta1, beta2, eps) at the reference.
+    Returns the per-update losses and rates."""
+    total = math.ceil(len(epoch_batches) * len(samples) / reference)
+    seen, losses, rates = 0, [], []
+    for epoch, batch in enumerate(epoch_batches):
+        kappa = batch / reference
+        for group in optimizer.param_groups:
+            group["betas"] = (1 - kappa * (1 - adam[0]), 1 - kappa * (1 - adam[1]))
+            group["eps"] = adam[2] / math.sqrt(kappa)
+        order = epoch_order(seed, epoch, len(samples))
+        for begin in range(0, len(samples), batch):
+            window = [samples[i] for i in order[begin : begin + batch]]
+            losses.append(window_loss(window))
+            rates.append(lr_at(seen / reference, lr, warmup, total) * math.sqrt(kappa))
+            for group in optimizer.param_groups:
+                group["lr"] = rates[-1]
+            optimizer.step()
+            optimizer.zero_grad()
+            seen += len(window)
+    return losses, rates
+
+
 def run_records(run_dir):
     """A run's metrics.jsonl, every line."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -177,16 +209,24 @@ def main():
     parser.add_argument("binary")
     parser.add_argument("workdir")
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    parser.add_argument("--ramp", action="store_true",
+                        help="adamw only: a global batch of 64 in the first epoch and 128 in the second, "
+                             "with --adam-sqrt-adjust (the betas and eps follow the batch)")
     args = parser.parse_args()
+    if args.ramp and args.optimizer != "adamw":
+        parser.error("--ramp belongs to --optimizer adamw")
     torch.set_num_threads(1)
 
     subset, global_batch, micro, epochs, seed, hidden = 600, 128, 32, 2, 42, [64, 32]
     lr = 0.05 if args.optimizer == "sgd" else 2e-3
     warmup = 3
     os.makedirs(args.workdir, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix=f"oracle-{args.optimizer}-", dir=args.workdir)
+    workdir = tempfile.mkdtemp(prefix=f"oracle-{args.optimizer}{'-ramp' if args.ramp else ''}-", dir=args.workdir)
+    # The ramp: 64 then 128 from the second epoch, the rate tuned at 64 and scaled by the square root.
+    batches = (["--global-batch-schedule", "0:64 1e:128", "--lr-ref-batch", "64", "--lr-scaling", "sqrt",
+                "--adam-sqrt-adjust"] if args.ramp else ["--global-batch", str(global_batch)])
     common = [args.binary, "train", "--model", "mlp", "--hidden", ",".join(map(str, hidden)),
-              "--train-subset", str(subset), "--global-batch", str(global_batch), "--micro-batch", str(micro),
+              "--train-subset", str(subset), *batches, "--micro-batch", str(micro),
               "--optimizer", args.optimizer, "--lr", str(lr), "--momentum", "0.9", "--nesterov",
               "--weight-decay", "5e-4", "--warmup", f"{warmup}u", "--schedule", "cosine",
               "--epochs", str(epochs), "--seed", str(seed), "--threads", "1", "--progress", "off",
@@ -217,24 +257,38 @@ def main():
         index = torch.tensor(part)
         return torch.nn.functional.cross_entropy(model(inputs[index]), targets[index], reduction="sum")
 
-    # Per epoch 4 full updates and one of 88 samples, each the mean over its window's samples.
-    losses, _, total = reference_training(model, optimizer,
-                                          lambda window: accumulate(window, micro, len(window), summed_loss),
-                                          range(subset), global_batch, epochs, seed, lr, warmup)
+    window_loss = lambda window: accumulate(window, micro, len(window), summed_loss)  # noqa: E731
+    records = run_records(run_dir)
+    if args.ramp:
+        # Epoch 1: 9 updates of 64 and one of 24; epoch 2: 4 of 128 and one of 88.
+        losses, rates = ramp_training(model, optimizer, window_loss, range(subset), [64, 128], seed, lr, 64, warmup,
+                                      (0.9, 0.999, 1e-8))
+        total = len(rates)
+        changes = [r for r in records if r.get("event") == "batch_change"]
+        # The switch says the betas it trains at: kappa 2.
+        betas_said = len(changes) == 1 and changes[0]["step"] == 11 and \
+            abs(changes[0]["adam_beta1"] - 0.8) < 1e-12 and abs(changes[0]["adam_beta2"] - 0.998) < 1e-12
+        print(f"batch change: {changes}")
+    else:
+        # Per epoch 4 full updates and one of 88 samples, each the mean over its window's samples.
+        losses, _, total = reference_training(model, optimizer, window_loss, range(subset), global_batch, epochs,
+                                              seed, lr, warmup)
+        rates = [lr_at(i, lr, warmup, total) for i in range(total)]
+        betas_said = True
 
     ours = read_safetensors(os.path.join(run_dir, "weights.safetensors"))
     worst = 0.0
     for name, reference in model.state_dict().items():
         diff = (ours[name] - reference).abs().max().item() / max(reference.abs().max().item(), 1e-12)
         worst = max(worst, diff)
-    records = run_records(run_dir)
-    our_losses = [r["loss"] for r in records if "loss" in r]
-    our_lrs = [r["lr"] for r in records if "lr" in r]
+    updates = [r for r in records if "loss" in r]
+    our_losses = [r["loss"] for r in updates]
     loss_diff = max(abs(a - b) for a, b in zip(our_losses, losses))
-    lr_diff = max(abs(a - lr_at(i, lr, warmup, total)) for i, a in enumerate(our_lrs))
-    print(f"{args.optimizer}: {len(losses)} updates; max relative weight difference {worst:.3g}; "
-          f"max loss difference {loss_diff:.3g}; max lr difference {lr_diff:.3g}")
-    ok = len(our_losses) == len(losses) == total and worst < 1e-5 and loss_diff < 1e-5 and lr_diff < 1e-12
+    lr_diff = max(abs(r["lr"] - rate) for r, rate in zip(updates, rates))
+    print(f"{args.optimizer}{' ramp' if args.ramp else ''}: {len(losses)} updates; max relative weight difference "
+          f"{worst:.3g}; max loss difference {loss_diff:.3g}; max lr difference {lr_diff:.3g}")
+    ok = (len(our_losses) == len(losses) == total and worst < 1e-5 and loss_diff < 1e-5 and lr_diff < 1e-12
+          and betas_said)
     return verdict(ok, workdir)
 
 

@@ -4,6 +4,7 @@
 // dataset of 1000 samples.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "config/resolved_run.h"
@@ -154,6 +155,37 @@ TEST(RampSchedule, SwitchesOnceAtTheFirstUpdatePastAThreshold) {
   EXPECT_FALSE(schedule.plan_update(at_update(4, 0, 4, 500, 500)).has_value());
 }
 
+TEST(RampSchedule, AdamsBetasFollowEachStepOfTheBatch) {
+  // --adam-sqrt-adjust: each update trains at the betas of its batch (kappa = batch / 100), and
+  // the switch announces them; without it the rate carries none.
+  LrScheduleConfig c;
+  c.base_lr = 1e-3;
+  c.reference_batch = 100;
+  c.global_batch = 100;
+  c.scaling = LrScaling::Sqrt;
+  c.adam_at_reference = AdamHyperparameters{0.9, 0.999, 1e-8};
+  const BatchPlan plan = plan_of(100, 50);
+  RampSchedule schedule(plan, epoch_of(plan), LrSchedule(c), RunBounds{3, 15},
+                        GlobalBatchSchedule::parse("0:100 300s:200 2e:500"),
+                        /*reference_batch=*/100);
+  const UpdateRate first = schedule.rate(at_update(0, 0, 0, 0, 0), {});
+  ASSERT_TRUE(first.adam.has_value());
+  EXPECT_EQ(first.adam->beta1, 0.9);
+  const TrainingProgress past = at_update(3, 0, 3, 300, 300);
+  const auto change = schedule.plan_update(past);
+  ASSERT_TRUE(change.has_value() && change->adam.has_value());
+  EXPECT_NEAR(change->adam->beta1, 0.8, 1e-12);
+  EXPECT_NEAR(change->adam->beta2, 0.998, 1e-12);
+  EXPECT_NEAR(change->adam->eps, 1e-8 / std::sqrt(2.0), 1e-22);
+  EXPECT_DOUBLE_EQ(change->lr, 1e-3 * std::sqrt(2.0));
+  const UpdateRate second = schedule.rate(past, {});
+  EXPECT_EQ(second.adam->beta1, change->adam->beta1);  // announced as trained
+  const auto last = schedule.plan_update(at_update(5, 2, 0, 0, 2000));
+  ASSERT_TRUE(last.has_value());
+  EXPECT_NEAR(last->adam->beta1, 0.5, 1e-12);  // kappa 5
+  EXPECT_FALSE(ramp_100_200_500().rate(past, {}).adam.has_value());
+}
+
 TEST(RampSchedule, ABackedOffMicroBatchCarriesIntoTheNextStep) {
   RampSchedule schedule = ramp_100_200_500();
   ASSERT_TRUE(schedule.plan_update(at_update(3, 0, 3, 300, 300)).has_value());
@@ -287,6 +319,56 @@ TEST(RunSchedule, MadeForTheConfiguredRegime) {
   EXPECT_NE(dynamic_cast<const RampSchedule*>(schedule.get()), nullptr);
   EXPECT_EQ(schedule->plan().global_batch_size, 256);
   EXPECT_EQ(schedule->bounds().total_updates, resolved.total_updates);
+}
+
+TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
+  // --adam-sqrt-adjust from a reference of 32: beta1 0.9 reaches 0 at 320.
+  TrainConfig config;
+  config.optimizer = OptimizerKind::AdamW;
+  config.lr = 1e-3;
+  config.lr_ref_batch = 32;
+  config.micro_batch = 16;
+  config.adam_sqrt_adjust = true;
+  config.global_batch_schedule = "0:32 20000s:256";
+  ResolvedRun ramp = resolve_run(config, 60000, 1);
+  ASSERT_TRUE(ramp.adam.has_value());
+  EXPECT_EQ(ramp.adam->beta1, 0.9);  // the start's
+  EXPECT_NEAR(make_run_schedule(ramp)->lr_schedule().adam_at(256)->beta1, 0.2, 1e-12);
+  config.global_batch_schedule = "0:32 20000s:512";
+  try {
+    resolve_run(config, 60000, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the global batch 512 of the --global-batch-schedule is "
+                                         "past the betas' range (beta1 0.9 reaches 0 at 10x the "
+                                         "rate's reference batch 32)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("at 320 or below"), std::string::npos) << e.hint();
+  }
+
+  // The automatic batch: a limit left to the default stops at the betas' range; one given past
+  // it is refused, naming it.
+  config.global_batch_schedule.clear();
+  config.global_batch_auto = true;
+  const ResolvedRun automatic = resolve_run(config, 60000, 1);
+  ASSERT_TRUE(automatic.auto_batch.has_value());
+  EXPECT_EQ(automatic.auto_batch->max_global_batch, 320);
+  config.max_global_batch = 256;
+  EXPECT_EQ(resolve_run(config, 60000, 1).auto_batch->max_global_batch, 256);
+  config.max_global_batch = 1024;
+  try {
+    resolve_run(config, 60000, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-global-batch 1024 is past the betas' range"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("use --max-global-batch 320 or less"), std::string::npos) << e.hint();
+  }
+  config.lr_scaling = LrScaling::Linear;  // the adjustment belongs to the sqrt rule
+  config.max_global_batch = 0;
+  EXPECT_THROW(resolve_run(config, 60000, 1), Error);
 }
 
 }  // namespace

@@ -177,6 +177,35 @@ TEST(LrSchedule, SquareRootRuleAdjustsAdam) {
   }
 }
 
+TEST(LrSchedule, AdamsBetasFollowTheBatchFromTheReference) {
+  LrScheduleConfig c;
+  c.base_lr = 1e-3;
+  c.reference_batch = 256;
+  c.global_batch = 256;
+  c.scaling = LrScaling::Sqrt;
+  EXPECT_FALSE(LrSchedule(c).adam_at(1024).has_value());  // as configured without the adjustment
+  c.adam_at_reference = AdamHyperparameters{0.9, 0.999, 1e-8};
+  const LrSchedule schedule(c);
+  const AdamHyperparameters at_1024 = *schedule.adam_at(1024);  // the oracle above, kappa 4
+  EXPECT_NEAR(at_1024.beta1, 0.6, 1e-12);
+  EXPECT_NEAR(at_1024.beta2, 0.996, 1e-12);
+  EXPECT_NEAR(at_1024.eps, 5e-9, 1e-20);
+  const AdamHyperparameters at_reference = *schedule.adam_at(256);
+  EXPECT_EQ(at_reference.beta1, 0.9);  // kappa 1: exactly as configured
+  EXPECT_EQ(at_reference.beta2, 0.999);
+  EXPECT_EQ(at_reference.eps, 1e-8);
+  EXPECT_NEAR(schedule.adam_at(128)->beta1, 0.95, 1e-12);  // a smaller batch averages longer
+  EXPECT_EQ(describe(at_1024), "beta1 0.6, beta2 0.996, eps 5e-09");
+  // beta1 0.9 reaches 0 at 10x: 2560 is the largest batch, 2561 is refused.
+  EXPECT_EQ(largest_adam_adjusted_batch({0.9, 0.999, 1e-8}, 256), 2560);
+  EXPECT_EQ(schedule.adam_at(2560)->beta1, 0);  // not 2.2e-16: 1 - 0.9 is inexact in binary
+  EXPECT_THROW(schedule.adam_at(2561), Error);
+  EXPECT_EQ(largest_adam_adjusted_batch({0.99, 0.95, 1e-8}, 32), 640);  // beta2 binds: 20x
+  EXPECT_EQ(scale_adam_hyperparameters({0.99, 0.95, 1e-8}, 20).beta2, 0);
+  EXPECT_EQ(largest_adam_adjusted_batch({0.9, 0.999, 1e-8}, 32), 320);
+  EXPECT_EQ(largest_adam_adjusted_batch({0.0, 0.999, 1e-8}, 32), 32);
+}
+
 TEST(LrSchedule, NamesParse) {
   EXPECT_EQ(schedule_kind_names().parse("cosine"), ScheduleKind::Cosine);
   EXPECT_EQ(lr_scaling_names().parse("sqrt"), LrScaling::Sqrt);
