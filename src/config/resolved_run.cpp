@@ -235,7 +235,8 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
                     " (micro-batch x accumulation x ranks)",
                 "raise --max-global-batch, or start smaller with --micro-batch");
   }
-  // --adam-sqrt-adjust: the betas bound the growth; a limit left to the default stops there.
+  // --adam-sqrt-adjust: the betas bound the growth; a limit left to the default stops at the
+  // last doubling within their range.
   const AdamBatchLimit limit = adam_batch_limit(run.schedule);
   if (rule.max_global_batch > limit.largest) {
     if (config.max_global_batch > 0) {
@@ -245,7 +246,10 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
                   "use --max-global-batch " + std::to_string(limit.largest) +
                       " or less, raise --lr-ref-batch, or drop --adam-sqrt-adjust");
     }
-    rule.max_global_batch = limit.largest;
+    // The largest doubling of the start within the range: what the growth can reach.
+    rule.max_global_batch = start;
+    while (rule.max_global_batch <= limit.largest / 2)
+      rule.max_global_batch *= 2;
   }
   rule.threshold = config.growth_threshold;
   rule.update_cost = config.update_cost;

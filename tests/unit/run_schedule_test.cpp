@@ -347,13 +347,13 @@ TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
     EXPECT_NE(e.hint().find("at 320 or below"), std::string::npos) << e.hint();
   }
 
-  // The automatic batch: a limit left to the default stops at the betas' range; one given past
-  // it is refused, naming it.
+  // The automatic batch: a limit left to the default stops at the last doubling within the
+  // betas' range; one given past it is refused, naming it.
   config.global_batch_schedule.clear();
   config.global_batch_auto = true;
   const ResolvedRun automatic = resolve_run(config, 60000, 1);
   ASSERT_TRUE(automatic.auto_batch.has_value());
-  EXPECT_EQ(automatic.auto_batch->max_global_batch, 320);
+  EXPECT_EQ(automatic.auto_batch->max_global_batch, 256);  // 32 doubled three times; 512 > 320
   config.max_global_batch = 256;
   EXPECT_EQ(resolve_run(config, 60000, 1).auto_batch->max_global_batch, 256);
   config.max_global_batch = 1024;
