@@ -404,7 +404,8 @@ std::vector<OptionSpec> build_table() {
                           &TrainConfig::lr_scaling, &lr_scaling_names, both));
   t.push_back(switch_option("adam-sqrt-adjust",
                             "with adamw and the sqrt rule, also scale the betas and epsilon "
-                            "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k)",
+                            "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k), "
+                            "k = batch / --lr-ref-batch, at every batch a ramp or auto takes",
                             &TrainConfig::adam_sqrt_adjust, true, both));
   t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum, train_and_fit));
   t.push_back(switch_option("nesterov",
