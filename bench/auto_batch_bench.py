@@ -18,7 +18,7 @@ seeds: mean and spread. Nothing here is timed against a threshold: it prints wha
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
-       [--growth-confidences 2 0] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
+       [--growth-confidences 2 0] [--growth-test-budgets 0.05 1] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
        [--adam-sqrt-adjusts off on]
        [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
        [--threads 2] [--json FILE]
@@ -137,6 +137,9 @@ def main():
                         "following each batch; fixed batches keep theirs, as a larger fixed batch would be refused)")
     p.add_argument("--growth-confidences", nargs="+", default=["2"],
                    help="the standard errors a kept doubling must clear its bound by (--growth-confidence)")
+    p.add_argument("--growth-test-budgets", nargs="+", default=["0.05"],
+                   help="the most the branch tests may throw away, a fraction of the samples trained "
+                        "(--growth-test-budget; 1: as good as none)")
     p.add_argument("--holdout", type=int, default=1100,
                    help="training samples every run sets aside (the branch test scores on them; 2%% of 55,000)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
@@ -194,18 +197,22 @@ def main():
                 [*rule, "--global-batch-schedule", " ".join(steps), "--lr", str(lr), "--eval-every", a.eval_every])
         for cost in a.update_costs:
             for test in a.growth_tests:
-                variants = [(c, z) for c in a.growth_controls for z in a.growth_confidences] \
-                    if test == "branch" else [(None, None)]
-                for (control, z), gradient, adjust in [(v, g, j) for v in variants for g in a.noise_gradients
-                                                       for j in a.adam_sqrt_adjusts]:
+                variants = [(c, z, f) for c in a.growth_controls for z in a.growth_confidences
+                            for f in a.growth_test_budgets] if test == "branch" else [(None, None, None)]
+                for (control, z, test_budget), gradient, adjust in [(v, g, j) for v in variants
+                                                               for g in a.noise_gradients
+                                                               for j in a.adam_sqrt_adjusts]:
                     name = f"auto (update cost {cost}, test {test}" + \
                         (f", control {control}, {z} SE" if control else "") + \
+                        (f", test budget {test_budget}" if test_budget and len(a.growth_test_budgets) > 1 else "") + \
                         (f", noise {gradient}" if len(a.noise_gradients) > 1 else "") + \
                         (", adam-sqrt-adjust" if adjust == "on" else "") + ")"
-                    branch = ["--growth-control", control, "--growth-confidence", z] if control else []
+                    branch = ["--growth-control", control, "--growth-confidence", z,
+                              "--growth-test-budget", test_budget] if control else []
                     others[name] = train(
                         binary,
-                        os.path.join(workdir, f"s{seed}-auto-{cost}-{test}-{control}-{z}-{gradient}-{adjust}"),
+                        os.path.join(workdir,
+                                     f"s{seed}-auto-{cost}-{test}-{control}-{z}-{test_budget}-{gradient}-{adjust}"),
                         seeded,
                         [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
                          test, *branch, "--noise-gradient", gradient,

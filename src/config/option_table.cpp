@@ -277,6 +277,11 @@ std::vector<OptionSpec> build_table() {
                     "difference plus this many standard errors (of the paired "
                     "per-sample differences) is within the bound (2; 0: the estimate alone)",
                     &TrainConfig::growth_confidence, both));
+  t.push_back(double_option("growth-test-budget",
+                            "--growth-test branch: the most the tests may throw away, as a "
+                            "fraction of the samples trained (0.05: 5%); a test that could pass "
+                            "it waits until the run has trained enough",
+                            &TrainConfig::growth_test_budget, both));
   t.push_back(enum_option(
       "growth-control",
       "--growth-test branch: compare the doubled branch with the current batch at its rate "

@@ -257,6 +257,7 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
   rule.must_divide = config.strict_batch;
   rule.branch_test = config.growth_test == GrowthTest::Branch;
   rule.control = config.growth_control;
+  rule.test_budget = config.growth_test_budget;
   rule.holdout = config.growth_holdout_samples(dataset_size);
   run.auto_batch = rule;
   return run;

@@ -143,6 +143,11 @@ void TrainConfig::validate() const {
                  "--growth-confidence must be zero or positive",
                  "e.g. --growth-confidence 2 (the difference plus two standard errors within the "
                  "bound)");
+    check_config(growth_test_budget > 0 && growth_test_budget <= 1,
+                 "--growth-test-budget must be a fraction of the samples trained, above 0 and at "
+                 "most 1",
+                 "e.g. --growth-test-budget 0.05 (the tests throw away at most 5% of the samples "
+                 "trained)");
     check_config(growth_test != GrowthTest::Branch || !growth_holdout || *growth_holdout != 0,
                  "--growth-test branch scores both branches on training samples set aside, and "
                  "--growth-holdout 0 sets none aside",
@@ -150,10 +155,11 @@ void TrainConfig::validate() const {
   } else {
     check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
                      growth_test == GrowthTest::Branch && growth_tolerance == 0.1 &&
-                     growth_confidence == 2 && growth_control == GrowthControl::Rate,
+                     growth_confidence == 2 && growth_control == GrowthControl::Rate &&
+                     growth_test_budget == 0.05,
                  "--max-global-batch, --growth-threshold, --update-cost, --growth-test, "
-                 "--growth-tolerance, --growth-confidence and --growth-control belong to "
-                 "--global-batch auto",
+                 "--growth-tolerance, --growth-confidence, --growth-control and "
+                 "--growth-test-budget belong to --global-batch auto",
                  "add --global-batch auto, or drop them");
   }
   check_config(!growth_holdout || *growth_holdout >= 0, "--growth-holdout must be zero or positive",

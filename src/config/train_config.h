@@ -96,6 +96,9 @@ struct TrainConfig {
   GrowthControl growth_control = GrowthControl::Rate;
   double growth_tolerance = 0.1;
   double growth_confidence = 2;  // standard errors the difference must clear the bound by
+  // The most the branch tests may throw away, as a fraction of the samples trained: a test is
+  // proposed only when, lost in full, it keeps the losing branches' samples within it.
+  double growth_test_budget = 0.05;
   std::optional<int64_t> growth_holdout;
   // The samples the run sets aside from the training set (growth_holdout resolved against
   // `training_samples`, the training set before it).

@@ -13,10 +13,11 @@ std::string derived_note(const BatchPlan& plan, const char* field) {
   return plan.derived == field ? "   (derived)" : "";
 }
 
-std::string line(const char* label, const std::string& value, const std::string& note = {}) {
-  char buffer[256];
-  std::snprintf(buffer, sizeof buffer, "  %-28s %s%s\n", label, value.c_str(), note.c_str());
-  return buffer;
+std::string line(const std::string& label, const std::string& value, const std::string& note = {}) {
+  // Any length: a value is never cut (a fixed buffer once cut the automatic batch's long line).
+  std::string text = "  " + label;
+  text.append(label.size() < 28 ? 28 - label.size() : 0, ' ');
+  return text + " " + value + note + "\n";
 }
 
 // ", beta1 0.8, beta2 0.998, eps 7.07107e-09" at `global_batch` under --adam-sqrt-adjust, or empty.
@@ -132,16 +133,19 @@ std::string format_plan_text(const ResolvedRun& run) {
                                format_significant(100 * rule.threshold, 3) +
                                "% (noise scale and update cost measured in training), "
                                "accumulation doubling, the micro-batch staying");
-    out += line("tested",
-                rule.branch_test
-                    ? "by branching: the next samples at both batches, scored on " +
-                          std::to_string(rule.holdout) +
-                          " training samples set aside (--growth-test branch)" +
-                          (rule.control == GrowthControl::Temperature
-                               ? ", compared with the current batch at the doubled one's noise "
-                                 "temperature (--growth-control temperature)"
-                               : std::string())
-                    : "no: the prediction alone decides (--growth-test none)");
+    out +=
+        line("tested",
+             rule.branch_test
+                 ? "by branching: the next samples at both batches, scored on " +
+                       std::to_string(rule.holdout) +
+                       " training samples set aside (--growth-test branch), the losing "
+                       "branches at most " +
+                       format_significant(100 * rule.test_budget, 3) + "% of the samples trained" +
+                       (rule.control == GrowthControl::Temperature
+                            ? ", compared with the current batch at the doubled one's noise "
+                              "temperature (--growth-control temperature)"
+                            : std::string())
+                 : "no: the prediction alone decides (--growth-test none)");
     out += line("at most", "global " + std::to_string(rule.max_global_batch) + ", peak lr " +
                                format_significant(run.schedule.config().base_lr *
                                                   scale_lr(1.0, run.ramp->reference_batch,
@@ -276,6 +280,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
     if (run.auto_batch->branch_test)
       j["growth_control"] = growth_control_names().name(run.auto_batch->control);
     j["growth_holdout"] = run.auto_batch->holdout;
+    if (run.auto_batch->branch_test)
+      j["growth_test_budget"] = run.auto_batch->test_budget;
     j["growth_threshold"] = run.auto_batch->threshold;
     if (run.auto_batch->update_cost)
       j["update_cost"] = *run.auto_batch->update_cost;

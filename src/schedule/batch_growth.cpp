@@ -101,6 +101,25 @@ int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch) {
   return updates >= kFewestBranchTestUpdates ? updates * 2 * batch : 0;
 }
 
+int64_t branch_test_worst_cost(GrowthControl control, int64_t test_samples) {
+  return (control == GrowthControl::Temperature ? 2 : 1) * test_samples;
+}
+
+int64_t thrown_away_samples(const std::vector<BatchTest>& tests) {
+  int64_t samples = 0;
+  for (const BatchTest& test : tests)
+    samples += (test.branches - 1) * test.proposal.test_samples;
+  return samples;
+}
+
+int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cost,
+                                int64_t test_samples) {
+  BB_INTERNAL_ASSERT(budget > 0, "a test budget is a positive fraction");
+  // thrown + cost <= budget (seen + test_samples), in whole samples.
+  const double least_trained = std::ceil(double(thrown + worst_cost) / budget - 1e-9);
+  return std::max<int64_t>(0, int64_t(least_trained) - test_samples);
+}
+
 BranchVerdict judge_branches(const BranchLosses& losses, double tolerance, double confidence) {
   BB_INTERNAL_ASSERT(
       losses.current.size() == losses.doubled.size() && !losses.current.empty() && losses.items > 0,

@@ -68,6 +68,9 @@ struct GrowthRule {
   // (train/branch_test.h); none: the prediction alone decides.
   bool branch_test = true;
   GrowthControl control = GrowthControl::Rate;
+  // --growth-test-budget: the losing branches' samples never exceed this fraction of the
+  // samples trained (see test_budget_allows_from).
+  double test_budget = 0.05;
   // The training samples set aside for the tests (--growth-holdout): a replay sets the same
   // ones aside, so that it trains on the same samples.
   int64_t holdout = 0;
@@ -134,6 +137,21 @@ int64_t growth_check_wait(int64_t rejected_in_a_row);
 // the doubled batch, or as many as the epoch's `rest_of_epoch` samples hold (both branches end
 // inside the epoch); 0 when fewer than kFewestBranchTestUpdates fit (the test waits).
 int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch);
+
+// The samples a test of `test_samples` per branch throws away when it is lost in full: one
+// branch's, or two under GrowthControl::Temperature (a rejected doubling trains the current batch
+// a third time).
+int64_t branch_test_worst_cost(GrowthControl control, int64_t test_samples);
+// The samples the tests in the log trained besides their kept branches.
+int64_t thrown_away_samples(const std::vector<BatchTest>& tests);
+// The samples seen from which a test may start without the tests' losing branches ever exceeding
+// `budget` of the samples trained: `thrown` so far plus the test's worst cost within budget x
+// (samples seen + the test's kept branch). The bound holds at every point of the run, so the
+// samples to any loss are at most (1 + budget) times the samples the kept run trained. A test's
+// cost is in proportion to the batch (16 updates of the current one), so a small budget also
+// keeps a run from testing early: at 32, 512 samples wait for 9,728 trained at 5%.
+int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cost,
+                                int64_t test_samples);
 
 // Both branches' losses on the controller's slice: per sample, summed over its items (one item
 // per sample, or a language model's target tokens), the same samples in the same order; and the

@@ -309,6 +309,22 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
     growth.rejected_in_a_row = 0;  // the next check comes at the usual wait
     return check;
   }
+  // The tests' budget: proposed only when the test, lost in full, keeps the losing branches'
+  // samples within --growth-test-budget of the samples trained.
+  const int64_t thrown = thrown_away_samples(growth.tests);
+  const int64_t allowed_from = test_budget_allows_from(
+      rule_.test_budget, thrown, branch_test_worst_cost(rule_.control, check.test_samples),
+      check.test_samples);
+  if (at.samples_seen < allowed_from) {
+    check.reason = "testing " + std::to_string(check.proposed) + " (" +
+                   std::to_string(check.test_samples) +
+                   " samples a branch) waits for the tests' budget: " +
+                   format_significant(100 * rule_.test_budget, 3) + "% of the samples trained, " +
+                   std::to_string(thrown) + " thrown away so far; it fits from sample " +
+                   std::to_string(allowed_from);
+    check.test_samples = 0;
+    return check;
+  }
   growth.proposal = decision;
   growth.proposal->test_samples = check.test_samples;
   return check;
@@ -365,9 +381,7 @@ RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
 std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   const BatchGrowthState& growth = at.growth;
   // What the branch tests cost: the losing branches' samples, trained and thrown away.
-  int64_t losing_samples = 0;
-  for (const BatchTest& test : growth.tests)
-    losing_samples += (test.branches - 1) * test.proposal.test_samples;
+  const int64_t losing_samples = thrown_away_samples(growth.tests);
   const std::string tests =
       growth.tests.empty() ? std::string()
                            : "; " + count_of(int64_t(growth.tests.size()), "branch test") + " (" +
@@ -385,6 +399,21 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
     } else if (growth.update_cost < 0) {
       why = "the update's cost was not measured yet (" +
             std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) + " updates)";
+    } else if (growth.last_gain >= 1 + rule_.threshold && rule_.branch_test) {
+      // Proposed, never tested: the test did not fit the budget (or the epoch's samples left).
+      const int64_t test_samples = kBranchTestUpdates * 2 * start_batch_;
+      const int64_t allowed_from = test_budget_allows_from(
+          rule_.test_budget, 0, branch_test_worst_cost(rule_.control, test_samples), test_samples);
+      why = "doubling predicted " + format_fixed(growth.last_gain, 3) +
+            "x the goodput at the last check, but ";
+      why += at.samples_seen < allowed_from
+                 ? "its branch test (" + std::to_string(test_samples) +
+                       " samples a branch) fits the tests' budget (" +
+                       format_significant(100 * rule_.test_budget, 3) +
+                       "% of the samples trained) only from sample " +
+                       std::to_string(allowed_from) + " (a longer run, or a larger " +
+                       "--growth-test-budget, lets it test)"
+                 : std::string("its branch test did not fit the epoch's samples left");
     } else if (growth.last_gain > 0) {
       why = "doubling predicted " + format_fixed(growth.last_gain, 3) +
             "x the goodput at the last check, under the " + format_fixed(1 + rule_.threshold, 3) +

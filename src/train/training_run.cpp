@@ -314,9 +314,11 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                                 std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) +
                                 (world_size > 1 ? " on rank 0" : "")) +
         "), at most " + std::to_string(rule.max_global_batch) +
-        (rule.branch_test ? ", each doubling tested on " +
-                                std::to_string(r.data.controller.size()) + " samples set aside"
-                          : ", untested (--growth-test none)") +
+        (rule.branch_test
+             ? ", each doubling tested on " + std::to_string(r.data.controller.size()) +
+                   " samples set aside, the tests throwing away at most " +
+                   format_significant(100 * rule.test_budget, 3) + "% of the samples trained"
+             : ", untested (--growth-test none)") +
         "; lr " + format_double(config.base_lr()) + " @ " +
         std::to_string(run.ramp->reference_batch) + ", " +
         to_string(run.schedule.config().scaling) + " with the batch; warmup and " +

@@ -18,7 +18,11 @@ from e2e_common import CliTestCase, checkpoints, kill_and_resume, main, read, re
 # 4096 samples, micro-batch 16: the automatic batch starts at 16 x 2 = 32.
 ARGS = ["--model", "mlp", "--hidden", "64", "--train-subset", "4096", "--micro-batch", "16", "--epochs", "2",
         "--lr", "0.05", "--lr-scaling", "linear", "--threads", "1", "--progress", "off"]
-AUTO = [*ARGS, "--global-batch", "auto"]
+# A run of 7680 samples: the tests' default budget (5% of the samples trained) would let no test of 64 (512
+# samples a branch) start before 9728 samples, so these runs' tests may throw away as many as are trained
+# (the budget's own test runs the default).
+EVERY_TEST = ["--growth-test-budget", "1"]
+AUTO = [*ARGS, "--global-batch", "auto", *EVERY_TEST]
 run = functools.partial(e2e_common.run, timeout=600)
 REPLAY = re.compile(r'replay it with --global-batch-schedule "([^"]+)"')
 
@@ -126,8 +130,8 @@ class AutoBatchTest(CliTestCase):
         sqrt_args = [*ARGS[:ARGS.index("--lr-scaling")], "--lr-scaling", "sqrt",
                      *ARGS[ARGS.index("--lr-scaling") + 2:]]
         out = self.path("control")
-        result = run("train", *sqrt_args, "--global-batch", "auto", "--update-cost", "2000", "--growth-control",
-                     "temperature", "--out", out, check=True)
+        result = run("train", *sqrt_args, "--global-batch", "auto", *EVERY_TEST, "--update-cost", "2000",
+                     "--growth-control", "temperature", "--out", out, check=True)
         tests = [r for r in records(out) if r.get("event") == "batch_test"]
         self.assertGreaterEqual(len(tests), 2, tests)
         self.assertFalse(all(t["kept"] for t in tests), tests)
@@ -266,7 +270,8 @@ class AutoBatchTest(CliTestCase):
         # the kept run replays bit for bit, and a run killed (-9) and resumed (the betas set again before each
         # step, whatever the checkpoint's optimizer holds) ends on the same bits.
         tested = self.path("tested")
-        result = run("train", *adamw, "--global-batch", "auto", "--update-cost", "2000", "--out", tested, check=True)
+        result = run("train", *adamw, "--global-batch", "auto", *EVERY_TEST, "--update-cost", "2000", "--out", tested,
+                     check=True)
         self.assertIn("automatic batch: testing 64 against 32", result.stderr)
         summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
         replay = REPLAY.search(summary).group(1)
@@ -274,7 +279,7 @@ class AutoBatchTest(CliTestCase):
         run("train", *adamw, "--global-batch-schedule", replay, "--growth-holdout", "256", "--out", again, check=True)
         self.assertEqual(weights(again), weights(tested))
         killed = self.path("killed")
-        self.assertEqual(kill_and_resume([*adamw, "--global-batch", "auto", "--update-cost", "2000",
+        self.assertEqual(kill_and_resume([*adamw, "--global-batch", "auto", *EVERY_TEST, "--update-cost", "2000",
                                           "--checkpoint-every", "7u"], killed, seed=3, pause=(0.1, 0.6)), 0)
         self.assertEqual(weights(killed), weights(tested))
         # Past the betas' range: refused in one line, naming the flag to change.
@@ -284,13 +289,43 @@ class AutoBatchTest(CliTestCase):
                                    "config", "the global batch 512 of the --global-batch-schedule is past the betas' range")
         self.assertFalse(os.path.exists(self.path("x")))
 
+    def test_the_tests_never_throw_away_more_than_their_budget(self):
+        # The default, 5% of the samples trained: a test of 64 (512 samples a branch) may start once 9728 samples
+        # are trained, which this 7680-sample run never reaches. Each check says so, and the end says why.
+        out = self.path("default")
+        result = run("train", *ARGS, "--global-batch", "auto", "--update-cost", "2000", "--out", out, check=True)
+        self.assertIn("each doubling tested on 256 samples set aside, the tests throwing away at most 5% of the "
+                      "samples trained", result.stderr)
+        self.assertEqual([r for r in records(out) if r.get("event") == "batch_test"], [])
+        waiting = [r for r in records(out) if r.get("event") == "batch_check" and "budget" in r.get("reason", "")]
+        self.assertGreater(len(waiting), 0)
+        self.assertIn("testing 64 (512 samples a branch) waits for the tests' budget: 5% of the samples trained, 0 "
+                      "thrown away so far; it fits from sample 9728", waiting[0]["reason"])
+        self.assertIn("automatic batch: stayed at 32: doubling predicted", result.stderr)
+        self.assertIn("its branch test (512 samples a branch) fits the tests' budget (5% of the samples trained) only "
+                      "from sample 9728 (a longer run, or a larger --growth-test-budget, lets it test)", result.stderr)
+        # A quarter: tests run, and at the end of each the losing branches are within a quarter of what was trained.
+        out = self.path("quarter")
+        run("train", *ARGS, "--global-batch", "auto", "--update-cost", "2000", "--growth-test-budget", "0.25",
+            "--out", out, check=True)
+        tests = [r for r in records(out) if r.get("event") == "batch_test"]
+        self.assertGreaterEqual(len(tests), 1)
+        thrown = 0
+        for test in tests:
+            thrown += test["test_samples"]
+            self.assertLessEqual(thrown, 0.25 * (test["samples_seen"] + test["test_samples"]), tests)
+        # Fewer tests than with no budget to speak of, on the same run.
+        unbounded = self.path("unbounded")
+        run("train", *AUTO, "--update-cost", "2000", "--out", unbounded, check=True)
+        self.assertLess(len(tests), len([r for r in records(unbounded) if r.get("event") == "batch_test"]))
+
     def test_plan_shows_the_start_and_the_limit(self):
         plan = json.loads(run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                               "--json", check=True).stdout)
         self.assertEqual((plan["global_batch_size"], plan["global_batch_auto"], plan["max_global_batch"]),
                          (32, True, 2048))
-        self.assertEqual((plan["growth_test"], plan["growth_holdout"], plan["growth_control"]),
-                         ("branch", 256, "rate"))
+        self.assertEqual((plan["growth_test"], plan["growth_holdout"], plan["growth_control"],
+                          plan["growth_test_budget"]), ("branch", 256, "rate", 0.05))
         text = run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                    "--max-global-batch", "512", check=True).stdout
         self.assertIn("global batch auto", text)
@@ -318,13 +353,17 @@ class AutoBatchTest(CliTestCase):
             (["--growth-confidence", "-1"], "config", "--growth-confidence must be zero or positive"),
             (["--growth-test", "maybe"], "config", "growth test 'maybe' is not known"),
             (["--growth-control", "loss"], "config", "growth control 'loss' is not known"),
+            (["--growth-test-budget", "0"], "config", "--growth-test-budget must be a fraction of the samples"),
+            (["--growth-test-budget", "1.5"], "config", "--growth-test-budget must be a fraction of the samples"),
         ]
         for extra, kind, fragment in cases:
             with self.subTest(extra=extra):
-                self.assert_one_line_error(run("train", *AUTO, *extra, "--out", self.path("x")), kind, fragment)
+                self.assert_one_line_error(run("train", *ARGS, "--global-batch", "auto", *extra, "--out", self.path("x")),
+                                           kind, fragment)
                 self.assertFalse(os.path.exists(self.path("x")))
         for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"],
-                      ["--growth-confidence", "1"], ["--growth-control", "temperature"]):
+                      ["--growth-confidence", "1"], ["--growth-control", "temperature"],
+                      ["--growth-test-budget", "0.1"]):
             self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", *extra), "config",
                                        "belong to --global-batch auto")
 

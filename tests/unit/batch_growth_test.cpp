@@ -137,13 +137,17 @@ LrSchedule constant_rate(double lr, int64_t reference) {
   return LrSchedule(c);
 }
 
-AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false) {
+// `test_budget` 1: the tests may throw away as many samples as are trained, so that the
+// proposals are tested as soon as they come (the budget's own test sets it).
+AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false,
+                               double test_budget = 1) {
   const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
   GrowthRule rule;
   rule.max_global_batch = 4096;
   rule.dataset_size = kSamples;
   rule.update_cost = update_cost;
   rule.branch_test = branch_test;
+  rule.test_budget = test_budget;
   return AutoBatchSchedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
                            constant_rate(0.01, 32), RunBounds{1, 100000}, /*reference_batch=*/32,
                            rule);
@@ -345,6 +349,56 @@ TEST(AutoBatchSchedule, ABranchTestDecidesEachProposal) {
   EXPECT_EQ(r.rates, w.rates);
 }
 
+TEST(BatchGrowth, TheTestsBudgetIsAFractionOfTheSamplesTrained) {
+  // 512 thrown away may start once 512 / 0.05 = 10,240 are trained with the test's own branch.
+  EXPECT_EQ(test_budget_allows_from(0.05, 0, 512, 512), 10240 - 512);
+  EXPECT_EQ(test_budget_allows_from(0.1, 1024, 2048, 1024), 30720 - 1024);
+  EXPECT_EQ(test_budget_allows_from(1, 0, 512, 512), 0);
+  EXPECT_EQ(branch_test_worst_cost(GrowthControl::Rate, 512), 512);
+  EXPECT_EQ(branch_test_worst_cost(GrowthControl::Temperature, 512), 1024);
+  std::vector<BatchTest> tests(2);
+  tests[0].proposal.test_samples = 512;
+  tests[1].proposal.test_samples = 1024;
+  tests[1].branches = 3;
+  EXPECT_EQ(thrown_away_samples(tests), 512 + 2 * 1024);
+}
+
+TEST(AutoBatchSchedule, TestsWaitUntilTheirLosingBranchesFitTheBudget) {
+  // Every test rejected: the run keeps proposing 64, and every test waits until, lost, it
+  // keeps the tests' thrown-away samples within 5% of the samples trained.
+  AutoBatchSchedule schedule = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/0.05);
+  const Walk w = walk(schedule, 3000, 1000, {}, [](const BatchDecision&) { return false; });
+  ASSERT_GE(w.at.growth.tests.size(), 3u);
+  EXPECT_TRUE(w.at.growth.decisions.empty());
+  // The first proposal came at the first check past 9,728 samples, not at update 20.
+  EXPECT_EQ(w.checks[0].test_samples, 0);
+  EXPECT_NE(w.checks[0].reason.find("waits for the tests' budget: 5% of the samples trained, 0 "
+                                    "thrown away so far; it fits from sample 9728"),
+            std::string::npos)
+      << w.checks[0].reason;
+  const BatchDecision& first = w.at.growth.tests[0].proposal;
+  EXPECT_GE(first.samples_seen, 9728);
+  EXPECT_LT(first.samples_seen, 9728 + 32 * kGrowthCheckEvery);
+  // At every test's end the losing branches are within the budget of what was trained.
+  int64_t thrown = 0;
+  for (const BatchTest& test : w.at.growth.tests) {
+    thrown += test.proposal.test_samples;
+    EXPECT_LE(double(thrown),
+              0.05 * double(test.proposal.samples_seen + test.proposal.test_samples));
+  }
+  EXPECT_EQ(thrown, thrown_away_samples(w.at.growth.tests));
+  // A run too short for its first test says so at its end, and what would let it test.
+  AutoBatchSchedule short_run = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/0.05);
+  const Walk s = walk(short_run, 200, 1000);
+  EXPECT_TRUE(s.at.growth.tests.empty());
+  const std::string summary = short_run.summary(s.at);
+  EXPECT_NE(summary.find("stayed at 32: doubling predicted"), std::string::npos) << summary;
+  EXPECT_NE(
+      summary.find("fits the tests' budget (5% of the samples trained) only from sample 9728"),
+      std::string::npos)
+      << summary;
+}
+
 // --growth-control temperature: the control branch trains the current batch at the doubled
 // batch's noise temperature (rate over batch), and only while it trains.
 TEST(AutoBatchSchedule, TheControlBranchTrainsAtTheDoubledBatchsTemperature) {
@@ -355,6 +409,7 @@ TEST(AutoBatchSchedule, TheControlBranchTrainsAtTheDoubledBatchsTemperature) {
     rule.dataset_size = kSamples;
     rule.update_cost = 100;
     rule.control = GrowthControl::Temperature;
+    rule.test_budget = 1;
     LrScheduleConfig c = constant_rate(0.01, 32).config();
     c.scaling = scaling;
     AutoBatchSchedule schedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep), LrSchedule(c),
@@ -408,6 +463,7 @@ TEST(AutoBatchSchedule, ATestNearTheEpochsEndWaits) {
   rule.max_global_batch = 4096;
   rule.dataset_size = 700;  // a check after 20 updates leaves 60 samples: no room for 2 x 64
   rule.update_cost = 100;
+  rule.test_budget = 1;
   AutoBatchSchedule schedule(plan, plan_epoch(plan, 700, LastWindow::Keep), constant_rate(0.01, 32),
                              RunBounds{1, 100000}, 32, rule);
   const Walk w = walk(schedule, kGrowthCheckEvery, 1000);
