@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -115,8 +116,11 @@ int64_t thrown_away_samples(const std::vector<BatchTest>& tests) {
 int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cost,
                                 int64_t test_samples) {
   BB_INTERNAL_ASSERT(budget > 0, "a test budget is a positive fraction");
-  // thrown + cost <= budget (seen + test_samples), in whole samples.
+  // thrown + cost <= budget (seen + test_samples), in whole samples; a budget too small for any
+  // run to reach: never.
   const double least_trained = std::ceil(double(thrown + worst_cost) / budget - 1e-9);
+  if (!(least_trained < 4e18))
+    return std::numeric_limits<int64_t>::max();
   return std::max<int64_t>(0, int64_t(least_trained) - test_samples);
 }
 

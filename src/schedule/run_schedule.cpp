@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
@@ -257,6 +258,15 @@ AutoBatchSchedule::AutoBatchSchedule(BatchPlan plan, EpochPlan epoch, LrSchedule
       start_batch_(plan.global_batch_size),
       rule_(std::move(rule)) {}
 
+namespace {
+// Where a test first fits the tests' budget, in words: "from sample 9728", or never.
+std::string fits_from(int64_t allowed_from) {
+  return allowed_from == std::numeric_limits<int64_t>::max()
+             ? std::string("at no sample a run reaches")
+             : "from sample " + std::to_string(allowed_from);
+}
+}  // namespace
+
 // The cost first (given, or timed over the first updates), then a check every
 // kGrowthCheckEvery updates once the noise scale has settled; a doubling becomes a step of the
 // ramp at the next update's first sample.
@@ -316,12 +326,11 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
       rule_.test_budget, thrown, branch_test_worst_cost(rule_.control, check.test_samples),
       check.test_samples);
   if (at.samples_seen < allowed_from) {
-    check.reason = "testing " + std::to_string(check.proposed) + " (" +
-                   std::to_string(check.test_samples) +
-                   " samples a branch) waits for the tests' budget: " +
-                   format_significant(100 * rule_.test_budget, 3) + "% of the samples trained, " +
-                   std::to_string(thrown) + " thrown away so far; it fits from sample " +
-                   std::to_string(allowed_from);
+    check.reason =
+        "testing " + std::to_string(check.proposed) + " (" + std::to_string(check.test_samples) +
+        " samples a branch) waits for the tests' budget: " +
+        format_significant(100 * rule_.test_budget, 3) + "% of the samples trained, " +
+        std::to_string(thrown) + " thrown away so far; it fits " + fits_from(allowed_from);
     check.test_samples = 0;
     return check;
   }
@@ -410,9 +419,8 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
                  ? "its branch test (" + std::to_string(test_samples) +
                        " samples a branch) fits the tests' budget (" +
                        format_significant(100 * rule_.test_budget, 3) +
-                       "% of the samples trained) only from sample " +
-                       std::to_string(allowed_from) + " (a longer run, or a larger " +
-                       "--growth-test-budget, lets it test)"
+                       "% of the samples trained) only " + fits_from(allowed_from) +
+                       " (a longer run, or a larger " + "--growth-test-budget, lets it test)"
                  : std::string("its branch test did not fit the epoch's samples left");
     } else if (growth.last_gain > 0) {
       why = "doubling predicted " + format_fixed(growth.last_gain, 3) +

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "schedule/batch_growth.h"
@@ -354,6 +355,7 @@ TEST(BatchGrowth, TheTestsBudgetIsAFractionOfTheSamplesTrained) {
   EXPECT_EQ(test_budget_allows_from(0.05, 0, 512, 512), 10240 - 512);
   EXPECT_EQ(test_budget_allows_from(0.1, 1024, 2048, 1024), 30720 - 1024);
   EXPECT_EQ(test_budget_allows_from(1, 0, 512, 512), 0);
+  EXPECT_EQ(test_budget_allows_from(1e-300, 0, 512, 512), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(branch_test_worst_cost(GrowthControl::Rate, 512), 512);
   EXPECT_EQ(branch_test_worst_cost(GrowthControl::Temperature, 512), 1024);
   std::vector<BatchTest> tests(2);
