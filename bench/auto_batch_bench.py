@@ -4,7 +4,7 @@ order and the same evaluation cadence: each run's held-out (validation) loss is 
 metrics.jsonl, L* is the validation loss the best fixed run reaches at 80% of the sample
 budget, and every run is scored by the updates, samples (the branch tests' thrown-away branches
 included) and wall-clock it took to reach L* (interpolated between evaluations), its final
-validation loss and its test accuracy.
+validation loss and its test accuracy (the gpt: its final held-out bits per byte).
 
 Fixed batches each get a 3-point rate grid (the --lr-scaling rule's rate from --lr at the
 start batch, times each --lr-grid factor) and keep their best (by final validation loss); the ramp doubles at a third and two
@@ -15,7 +15,7 @@ and without it (none: the noise-scale prediction alone, the ablation). Every run
 --growth-holdout samples aside, so all train on the same samples in the same order. Several
 seeds: mean and spread. Nothing here is timed against a threshold: it prints what happened.
 
-Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp] [--hidden 128] [--epochs 4]
+Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp|cnn|gpt] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
        [--growth-confidences 2 0] [--growth-test-budgets 0.05 1] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
@@ -35,6 +35,7 @@ import time
 from bench_env import bigbatch_environment, libtorch_version
 
 ENV = bigbatch_environment()
+FORTUNES = "/usr/share/games/fortunes"
 
 
 def records(out):
@@ -53,7 +54,8 @@ def train(binary, out, common, extra):
     rs = records(out)
     if diverged:  # a rate the grid tried and the model did not take: scored as never reaching L*
         return {"evaluations": [], "train_seconds": [], "updates": 0, "samples": 0,
-                "final_val_loss": float("inf"), "test_accuracy": 0.0, "batches": [], "wall": wall,
+                "final_val_loss": float("inf"), "test_accuracy": 0.0, "final_val_bpb": float("inf"),
+                "batches": [], "wall": wall,
                 "summary": ["diverged"]}
     held = [r for r in rs if "val_loss" in r]
     updates = [r for r in rs if "loss" in r and "event" not in r]
@@ -71,7 +73,9 @@ def train(binary, out, common, extra):
             "train_seconds": train_seconds,
             "updates": updates[-1]["step"], "samples": updates[-1]["samples_seen"],
             "final_val_loss": held[-1]["val_loss"],
-            "test_accuracy": [r for r in rs if "test_accuracy" in r][-1]["test_accuracy"],
+            # A language model has no test split: its held-out bits per byte instead.
+            "test_accuracy": next((r["test_accuracy"] for r in reversed(rs) if "test_accuracy" in r), None),
+            "final_val_bpb": next((r["val_bpb"] for r in reversed(held) if "val_bpb" in r), None),
             "batches": sorted({r["global_batch"] for r in updates}), "wall": wall,
             "tests": [(r["proposed"], r["kept"]) for r in rs if r.get("event") == "batch_test"],
             # The samples each branch test trained besides its kept branch, where it began.
@@ -150,7 +154,11 @@ def main():
     a = p.parse_args()
     binary = os.path.join(os.path.abspath(a.build), "bigbatch")
     start_batch = 2 * a.micro_batch
-    common = ["--model", a.model, "--hidden", a.hidden, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
+    # The gpt: the small language model of bench/lr_limits_bench.py on fortunes' documents.
+    model = ["--model", "gpt", "--dataset", f"text:{FORTUNES}", "--seq-len", "128", "--layers", "2",
+             "--d-model", "64", "--heads", "4", "--weight-decay", "0.01"] if a.model == "gpt" else \
+        ["--model", a.model, "--hidden", a.hidden]
+    common = [*model, "--epochs", str(a.epochs), "--val-size", str(a.val_size),
               "--threads", str(a.threads), "--progress", "off", "--micro-batch", str(a.micro_batch),
               "--growth-holdout", str(a.holdout), "--optimizer", a.optimizer]
     # The rule from the starting batch: fixed batches get its rate (times the grid's factors)
@@ -227,13 +235,17 @@ def main():
             run["to_target"] = reach(run, target)
             results.setdefault(name, []).append(run)
         results.setdefault("_targets", []).append(target)
+        if a.json:  # each seed as it ends: a long benchmark cut short keeps what it ran
+            with open(a.json, "w") as f:
+                json.dump(results, f, indent=1)
     print(f"{a.model} ({a.hidden}), {a.optimizer}, {a.epochs} epochs, micro-batch {a.micro_batch}, "
           f"lr {a.lr} @ {start_batch} "
           f"({a.lr_scaling}), grid x{a.lr_grid} (ramp and auto: the start batch's best), seeds {a.seeds}, "
           f"bigbatch {libtorch_version(a.build)}")
     print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
+    language = a.model == "gpt"
     print("| run | batches | lr x | updates to L* | samples to L* | train s to L* | updates | final val loss | "
-          "test acc |")
+          f"{'final val bpb' if language else 'test acc'} |")
     print("|---|---|---|---|---|---|---|---|---|")
 
     def mean_spread(values):
@@ -258,7 +270,8 @@ def main():
               f"| {mean_spread([t[2] if t else None for t in reached])} "
               f"| {mean_spread([r['updates'] for r in runs])} "
               f"| {statistics.mean(r['final_val_loss'] for r in runs):.4f} "
-              f"| {100 * statistics.mean(r['test_accuracy'] for r in runs):.2f}% |")
+              + (f"| {statistics.mean(r['final_val_bpb'] for r in runs):.4f} |" if language else
+                 f"| {100 * statistics.mean(r['test_accuracy'] for r in runs):.2f}% |"))
     for name, runs in results.items():
         for r in runs if not name.startswith("_") else []:
             for line in r["summary"]:

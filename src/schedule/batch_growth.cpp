@@ -124,6 +124,13 @@ int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cos
   return std::max<int64_t>(0, int64_t(least_trained) - test_samples);
 }
 
+int64_t samples_to_repay_test(double gain, int64_t worst_cost) {
+  // after x (1 - 1/gain) >= worst_cost, in whole samples; a gain too near 1 for any run: never.
+  const double least_after = gain > 1 ? std::ceil(double(worst_cost) * gain / (gain - 1) - 1e-9)
+                                      : std::numeric_limits<double>::infinity();
+  return least_after < 4e18 ? int64_t(least_after) : std::numeric_limits<int64_t>::max();
+}
+
 BranchVerdict judge_branches(const BranchLosses& losses, double tolerance, double confidence) {
   BB_INTERNAL_ASSERT(
       losses.current.size() == losses.doubled.size() && !losses.current.empty() && losses.items > 0,

@@ -153,6 +153,15 @@ int64_t thrown_away_samples(const std::vector<BatchTest>& tests);
 int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cost,
                                 int64_t test_samples);
 
+// The samples a run must still train after a test's kept branch for the doubling, kept, to repay
+// the test lost in full: at `gain` times the goodput (predicted at the band's low end) the rest of
+// the run makes its progress for 1/gain of the compute, saving 1 - 1/gain of it, and a lost test
+// threw away `worst_cost` samples of the current batch's compute. So a test is worth proposing
+// only while the run has worst_cost x gain / (gain - 1) samples left after it: at 1.5x, 3 times
+// the test; at 1.05x, 21 times. A test near the run's end — where a cosine's rate is near 0 and
+// both branches barely move — cannot pay for itself and is not run. A gain of at most 1: never.
+int64_t samples_to_repay_test(double gain, int64_t worst_cost);
+
 // Both branches' losses on the controller's slice: per sample, summed over its items (one item
 // per sample, or a language model's target tokens), the same samples in the same order; and the
 // slice's loss per item where both began.

@@ -334,9 +334,38 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
     check.test_samples = 0;
     return check;
   }
+  // The rest of the run must be able to repay the test: kept, the doubling saves 1 - 1/gain of
+  // the compute of the samples after it; lost, the test threw its worst cost away.
+  const int64_t worst_cost = branch_test_worst_cost(rule_.control, check.test_samples);
+  const int64_t after = samples_left(at) - check.test_samples;
+  if (after < samples_to_repay_test(check.goodput_gain, worst_cost)) {
+    check.reason = "testing " + std::to_string(check.proposed) + " (" +
+                   std::to_string(check.test_samples) + " samples a branch) cannot repay itself: ";
+    if (after <= 0) {
+      check.reason += "the run ends within it";
+    } else {
+      const double saved = double(after) * (1 - 1 / check.goodput_gain);
+      check.reason += format_fixed(check.goodput_gain, 3) + "x the goodput over the " +
+                      std::to_string(after) +
+                      " samples the run has left after it saves the compute of " +
+                      std::to_string(int64_t(saved)) + ", less than the " +
+                      std::to_string(worst_cost) + " a lost test throws away";
+    }
+    check.test_samples = 0;
+    return check;
+  }
   growth.proposal = decision;
   growth.proposal->test_samples = check.test_samples;
   return check;
+}
+
+int64_t AutoBatchSchedule::samples_left(const TrainingProgress& at) const {
+  const int64_t by_epochs = bounds_.epochs * epoch_.dataset_size - at.samples_seen;
+  const int64_t batch = plan_.global_batch_size;
+  const int64_t updates = bounds_.total_updates - at.step;
+  // (compared before multiplying: an unbounded update count must not overflow)
+  const int64_t by_updates = updates > by_epochs / batch ? by_epochs : updates * batch;
+  return std::max<int64_t>(0, std::min(by_epochs, by_updates));
 }
 
 std::optional<BatchDecision> AutoBatchSchedule::proposal(const TrainingProgress& at) const {
@@ -379,7 +408,7 @@ void AutoBatchSchedule::settle(TrainingProgress& at, const BatchTest& test) {
 RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
   RunLength length = RampSchedule::expected_length(at);
   const int64_t global = plan_.global_batch_size;
-  const int64_t left = std::max<int64_t>(0, bounds_.epochs * epoch_.dataset_size - at.samples_seen);
+  const int64_t left = samples_left(at);
   length.total_updates = std::min(bounds_.total_updates, at.step + (left + global - 1) / global);
   return length;
 }
@@ -421,7 +450,10 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
                        format_significant(100 * rule_.test_budget, 3) +
                        "% of the samples trained) only " + fits_from(allowed_from) +
                        " (a longer run, or a larger " + "--growth-test-budget, lets it test)"
-                 : std::string("its branch test did not fit the epoch's samples left");
+                 : std::string(
+                       "its branch test did not fit the epoch's samples left, or the "
+                       "run had too few left after it to repay it (each batch_check "
+                       "record in metrics.jsonl says which)");
     } else if (growth.last_gain > 0) {
       why = "doubling predicted " + format_fixed(growth.last_gain, 3) +
             "x the goodput at the last check, under the " + format_fixed(1 + rule_.threshold, 3) +

@@ -219,6 +219,9 @@ class AutoBatchSchedule final : public RampSchedule {
  private:
   // The control branch's rate over the current batch's: the doubled batch's noise temperature.
   double control_rate_factor() const;
+  // The samples the run has left at the batch in force: its epochs' or its updates' end,
+  // whichever comes first (a batch that still grows trains more per update).
+  int64_t samples_left(const TrainingProgress& at) const;
 
   int64_t start_batch_;
   GrowthRule rule_;

@@ -100,6 +100,21 @@ class AutoBatchTest(CliTestCase):
             self.assertEqual(test["kept"], test["difference"] + 2 * test["standard_error"] <= test["bound"])
             self.assertGreaterEqual(test["standard_error"], 0)
             self.assertGreaterEqual(test["extra_seconds"], 0)
+        # Each test began where the rest of the run could repay it: kept at its predicted goodput gain, the
+        # samples after it save the compute of at least the samples a lost test throws away. Checks where it
+        # could not (a gain near 1 early; too little run left late) say so, and no test starts at them.
+        for proposal in proposals:
+            after = 2 * 3840 - proposal["samples_seen"] - proposal["test_samples"]
+            self.assertGreaterEqual(after * (1 - 1 / proposal["goodput_gain"]), proposal["test_samples"], proposal)
+        late = [r for r in records(out) if r.get("event") == "batch_check" and "cannot repay itself" in r.get("reason", "")]
+        self.assertGreater(len(late), 0)
+        self.assertGreater(late[-1]["samples_seen"], max(t["samples_seen"] for t in tests))
+        self.assertFalse({r["step"] for r in late} & {t["started_step"] for t in tests})
+        for check in late:
+            self.assertRegex(check["reason"], r"^testing \d+ \((\d+) samples a branch\) cannot repay itself: (the run "
+                                              r"ends within it|[0-9.]+x the goodput over the \d+ samples the run has left "
+                                              r"after it saves the compute of \d+, less than the \1 a lost test throws "
+                                              r"away)$")
         # A kept doubling starts where its test did; the losing branches left no update records.
         changes = [r for r in records(out) if r.get("event") == "batch_change"]
         self.assertEqual([(c["samples_seen"], c["global_batch"]) for c in changes],
@@ -112,7 +127,7 @@ class AutoBatchTest(CliTestCase):
         summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
         self.assertIn(f"; {len(tests)} branch tests ({kept} kept) trained {losing} samples more", summary)
         self.assertIn("testing 64 against 32: both train the", result.stderr)
-        self.assertRegex(result.stderr, r"automatic batch: stays at 32: from loss [0-9.]+, 64 reached [0-9.]+ and 32 "
+        self.assertRegex(result.stderr, r"automatic batch: kept 64: from loss [0-9.]+, 64 reached [0-9.]+ and 32 "
                                         r"[0-9.]+ \(32 made no progress; difference")
         # The decision log replayed as a ramp, with the same samples set aside: the same run, record for record.
         replay = REPLAY.search(summary).group(1)
@@ -127,8 +142,9 @@ class AutoBatchTest(CliTestCase):
     def test_a_control_at_the_doubled_batchs_temperature_judges_the_batch_alone(self):
         # Under the square-root rule the control trains 32 at 1/sqrt(2) of its rate: the doubled
         # batch's rate over its batch. A rejected doubling trains 32 a third time, at its own rate.
-        sqrt_args = [*ARGS[:ARGS.index("--lr-scaling")], "--lr-scaling", "sqrt",
-                     *ARGS[ARGS.index("--lr-scaling") + 2:]]
+        # A lost test throws two branches away, which the rest of a 2-epoch run cannot repay: 4 epochs.
+        sqrt_args = [("sqrt" if previous == "--lr-scaling" else "4" if previous == "--epochs" else arg)
+                     for previous, arg in zip([None, *ARGS], ARGS)]
         out = self.path("control")
         result = run("train", *sqrt_args, "--global-batch", "auto", *EVERY_TEST, "--update-cost", "2000",
                      "--growth-control", "temperature", "--out", out, check=True)
@@ -159,7 +175,7 @@ class AutoBatchTest(CliTestCase):
 
     def test_a_stop_inside_a_branch_test_resumes_to_the_same_bits(self):
         # A wider model, so that a test's branches take long enough to be stopped in.
-        args = [*AUTO, "--hidden", "1024", "--epochs", "1", "--update-cost", "2000"]
+        args = [*AUTO, "--hidden", "1024", "--update-cost", "2000"]
         whole = self.path("whole")
         run("train", *args, "--out", whole, check=True)
         stopped = self.path("stopped")

@@ -140,8 +140,8 @@ LrSchedule constant_rate(double lr, int64_t reference) {
 
 // `test_budget` 1: the tests may throw away as many samples as are trained, so that the
 // proposals are tested as soon as they come (the budget's own test sets it).
-AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false,
-                               double test_budget = 1) {
+AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false, double test_budget = 1,
+                               int64_t total_updates = 100000) {
   const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
   GrowthRule rule;
   rule.max_global_batch = 4096;
@@ -150,8 +150,8 @@ AutoBatchSchedule auto_from_32(double update_cost, bool branch_test = false,
   rule.branch_test = branch_test;
   rule.test_budget = test_budget;
   return AutoBatchSchedule(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
-                           constant_rate(0.01, 32), RunBounds{1, 100000}, /*reference_batch=*/32,
-                           rule);
+                           constant_rate(0.01, 32), RunBounds{1, total_updates},
+                           /*reference_batch=*/32, rule);
 }
 
 // Exact squared norms of a problem whose |G|^2 and tr(Sigma) are known: every estimate is the
@@ -399,6 +399,55 @@ TEST(AutoBatchSchedule, TestsWaitUntilTheirLosingBranchesFitTheBudget) {
       summary.find("fits the tests' budget (5% of the samples trained) only from sample 9728"),
       std::string::npos)
       << summary;
+}
+
+TEST(BatchGrowth, ATestMustBeRepaidByTheRestOfTheRun) {
+  // Kept at 1.5x the goodput, a doubling saves a third of what follows: 3 x 512 repays 512.
+  EXPECT_EQ(samples_to_repay_test(1.5, 512), 1536);
+  EXPECT_EQ(samples_to_repay_test(2, 1000), 2000);
+  EXPECT_EQ(samples_to_repay_test(1.05, 1000), 21000);
+  EXPECT_EQ(samples_to_repay_test(1, 512), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(samples_to_repay_test(1 + 1e-300, 512), std::numeric_limits<int64_t>::max());
+}
+
+TEST(AutoBatchSchedule, NoTestNearTheRunsEndThatCannotRepayItself) {
+  // Update cost 100, noise scale 1000: doubling 32 predicts 1.561x the goodput, so a test of
+  // 512 samples a branch needs ceil(512 x 1.561 / 0.561) = 1425 samples of run after it. The
+  // first check comes after update 20 (640 samples).
+  const double gain = goodput_gain(32, 1000, 100);
+  const int64_t needed = samples_to_repay_test(gain, 512);
+  ASSERT_EQ(needed, 1425);
+  // A run of 70 updates has 50 x 32 = 1600 left at the check, 1088 after the test: not proposed.
+  AutoBatchSchedule short_run = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/1, 70);
+  const Walk s = walk(short_run, 70, 1000);
+  ASSERT_FALSE(s.checks.empty());
+  EXPECT_EQ(s.checks[0].test_samples, 0);
+  EXPECT_NE(s.checks[0].reason.find("testing 64 (512 samples a branch) cannot repay itself: 1.561x "
+                                    "the goodput over the 1088 samples the run has left after it "
+                                    "saves the compute of 391, less than the 512 a lost test "
+                                    "throws away"),
+            std::string::npos)
+      << s.checks[0].reason;
+  EXPECT_TRUE(s.at.growth.tests.empty());
+  const std::string summary = short_run.summary(s.at);
+  EXPECT_NE(summary.find("too few left after it to repay it"), std::string::npos) << summary;
+  // A run of 36 updates ends with the test's 512 samples.
+  AutoBatchSchedule ends = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/1, 36);
+  const Walk e = walk(ends, kGrowthCheckEvery, 1000);
+  ASSERT_FALSE(e.checks.empty());
+  EXPECT_EQ(e.checks[0].reason,
+            "testing 64 (512 samples a branch) cannot repay itself: the run ends within it");
+  // A run of 90 updates has 2240 left, 1728 after the test: proposed at the first check.
+  AutoBatchSchedule long_enough = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/1, 90);
+  const Walk l = walk(long_enough, kGrowthCheckEvery, 1000);
+  ASSERT_TRUE(long_enough.proposal(l.at).has_value());
+  EXPECT_EQ(l.checks[0].test_samples, 512);
+  // Over a whole run with every test lost, each test had enough run left to repay itself.
+  AutoBatchSchedule whole = auto_from_32(100, /*branch_test=*/true, /*test_budget=*/1, 3125);
+  const Walk w = walk(whole, 3125, 1000, {}, [](const BatchDecision&) { return false; });
+  ASSERT_GE(w.at.growth.tests.size(), 3u);
+  for (const BatchTest& test : w.at.growth.tests)
+    EXPECT_GE(kSamples - test.proposal.samples_seen - test.proposal.test_samples, needed);
 }
 
 // --growth-control temperature: the control branch trains the current batch at the doubled
