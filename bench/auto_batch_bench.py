@@ -15,13 +15,18 @@ and without it (none: the noise-scale prediction alone, the ablation). Every run
 --growth-holdout samples aside, so all train on the same samples in the same order. Several
 seeds: mean and spread. Nothing here is timed against a threshold: it prints what happened.
 
+With --two-hosts RATE every run trains as two ranks, one on each of two network namespaces
+joined by a veth pair shaped to RATE (tests/e2e/netns.py; root needed): the all-reduce of each
+update then crosses a link of that rate, so an update is dear in fact and the automatic batch's
+timed cost sees it — the wall-clock to L* is then the comparison that counts.
+
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp|cnn|gpt] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
        [--growth-confidences 2 0] [--growth-test-budgets 0.05 1] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
        [--adam-sqrt-adjusts off on]
        [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
-       [--threads 2] [--json FILE]
+       [--threads 2] [--two-hosts 1gbit] [--json FILE]
 """
 import argparse
 import json
@@ -29,6 +34,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -43,10 +49,35 @@ def records(out):
         return [json.loads(line) for line in f if line.strip()]
 
 
+# --two-hosts: the two network namespaces every run trains across, one rank on each
+# (tests/e2e/netns.py), and the next rendezvous port.
+HOSTS = None
+PORT = [29700]
+
+
+def bigbatch_train(binary, args):
+    """`bigbatch train ARGS` here, or as two ranks, one on each of the two hosts (rank 0's lines,
+    without their prefix, as the run's stderr)."""
+    if HOSTS is None:
+        return subprocess.run([binary, "train", *args], capture_output=True, text=True, env=ENV)
+    from netns import MASTER
+    PORT[0] += 1
+    launchers = [subprocess.Popen(
+        ["ip", "netns", "exec", HOSTS.ns[node], binary, "launch", "--nproc", "1", "--nnodes", "2", "--node-rank",
+         str(node), "--master-addr", MASTER, "--master-port", str(PORT[0]), "--", binary, "train", *args,
+         "--dist-timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(ENV, GLOO_SOCKET_IFNAME=HOSTS.veth[node])) for node in (0, 1)]
+    outputs = [launcher.communicate(timeout=7200) for launcher in launchers]
+    code = next((launcher.returncode for launcher in launchers if launcher.returncode != 0), 0)
+    rank0 = "\n".join(line[len("[rank 0] "):] if line.startswith("[rank 0] ") else line
+                       for line in outputs[0][1].splitlines() if not line.startswith("[rank 1] "))
+    return subprocess.CompletedProcess(args, code, outputs[0][0], rank0)
+
+
 def train(binary, out, common, extra):
     start = time.perf_counter()
-    result = subprocess.run([binary, "train", *common, *extra, "--out", out], capture_output=True, text=True,
-                            env=ENV)
+    result = bigbatch_train(binary, [*common, *extra, "--out", out])
     diverged = "error[diverged]" in result.stderr
     if result.returncode != 0 and not diverged:
         raise SystemExit(f"bigbatch train {' '.join(common + extra)} failed:\n{result.stderr}")
@@ -150,8 +181,35 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--eval-every", default="5000s",
                    help="in samples: the same data between evaluations at any batch, growing or not")
+    p.add_argument("--two-hosts", metavar="RATE",
+                   help="every run as two ranks, one on each of two network namespaces joined by a link shaped "
+                        "to RATE (tc's tbf, e.g. 1gbit; 'veth': unshaped): an update whose all-reduce is dear in "
+                        "fact, for the wall-clock to L* (root needed; one thread a rank)")
     p.add_argument("--json")
     a = p.parse_args()
+    if a.two_hosts:
+        global HOSTS
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
+        import unittest
+        from netns import TwoHosts
+        HOSTS = TwoHosts()
+        try:
+            HOSTS.create()
+        except unittest.SkipTest as why:
+            raise SystemExit(f"--two-hosts needs two network namespaces: {why}")
+        why_not = HOSTS.slow_link(a.two_hosts) if a.two_hosts != "veth" else None
+        if why_not:
+            HOSTS.remove()
+            raise SystemExit(why_not)
+        a.threads = 1
+        try:
+            return benchmark(a)
+        finally:
+            HOSTS.remove()
+    return benchmark(a)
+
+
+def benchmark(a):
     binary = os.path.join(os.path.abspath(a.build), "bigbatch")
     start_batch = 2 * a.micro_batch
     # The gpt: the small language model of bench/lr_limits_bench.py on fortunes' documents.
@@ -241,7 +299,8 @@ def main():
     print(f"{a.model} ({a.hidden}), {a.optimizer}, {a.epochs} epochs, micro-batch {a.micro_batch}, "
           f"lr {a.lr} @ {start_batch} "
           f"({a.lr_scaling}), grid x{a.lr_grid} (ramp and auto: the start batch's best), seeds {a.seeds}, "
-          f"bigbatch {libtorch_version(a.build)}")
+          f"bigbatch {libtorch_version(a.build)}"
+          + (f", 2 ranks (1 thread each) on two hosts joined by {a.two_hosts}" if a.two_hosts else ""))
     print(f"L* (validation loss): {', '.join(f'{t:.4f}' for t in results['_targets'])}")
     language = a.model == "gpt"
     print("| run | batches | lr x | updates to L* | samples to L* | train s to L* | updates | final val loss | "
