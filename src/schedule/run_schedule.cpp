@@ -439,7 +439,7 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
             std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) + " updates)";
     } else if (growth.last_gain >= 1 + rule_.threshold && rule_.branch_test) {
       // Proposed, never tested: the test did not fit the budget (or the epoch's samples left).
-      const int64_t test_samples = kBranchTestUpdates * 2 * start_batch_;
+      const int64_t test_samples = branch_test_samples(start_batch_, epoch_.dataset_size);
       const int64_t allowed_from = test_budget_allows_from(
           rule_.test_budget, 0, branch_test_worst_cost(rule_.control, test_samples), test_samples);
       why = "doubling predicted " + format_fixed(growth.last_gain, 3) +
