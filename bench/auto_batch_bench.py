@@ -190,13 +190,8 @@ def main():
     if a.two_hosts:
         global HOSTS
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
-        import unittest
-        from netns import TwoHosts
-        HOSTS = TwoHosts()
-        try:
-            HOSTS.create()
-        except unittest.SkipTest as why:
-            raise SystemExit(f"--two-hosts needs two network namespaces: {why}")
+        from netns import two_hosts_for
+        HOSTS = two_hosts_for("--two-hosts")
         why_not = HOSTS.slow_link(a.two_hosts) if a.two_hosts != "veth" else None
         if why_not:
             HOSTS.remove()

@@ -76,13 +76,8 @@ def run_on_two_hosts(binary, hosts, workdir, name, micro, port):
 
 def slow_link_table(binary, rate):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
-    import unittest
-    from netns import TwoHosts
-    hosts = TwoHosts()
-    try:
-        hosts.create()
-    except unittest.SkipTest as why:
-        raise SystemExit(f"--slow-link needs two network namespaces: {why}")
+    from netns import two_hosts_for
+    hosts = two_hosts_for("--slow-link")
     workdir = tempfile.mkdtemp(prefix="bigbatch_dist_bench_")
     rows = []
     try:

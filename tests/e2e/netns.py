@@ -92,3 +92,13 @@ class TwoHosts:
         """Packets host A's shaper held back so far (tbf's overlimits)."""
         stats = json.loads(tc("-n", self.ns[0], "-s", "-j", "qdisc", "show", "dev", self.veth[0]).stdout)
         return stats[0]["overlimits"]
+
+
+def two_hosts_for(what):
+    """Two hosts built, for a benchmark's `what` (a flag); SystemExit saying why they cannot be."""
+    hosts = TwoHosts()
+    try:
+        hosts.create()
+    except unittest.SkipTest as why:
+        raise SystemExit(f"{what} needs two network namespaces: {why}") from None
+    return hosts
