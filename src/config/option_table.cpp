@@ -280,7 +280,8 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("growth-test-budget",
                             "--growth-test branch: the most the tests may throw away, as a "
                             "fraction of the samples trained (0.05: 5%); a test that could pass "
-                            "it waits until the run has trained enough",
+                            "it waits until the run has trained enough, and none runs where the "
+                            "rest of the run cannot repay it",
                             &TrainConfig::growth_test_budget, both));
   t.push_back(enum_option(
       "growth-control",
