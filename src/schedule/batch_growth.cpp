@@ -113,22 +113,29 @@ int64_t thrown_away_samples(const std::vector<BatchTest>& tests) {
   return samples;
 }
 
+namespace {
+// A least sample count, rounded up to whole samples; past anything a run reaches (a budget or a
+// gain too small, infinity): never, as the largest count.
+int64_t whole_samples_or_never(double samples) {
+  const double whole = std::ceil(samples - 1e-9);
+  return whole < 4e18 ? int64_t(whole) : std::numeric_limits<int64_t>::max();
+}
+}  // namespace
+
 int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cost,
                                 int64_t test_samples) {
   BB_INTERNAL_ASSERT(budget > 0, "a test budget is a positive fraction");
-  // thrown + cost <= budget (seen + test_samples), in whole samples; a budget too small for any
-  // run to reach: never.
-  const double least_trained = std::ceil(double(thrown + worst_cost) / budget - 1e-9);
-  if (!(least_trained < 4e18))
-    return std::numeric_limits<int64_t>::max();
-  return std::max<int64_t>(0, int64_t(least_trained) - test_samples);
+  // thrown + cost <= budget (seen + test_samples).
+  const int64_t least_trained = whole_samples_or_never(double(thrown + worst_cost) / budget);
+  if (least_trained == std::numeric_limits<int64_t>::max())
+    return least_trained;
+  return std::max<int64_t>(0, least_trained - test_samples);
 }
 
 int64_t samples_to_repay_test(double gain, int64_t worst_cost) {
-  // after x (1 - 1/gain) >= worst_cost, in whole samples; a gain too near 1 for any run: never.
-  const double least_after = gain > 1 ? std::ceil(double(worst_cost) * gain / (gain - 1) - 1e-9)
-                                      : std::numeric_limits<double>::infinity();
-  return least_after < 4e18 ? int64_t(least_after) : std::numeric_limits<int64_t>::max();
+  // after x (1 - 1/gain) >= worst_cost.
+  return whole_samples_or_never(gain > 1 ? double(worst_cost) * gain / (gain - 1)
+                                         : std::numeric_limits<double>::infinity());
 }
 
 BranchVerdict judge_branches(const BranchLosses& losses, double tolerance, double confidence) {

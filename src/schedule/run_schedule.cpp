@@ -322,9 +322,9 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
   // The tests' budget: proposed only when the test, lost in full, keeps the losing branches'
   // samples within --growth-test-budget of the samples trained.
   const int64_t thrown = thrown_away_samples(growth.tests);
-  const int64_t allowed_from = test_budget_allows_from(
-      rule_.test_budget, thrown, branch_test_worst_cost(rule_.control, check.test_samples),
-      check.test_samples);
+  const int64_t worst_cost = branch_test_worst_cost(rule_.control, check.test_samples);
+  const int64_t allowed_from =
+      test_budget_allows_from(rule_.test_budget, thrown, worst_cost, check.test_samples);
   if (at.samples_seen < allowed_from) {
     check.reason =
         "testing " + std::to_string(check.proposed) + " (" + std::to_string(check.test_samples) +
@@ -336,7 +336,6 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
   }
   // The rest of the run must be able to repay the test: kept, the doubling saves 1 - 1/gain of
   // the compute of the samples after it; lost, the test threw its worst cost away.
-  const int64_t worst_cost = branch_test_worst_cost(rule_.control, check.test_samples);
   const int64_t after = samples_left(at) - check.test_samples;
   if (after < samples_to_repay_test(check.goodput_gain, worst_cost)) {
     check.reason = "testing " + std::to_string(check.proposed) + " (" +
@@ -438,7 +437,8 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
       why = "the update's cost was not measured yet (" +
             std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) + " updates)";
     } else if (growth.last_gain >= 1 + rule_.threshold && rule_.branch_test) {
-      // Proposed, never tested: the test did not fit the budget (or the epoch's samples left).
+      // Proposed, never tested: the test did not fit the budget, the epoch's samples left, or
+      // the run's samples that could repay it.
       const int64_t test_samples = branch_test_samples(start_batch_, epoch_.dataset_size);
       const int64_t allowed_from = test_budget_allows_from(
           rule_.test_budget, 0, branch_test_worst_cost(rule_.control, test_samples), test_samples);
@@ -449,7 +449,7 @@ std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
                        " samples a branch) fits the tests' budget (" +
                        format_significant(100 * rule_.test_budget, 3) +
                        "% of the samples trained) only " + fits_from(allowed_from) +
-                       " (a longer run, or a larger " + "--growth-test-budget, lets it test)"
+                       " (a longer run, or a larger --growth-test-budget, lets it test)"
                  : std::string(
                        "its branch test did not fit the epoch's samples left, or the "
                        "run had too few left after it to repay it (each batch_check "
