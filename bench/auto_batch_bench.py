@@ -42,6 +42,8 @@ from bench_env import bigbatch_environment, libtorch_version
 
 ENV = bigbatch_environment()
 FORTUNES = "/usr/share/games/fortunes"
+# Said either way: unsaid, the automatic batch with adamw adjusts the betas by default.
+ADAM_SQRT_ADJUST_FLAG = {"on": ["--adam-sqrt-adjust"], "off": ["--no-adam-sqrt-adjust"]}
 
 
 def records(out):
@@ -241,7 +243,7 @@ def benchmark(a):
         ramp = f"0:{start_batch} {budget // 3}s:{2 * start_batch} {2 * budget // 3}s:{4 * start_batch}"
         others = {}
         for adjust in a.adam_sqrt_adjusts:
-            flag, label = (["--adam-sqrt-adjust"], ", adam-sqrt-adjust") if adjust == "on" else ([], "")
+            flag, label = ADAM_SQRT_ADJUST_FLAG[adjust], (", adam-sqrt-adjust" if adjust == "on" else "")
             others[f"ramp x2 at 1/3, 2/3{label}"] = train(
                 binary, os.path.join(workdir, f"s{seed}-ramp-{adjust}"), seeded,
                 [*rule, "--global-batch-schedule", ramp, "--lr", str(lr), *flag, "--eval-every", a.eval_every])
@@ -277,7 +279,7 @@ def benchmark(a):
                         seeded,
                         [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
                          test, *branch, "--noise-gradient", gradient,
-                         *(["--adam-sqrt-adjust"] if adjust == "on" else []), "--eval-every", a.eval_every])
+                         *ADAM_SQRT_ADJUST_FLAG[adjust], "--eval-every", a.eval_every])
         for run in others.values():
             run["lr_factor"] = start["lr_factor"] if start else 1.0
         runs = {**fixed, **others}

@@ -37,7 +37,7 @@ void check_owned_flags(const TrainConfig& config, const LrFindOptions& options) 
   refuse_if(config.schedule_length.has_value(), "--schedule-length");
   refuse_if(config.max_updates.has_value(), "--max-updates");
   refuse_if(config.min_lr_factor != defaults.min_lr_factor, "--min-lr-factor");
-  refuse_if(config.adam_sqrt_adjust, "--adam-sqrt-adjust");
+  refuse_if(config.adam_sqrt_adjust.value_or(false), "--adam-sqrt-adjust");
   check_config(config.resume.empty(), "bigbatch lr-find starts a run of its own; it resumes none",
                "drop --resume");
   check_config(!config.global_batch_auto && config.global_batch_schedule.empty(),

@@ -123,6 +123,23 @@ OptionSpec switch_option(std::string name, std::string help, bool TrainConfig::*
   return s;
 }
 
+// A switch pair over a setting whose default depends on others: unset until one is given.
+OptionSpec optional_switch_option(std::string name, std::string help,
+                                  std::optional<bool> TrainConfig::*field, bool value_when_set,
+                                  unsigned commands = kTrainCommand) {
+  OptionSpec s{name, std::move(help), "", commands, nullptr, nullptr};
+  s.set = [name, field, value_when_set](TrainConfig& c, const std::string& t) {
+    c.*field = to_bool(name, t) ? value_when_set : !value_when_set;
+  };
+  s.get = [field, value_when_set](const TrainConfig& c) -> std::optional<ConfigValue> {
+    if (!(c.*field))
+      return std::nullopt;
+    return *(c.*field) == value_when_set;
+  };
+  s.negates_another = !value_when_set;
+  return s;
+}
+
 OptionSpec string_option(std::string name, std::string help, std::string value_hint,
                          std::string TrainConfig::*field, unsigned commands = kTrainCommand) {
   OptionSpec s{name, std::move(help), std::move(value_hint), commands, nullptr, nullptr};
@@ -408,17 +425,24 @@ std::vector<OptionSpec> build_table() {
                           "linear, sqrt, or adascale (sgd: a gain measured each update from the "
                           "gradient noise; Johnson et al. 2020)",
                           &TrainConfig::lr_scaling, &lr_scaling_names, both));
-  t.push_back(switch_option("adam-sqrt-adjust",
-                            "with adamw and the sqrt rule, also scale the betas and epsilon "
-                            "(Malladi et al. 2022): beta -> 1 - k(1 - beta), eps -> eps / sqrt(k), "
-                            "k = batch / --lr-ref-batch, at every batch a ramp or auto takes",
-                            &TrainConfig::adam_sqrt_adjust, true, both));
+  t.push_back(optional_switch_option(
+      "adam-sqrt-adjust",
+      "with adamw and the sqrt rule, also scale the betas and epsilon (Malladi et al. 2022): "
+      "beta -> 1 - k(1 - beta), eps -> eps / sqrt(k), k = batch / --lr-ref-batch, at every batch "
+      "a ramp or auto takes (default: on under --global-batch auto with adamw and the sqrt rule, "
+      "off elsewhere)",
+      &TrainConfig::adam_sqrt_adjust, true, both));
+  t.push_back(optional_switch_option("no-adam-sqrt-adjust",
+                                     "keep adamw's betas and epsilon at every batch, also under "
+                                     "--global-batch auto",
+                                     &TrainConfig::adam_sqrt_adjust, false, both));
   t.push_back(double_option("momentum", "SGD momentum", &TrainConfig::momentum, train_and_fit));
   t.push_back(switch_option("nesterov",
                             "Nesterov momentum (SGD; bigbatch's default, not PyTorch's)",
                             &TrainConfig::nesterov, true));
   t.push_back(switch_option("no-nesterov", "plain (heavy-ball) momentum (SGD)",
                             &TrainConfig::nesterov, false));
+  t.back().negates_another = true;
   t.push_back(double_option("weight-decay",
                             "weight decay, applied once per update (decoupled for adamw)",
                             &TrainConfig::weight_decay));
@@ -875,7 +899,7 @@ std::string render_toml_config(const TrainConfig& config) {
   // Keys in name order, as a TOML table prints them.
   std::map<std::string, std::string> lines;
   for (const auto& spec : option_table()) {
-    if (!(spec.commands & kTrainCommand) || spec.name == "no-nesterov")
+    if (!(spec.commands & kTrainCommand) || spec.negates_another)
       continue;
     if (const auto value = spec.get(config))
       lines[spec.name] = toml_value(*value);

@@ -33,6 +33,9 @@ struct OptionSpec {
   std::function<void(TrainConfig&, const std::string&)> set;
   std::function<std::optional<ConfigValue>(const TrainConfig&)> get;  // nullopt: leave unset
   bool is_list = false;  // takes a comma-separated list (a TOML array in a config file)
+  // A switch that says the other state of another one (--no-nesterov): config.toml writes the
+  // state once, under the other's name.
+  bool negates_another = false;
 
   bool is_switch() const { return value_hint.empty(); }
 };

@@ -32,7 +32,7 @@ LrSchedule make_schedule(const TrainConfig& config, int64_t global_batch, const 
   for (const auto& milestone : config.step_milestones)
     s.milestones.push_back(milestone.to_updates(plan, epoch));
   s.gamma = config.step_gamma;
-  if (config.adam_sqrt_adjust)
+  if (config.adam_sqrt_adjust_on())
     s.adam_at_reference =
         AdamHyperparameters{config.adam_beta1, config.adam_beta2, config.adam_eps};
   return LrSchedule(s);
@@ -46,6 +46,18 @@ void check_adam_sqrt_adjust_rule(const LrSchedule& schedule) {
                     std::string(to_string(schedule.config().scaling)),
                 "use --lr-scaling sqrt (or auto with adamw)");
   }
+}
+
+// How a message names the betas' adjustment, and the way to turn it off: the flag, or its
+// default under --global-batch auto.
+std::string adam_sqrt_adjust_named(const TrainConfig& config) {
+  return config.adam_sqrt_adjust_by_default()
+             ? "--adam-sqrt-adjust (on by default for adamw under --global-batch auto)"
+             : "--adam-sqrt-adjust";
+}
+std::string adam_sqrt_adjust_off(const TrainConfig& config) {
+  return config.adam_sqrt_adjust_by_default() ? "add --no-adam-sqrt-adjust"
+                                              : "drop --adam-sqrt-adjust";
 }
 
 // The largest batch --adam-sqrt-adjust can train at from `schedule`'s reference (no limit
@@ -102,8 +114,10 @@ ResolvedRun resolve_adascale_run(const TrainConfig& config, const BatchPlan& pla
                 "use a --micro-batch smaller than the global batch" +
                     std::string(config.noise_scale ? "" : ", and drop --no-noise-scale"));
   }
-  if (config.adam_sqrt_adjust) {
-    throw Error(ErrorKind::Config, "--adam-sqrt-adjust belongs to the square-root rule with adamw",
+  if (config.adam_sqrt_adjust_on()) {
+    throw Error(ErrorKind::Config,
+                "--adam-sqrt-adjust carries adamw's betas along the square-root rule, but "
+                "--lr-scaling adascale measures its own gain from SGD's gradients",
                 "drop --adam-sqrt-adjust");
   }
   // The reference schedule: --epochs of updates at the reference batch.
@@ -190,7 +204,8 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
     if (phase.global_batch > limit.largest) {
       throw Error(
           ErrorKind::Config,
-          "--adam-sqrt-adjust: the global batch " + std::to_string(phase.global_batch) +
+          adam_sqrt_adjust_named(config) + ": the global batch " +
+              std::to_string(phase.global_batch) +
               (config.global_batch_auto ? " that --global-batch auto starts at"
                                         : " of the --global-batch-schedule") +
               " is past the betas' range (" + limit.why + ")",
@@ -198,7 +213,7 @@ ResolvedRun resolve_ramp_run(const TrainConfig& config, GlobalBatchSchedule batc
                ? std::string("start at ") + std::to_string(limit.largest) +
                      " or below (--micro-batch)"
                : "keep the schedule's batches at " + std::to_string(limit.largest) + " or below") +
-              ", raise --lr-ref-batch, or drop --adam-sqrt-adjust");
+              ", raise --lr-ref-batch, or " + adam_sqrt_adjust_off(config));
     }
   }
   run.adam = run.schedule.adam_at(plan.global_batch_size);
@@ -242,9 +257,10 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
     if (config.max_global_batch > 0) {
       throw Error(ErrorKind::Config,
                   "--max-global-batch " + std::to_string(rule.max_global_batch) +
-                      " is past the betas' range under --adam-sqrt-adjust (" + limit.why + ")",
+                      " is past the betas' range under " + adam_sqrt_adjust_named(config) + " (" +
+                      limit.why + ")",
                   "use --max-global-batch " + std::to_string(limit.largest) +
-                      " or less, raise --lr-ref-batch, or drop --adam-sqrt-adjust");
+                      " or less, raise --lr-ref-batch, or " + adam_sqrt_adjust_off(config));
     }
     // The largest doubling of the start within the range: what the growth can reach.
     rule.max_global_batch = start;

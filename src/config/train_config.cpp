@@ -348,7 +348,7 @@ void TrainConfig::validate() const {
   check_config(dist_timeout > 0, "--dist-timeout must be positive seconds",
                "e.g. --dist-timeout 300");
   check_config(bucket_mb > 0, "--bucket-mb must be positive", "e.g. --bucket-mb 25");
-  check_config(!adam_sqrt_adjust || optimizer == OptimizerKind::AdamW,
+  check_config(!adam_sqrt_adjust.value_or(false) || optimizer == OptimizerKind::AdamW,
                "--adam-sqrt-adjust adjusts Adam's betas and epsilon, but the optimizer is " +
                    std::string(to_string(optimizer)),
                "add --optimizer adamw, or drop --adam-sqrt-adjust");
@@ -389,6 +389,13 @@ void TrainConfig::validate() const {
       "drop --accum-steps and give --global-batch");
   check_config(schedule != ScheduleKind::Step || !step_milestones.empty(),
                "--schedule step needs --step-milestones", "e.g. --step-milestones 3e,6e");
+}
+
+bool TrainConfig::adam_sqrt_adjust_on() const {
+  if (adam_sqrt_adjust)
+    return *adam_sqrt_adjust;
+  return global_batch_auto && optimizer == OptimizerKind::AdamW &&
+         resolve_lr_scaling(lr_scaling, /*layer_wise_trust=*/false) == LrScaling::Sqrt;
 }
 
 std::string TrainConfig::lr_reference_note() const {

@@ -126,7 +126,9 @@ struct TrainConfig {
   std::optional<double> lr;
   std::optional<int64_t> lr_ref_batch;
   LrScaling lr_scaling = LrScaling::Auto;  // sqrt; linear for lars (resolve_lr_scaling)
-  bool adam_sqrt_adjust = false;           // Malladi's beta/eps adjustments with the sqrt rule
+  // Malladi's beta/eps adjustments with the sqrt rule (--adam-sqrt-adjust, --no-adam-sqrt-adjust);
+  // unset: adam_sqrt_adjust_on() says the default.
+  std::optional<bool> adam_sqrt_adjust;
   double momentum = 0.9;
   bool nesterov = true;
   double weight_decay = 5e-4;
@@ -240,6 +242,13 @@ struct TrainConfig {
         lr_ref_batch = kDefaultLrRefBatch;
     }
   }
+  // --adam-sqrt-adjust or --no-adam-sqrt-adjust as given; unset, on for adamw under
+  // --global-batch auto with the square-root rule (on both AdamW workloads the automatic batch
+  // reached the target in every seed with the betas following it and took fewer updates;
+  // without, it missed once: docs/benchmarks.md), off elsewhere.
+  bool adam_sqrt_adjust_on() const;
+  // On by that default rather than by the flag: what a message names as its cause.
+  bool adam_sqrt_adjust_by_default() const { return !adam_sqrt_adjust && adam_sqrt_adjust_on(); }
   // The dataset directory named by `dataset` (fashion-mnist, idx:DIR, npy:DIR).
   std::string dataset_directory() const;
   // text:PATH or jsonl:FILE, and its path.

@@ -179,13 +179,14 @@ std::string format_plan_text(const ResolvedRun& run) {
     out += line("rule", run.schedule.describe_scaling());
   }
   if (run.adam) {
-    out +=
-        line("adam (sqrt rule)",
-             describe(*run.adam) +
-                 (run.ramp ? " at the start; at each batch its own (beta_i -> 1 - k (1 - beta_i), "
-                             "eps -> eps / sqrt(k), k = batch / " +
-                                 std::to_string(run.ramp->reference_batch) + ")"
-                           : std::string()));
+    out += line(
+        "adam (sqrt rule)",
+        describe(*run.adam) +
+            (run.ramp ? " at the start; at each batch its own (beta_i -> 1 - k (1 - beta_i), "
+                        "eps -> eps / sqrt(k), k = batch / " +
+                            std::to_string(run.ramp->reference_batch) + ")"
+                      : std::string()) +
+            (run.auto_batch ? "; --no-adam-sqrt-adjust keeps them at every batch" : std::string()));
   }
   if (run.adascale) {
     const auto& a = *run.adascale;

@@ -424,7 +424,12 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
     settings.adam_beta1 = adam->beta1;
     settings.adam_beta2 = adam->beta2;
     settings.adam_eps = adam->eps;
-    console.say("adamw under the square-root rule (--adam-sqrt-adjust): " + describe(*adam) +
+    console.say(std::string("adamw under the square-root rule (--adam-sqrt-adjust") +
+                (r.adam_sqrt_adjust_by_default
+                     ? ", the default under --global-batch auto; --no-adam-sqrt-adjust keeps the "
+                       "betas"
+                     : "") +
+                "): " + describe(*adam) +
                 (r.resolved.ramp ? " at the starting batch; each batch trains at its own" : ""));
   }
   console.say("optimizer: " + settings.describe());
@@ -1034,7 +1039,10 @@ TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, C
   resolved_config.resolve_default_rate();
   if (resolved_config.lr_scaling == LrScaling::Auto)
     resolved_config.lr_scaling = resolved.schedule.config().scaling;
+  const bool adam_sqrt_adjust_by_default = resolved_config.adam_sqrt_adjust_by_default();
+  resolved_config.adam_sqrt_adjust = resolved_config.adam_sqrt_adjust_on();
   TrainingRun r(std::move(resolved_config), job, std::move(data), std::move(resolved));
+  r.adam_sqrt_adjust_by_default = adam_sqrt_adjust_by_default;
   r.state.schedule = make_run_schedule(r.resolved);
   r.state.schedule->set_micro_batch_tokens(r.config.micro_batch_tokens);
   TrainConfig& config = r.config;

@@ -93,6 +93,9 @@ struct TrainingRun {
   bool finished = false;
   // A resume from a checkpoint older than the run's newest (--discard-newer).
   bool abandons_newer = false;
+  // adamw's betas follow the batch by the automatic batch's default, not by the flag (config
+  // has it resolved): the start line says so, and how to keep them.
+  bool adam_sqrt_adjust_by_default = false;
   Precision precision = Precision::Fp32;
   // Where the model, its batches, gradients and optimizer state live (device/device.h).
   torch::Device device{torch::kCPU};

@@ -305,6 +305,44 @@ class AutoBatchTest(CliTestCase):
                                    "config", "the global batch 512 of the --global-batch-schedule is past the betas' range")
         self.assertFalse(os.path.exists(self.path("x")))
 
+    def test_adamw_under_the_automatic_batch_adjusts_its_betas_unless_told(self):
+        # Unsaid, adamw under --global-batch auto with the square-root rule trains each batch at its own betas
+        # (the plan and the start line say so and how to keep them); config.toml writes the choice, so a resume
+        # keeps it whatever later defaults are. --no-adam-sqrt-adjust keeps the betas and the 64x limit, a
+        # written ramp keeps them unsaid, and a limit past the betas' range names the default as its cause.
+        adamw = [*[a for a in ARGS if a not in ("--lr", "0.05", "--lr-scaling", "linear")], "--optimizer", "adamw",
+                 "--lr", "0.002", "--lr-ref-batch", "32", "--lr-scaling", "sqrt"]
+        plan = run("plan", *adamw, "--global-batch", "auto", check=True).stdout
+        self.assertRegex(plan, r"adam \(sqrt rule\) +beta1 0\.9, beta2 0\.999, eps 1e-08 at the start; at each batch "
+                               r"its own .*; --no-adam-sqrt-adjust keeps them at every batch")
+        self.assertEqual(json.loads(run("plan", *adamw, "--global-batch", "auto", "--json",
+                                        check=True).stdout)["max_global_batch"], 256)
+        kept = json.loads(run("plan", *adamw, "--global-batch", "auto", "--no-adam-sqrt-adjust", "--json",
+                              check=True).stdout)
+        self.assertEqual(kept["max_global_batch"], 64 * 32)
+        self.assertNotIn("adam_beta1", kept)
+        self.assertNotIn("adam_beta1", json.loads(run("plan", *adamw, "--global-batch-schedule", "0:32 1e:64",
+                                                      "--json", check=True).stdout))
+        out = self.path("default")
+        result = run("train", *adamw, "--global-batch", "auto", "--out", out, check=True)
+        self.assertIn("adamw under the square-root rule (--adam-sqrt-adjust, the default under --global-batch auto; "
+                      "--no-adam-sqrt-adjust keeps the betas): beta1 0.9", result.stderr)
+        with open(os.path.join(out, "config.toml")) as f:
+            config = f.read()
+        self.assertIn("\nadam-sqrt-adjust = true\n", config)
+        self.assertNotIn("no-adam-sqrt-adjust", config)
+        out = self.path("kept")
+        result = run("train", *adamw, "--global-batch", "auto", "--no-adam-sqrt-adjust",
+                     "--out", out, check=True)
+        self.assertNotIn("adamw under the square-root rule", result.stderr)
+        with open(os.path.join(out, "config.toml")) as f:
+            self.assertIn("\nadam-sqrt-adjust = false\n", f.read())
+        self.assert_one_line_error(run("train", *adamw, "--global-batch", "auto", "--max-global-batch", "640",
+                                       "--out", self.path("x")), "config",
+                                   "past the betas' range under --adam-sqrt-adjust (on by default for adamw under "
+                                   "--global-batch auto)")
+        self.assertFalse(os.path.exists(self.path("x")))
+
     def test_the_tests_never_throw_away_more_than_their_budget(self):
         # The default, 5% of the samples trained: a test of 64 (512 samples a branch) may start once 9728 samples
         # are trained, which this 7680-sample run never reaches. Each check says so, and the end says why.

@@ -536,6 +536,33 @@ TEST(ConfigToml, ARunRecordsTheFilesItReadsByAbsolutePaths) {
   EXPECT_EQ(config.with_absolute_paths().init_weights, "");
 }
 
+TEST(ConfigToml, ASwitchPairWritesItsStateOnceAndAnUnsaidOneNotAtAll) {
+  // --adam-sqrt-adjust / --no-adam-sqrt-adjust: unset writes nothing (the default decides),
+  // either state one line under the positive name, read back to the same state; an older run's
+  // file with `adam-sqrt-adjust = false` keeps it off.
+  TrainConfig config;
+  EXPECT_EQ(render_toml_config(config).find("adam-sqrt-adjust"), std::string::npos);
+  EXPECT_EQ(flags_set_in(config, {}).find("adam-sqrt-adjust"), std::string::npos);
+  for (const bool state : {true, false}) {
+    config.adam_sqrt_adjust = state;
+    const std::string text = render_toml_config(config);
+    EXPECT_NE(text.find(std::string("\nadam-sqrt-adjust = ") + (state ? "true" : "false") + "\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("no-adam-sqrt-adjust"), std::string::npos) << text;
+    EXPECT_EQ(text.find("no-nesterov"), std::string::npos) << text;
+    TrainConfig again;
+    load_toml_config_text(again, text, "config.toml");
+    EXPECT_EQ(again.adam_sqrt_adjust, state);
+    EXPECT_NE(
+        flags_set_in(config, {}).find(state ? " --adam-sqrt-adjust" : " --no-adam-sqrt-adjust"),
+        std::string::npos);
+  }
+  TrainConfig written;
+  load_toml_config_text(written, "no-adam-sqrt-adjust = true\n", "config.toml");
+  EXPECT_EQ(written.adam_sqrt_adjust, false);
+}
+
 TEST(ConfigToml, NumbersAreTheShortestThatRoundTrip) {
   TrainConfig config;
   config.lr = 0.1 + 0.2;  // 0.30000000000000004: needs its 17 digits

@@ -371,5 +371,59 @@ TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
   EXPECT_THROW(resolve_run(config, 60000, 1), Error);
 }
 
+TEST(RunSchedule, TheAutomaticBatchAdjustsAdamsBetasUnlessTold) {
+  // Unsaid, the betas follow the batch under --global-batch auto with adamw and the square-root
+  // rule, and nowhere else; --no-adam-sqrt-adjust keeps them (and the batch's default limit).
+  TrainConfig config;
+  config.optimizer = OptimizerKind::AdamW;
+  config.lr = 1e-3;
+  config.lr_ref_batch = 32;
+  config.micro_batch = 16;
+  config.global_batch_auto = true;
+  EXPECT_TRUE(config.adam_sqrt_adjust_on());
+  EXPECT_TRUE(config.adam_sqrt_adjust_by_default());
+  ResolvedRun automatic = resolve_run(config, 60000, 1);
+  ASSERT_TRUE(automatic.schedule.adam_at(64).has_value());
+  EXPECT_NEAR(automatic.schedule.adam_at(64)->beta1, 0.8, 1e-12);
+  EXPECT_EQ(automatic.auto_batch->max_global_batch, 256);
+  config.max_global_batch = 1024;
+  try {
+    resolve_run(config, 60000, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "--max-global-batch 1024 is past the betas' range under --adam-sqrt-adjust (on "
+                  "by default for adamw under --global-batch auto) (beta1 0.9 reaches 0"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("or add --no-adam-sqrt-adjust"), std::string::npos) << e.hint();
+  }
+
+  config.adam_sqrt_adjust = false;
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  automatic = resolve_run(config, 60000, 1);
+  EXPECT_FALSE(automatic.schedule.adam_at(64).has_value());
+  EXPECT_EQ(automatic.auto_batch->max_global_batch, 1024);
+  config.max_global_batch = 0;
+  EXPECT_EQ(resolve_run(config, 60000, 1).auto_batch->max_global_batch, 64 * 32);
+
+  // Elsewhere off: another rule, another optimizer, a fixed batch or a written ramp.
+  config.adam_sqrt_adjust.reset();
+  config.lr_scaling = LrScaling::Linear;
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  EXPECT_FALSE(resolve_run(config, 60000, 1).schedule.adam_at(64).has_value());
+  config.lr_scaling = LrScaling::Auto;
+  config.optimizer = OptimizerKind::Sgd;
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  config.optimizer = OptimizerKind::Lamb;
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  config.optimizer = OptimizerKind::AdamW;
+  config.global_batch_auto = false;
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  config.global_batch_schedule = "0:32 20000s:256";
+  EXPECT_FALSE(config.adam_sqrt_adjust_on());
+  EXPECT_FALSE(resolve_run(config, 60000, 1).adam.has_value());
+}
+
 }  // namespace
 }  // namespace bigbatch
