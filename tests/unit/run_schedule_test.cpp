@@ -321,13 +321,18 @@ TEST(RunSchedule, MadeForTheConfiguredRegime) {
   EXPECT_EQ(schedule->bounds().total_updates, resolved.total_updates);
 }
 
-TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
-  // --adam-sqrt-adjust from a reference of 32: beta1 0.9 reaches 0 at 320.
+// AdamW at 1e-3 tuned at 32, micro-batches of 16: beta1 0.9 reaches 0 at 320.
+TrainConfig adamw_tuned_at_32() {
   TrainConfig config;
   config.optimizer = OptimizerKind::AdamW;
   config.lr = 1e-3;
   config.lr_ref_batch = 32;
   config.micro_batch = 16;
+  return config;
+}
+
+TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
+  TrainConfig config = adamw_tuned_at_32();
   config.adam_sqrt_adjust = true;
   config.global_batch_schedule = "0:32 20000s:256";
   ResolvedRun ramp = resolve_run(config, 60000, 1);
@@ -374,11 +379,7 @@ TEST(RunSchedule, AdamsBetasBoundTheBatchesARunMayTrainAt) {
 TEST(RunSchedule, TheAutomaticBatchAdjustsAdamsBetasUnlessTold) {
   // Unsaid, the betas follow the batch under --global-batch auto with adamw and the square-root
   // rule, and nowhere else; --no-adam-sqrt-adjust keeps them (and the batch's default limit).
-  TrainConfig config;
-  config.optimizer = OptimizerKind::AdamW;
-  config.lr = 1e-3;
-  config.lr_ref_batch = 32;
-  config.micro_batch = 16;
+  TrainConfig config = adamw_tuned_at_32();
   config.global_batch_auto = true;
   EXPECT_TRUE(config.adam_sqrt_adjust_on());
   EXPECT_TRUE(config.adam_sqrt_adjust_by_default());
