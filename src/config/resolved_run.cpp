@@ -266,6 +266,10 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
     rule.max_global_batch = start;
     while (rule.max_global_batch <= limit.largest / 2)
       rule.max_global_batch *= 2;
+    run.auto_batch_limit_note =
+        "the last doubling before " + limit.why +
+        (config.adam_sqrt_adjust_by_default() ? "; --no-adam-sqrt-adjust lifts the limit"
+                                              : " under --adam-sqrt-adjust");
   }
   rule.threshold = config.growth_threshold;
   rule.update_cost = config.update_cost;

@@ -51,6 +51,10 @@ struct ResolvedRun {
   // --global-batch auto: `ramp` holds its first step (the start), and the trainer adds the
   // doublings this rule decides.
   std::optional<GrowthRule> auto_batch = std::nullopt;
+  // Why its largest batch is below the default when the betas bound it ("the last doubling
+  // before beta1 0.9 reaches 0 at 10x the rate's reference batch 32 under --adam-sqrt-adjust");
+  // empty when --max-global-batch or the default set it.
+  std::string auto_batch_limit_note = {};
   // --eval-every in updates (0: off): updates whose count is a multiple of it are evaluated.
   int64_t eval_every_updates = 0;
   // --eval-every in samples, epochs or tokens under a batch that changes (a ramp, the automatic

@@ -146,12 +146,16 @@ std::string format_plan_text(const ResolvedRun& run) {
                               "temperature (--growth-control temperature)"
                             : std::string())
                  : "no: the prediction alone decides (--growth-test none)");
-    out += line("at most", "global " + std::to_string(rule.max_global_batch) + ", peak lr " +
-                               format_significant(run.schedule.config().base_lr *
-                                                  scale_lr(1.0, run.ramp->reference_batch,
-                                                           rule.max_global_batch,
-                                                           run.schedule.config().scaling)) +
-                               adam_at(run, rule.max_global_batch));
+    out +=
+        line("at most",
+             "global " + std::to_string(rule.max_global_batch) +
+                 (run.auto_batch_limit_note.empty() ? std::string()
+                                                    : " (" + run.auto_batch_limit_note + ")") +
+                 ", peak lr " +
+                 format_significant(run.schedule.config().base_lr *
+                                    scale_lr(1.0, run.ramp->reference_batch, rule.max_global_batch,
+                                             run.schedule.config().scaling)) +
+                 adam_at(run, rule.max_global_batch));
   } else if (run.ramp) {
     out += "global batch schedule (" + run.ramp->batches.to_string() + ")\n";
     for (const auto& phase : run.ramp->phases) {
@@ -277,6 +281,8 @@ nlohmann::json plan_json(const ResolvedRun& run) {
   if (run.auto_batch) {
     j["global_batch_auto"] = true;
     j["max_global_batch"] = run.auto_batch->max_global_batch;
+    if (!run.auto_batch_limit_note.empty())
+      j["max_global_batch_reason"] = run.auto_batch_limit_note;
     j["growth_test"] = run.auto_batch->branch_test ? "branch" : "none";
     if (run.auto_batch->branch_test)
       j["growth_control"] = growth_control_names().name(run.auto_batch->control);

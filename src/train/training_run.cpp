@@ -314,6 +314,8 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
                                 std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) +
                                 (world_size > 1 ? " on rank 0" : "")) +
         "), at most " + std::to_string(rule.max_global_batch) +
+        (run.auto_batch_limit_note.empty() ? std::string()
+                                           : " (" + run.auto_batch_limit_note + ")") +
         (rule.branch_test
              ? ", each doubling tested on " + std::to_string(r.data.controller.size()) +
                    " samples set aside, the tests throwing away at most " +

@@ -254,6 +254,8 @@ class AutoBatchTest(CliTestCase):
                  "--lr", "0.002", "--lr-ref-batch", "32", "--lr-scaling", "sqrt", "--adam-sqrt-adjust"]
         plan = json.loads(run("plan", *adamw, "--global-batch", "auto", "--json", check=True).stdout)
         self.assertEqual(plan["max_global_batch"], 256)  # the last doubling of 32 within 320
+        self.assertEqual(plan["max_global_batch_reason"], "the last doubling before beta1 0.9 reaches 0 at 10x the "
+                                                          "rate's reference batch 32 under --adam-sqrt-adjust")
         self.assertEqual((plan["adam_beta1"], plan["adam_beta2"], plan["adam_eps"]), (0.9, 0.999, 1e-8))
         out = self.path("adamw")
         result = run("train", *adamw, "--global-batch", "auto", "--update-cost", "2000", "--growth-test", "none",
@@ -315,16 +317,22 @@ class AutoBatchTest(CliTestCase):
         plan = run("plan", *adamw, "--global-batch", "auto", check=True).stdout
         self.assertRegex(plan, r"adam \(sqrt rule\) +beta1 0\.9, beta2 0\.999, eps 1e-08 at the start; at each batch "
                                r"its own .*; --no-adam-sqrt-adjust keeps them at every batch")
-        self.assertEqual(json.loads(run("plan", *adamw, "--global-batch", "auto", "--json",
-                                        check=True).stdout)["max_global_batch"], 256)
+        self.assertIn("at most                      global 256 (the last doubling before beta1 0.9 reaches 0 at 10x "
+                      "the rate's reference batch 32; --no-adam-sqrt-adjust lifts the limit), peak lr", plan)
+        planned = json.loads(run("plan", *adamw, "--global-batch", "auto", "--json", check=True).stdout)
+        self.assertEqual(planned["max_global_batch"], 256)
+        self.assertIn("--no-adam-sqrt-adjust lifts the limit", planned["max_global_batch_reason"])
         kept = json.loads(run("plan", *adamw, "--global-batch", "auto", "--no-adam-sqrt-adjust", "--json",
                               check=True).stdout)
         self.assertEqual(kept["max_global_batch"], 64 * 32)
         self.assertNotIn("adam_beta1", kept)
+        self.assertNotIn("max_global_batch_reason", kept)
         self.assertNotIn("adam_beta1", json.loads(run("plan", *adamw, "--global-batch-schedule", "0:32 1e:64",
                                                       "--json", check=True).stdout))
         out = self.path("default")
         result = run("train", *adamw, "--global-batch", "auto", "--out", out, check=True)
+        self.assertIn("at most 256 (the last doubling before beta1 0.9 reaches 0 at 10x the rate's reference batch 32; "
+                      "--no-adam-sqrt-adjust lifts the limit)", result.stderr)
         self.assertIn("adamw under the square-root rule (--adam-sqrt-adjust, the default under --global-batch auto; "
                       "--no-adam-sqrt-adjust keeps the betas): beta1 0.9", result.stderr)
         with open(os.path.join(out, "config.toml")) as f:

@@ -387,6 +387,11 @@ TEST(RunSchedule, TheAutomaticBatchAdjustsAdamsBetasUnlessTold) {
   ASSERT_TRUE(automatic.schedule.adam_at(64).has_value());
   EXPECT_NEAR(automatic.schedule.adam_at(64)->beta1, 0.8, 1e-12);
   EXPECT_EQ(automatic.auto_batch->max_global_batch, 256);
+  EXPECT_EQ(automatic.auto_batch_limit_note,
+            "the last doubling before beta1 0.9 reaches 0 at 10x the rate's reference batch 32; "
+            "--no-adam-sqrt-adjust lifts the limit");
+  config.max_global_batch = 256;  // given: its own reason
+  EXPECT_EQ(resolve_run(config, 60000, 1).auto_batch_limit_note, "");
   config.max_global_batch = 1024;
   try {
     resolve_run(config, 60000, 1);
@@ -405,6 +410,7 @@ TEST(RunSchedule, TheAutomaticBatchAdjustsAdamsBetasUnlessTold) {
   automatic = resolve_run(config, 60000, 1);
   EXPECT_FALSE(automatic.schedule.adam_at(64).has_value());
   EXPECT_EQ(automatic.auto_batch->max_global_batch, 1024);
+  EXPECT_EQ(automatic.auto_batch_limit_note, "");
   config.max_global_batch = 0;
   EXPECT_EQ(resolve_run(config, 60000, 1).auto_batch->max_global_batch, 64 * 32);
 
