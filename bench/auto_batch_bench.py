@@ -20,13 +20,18 @@ joined by a veth pair shaped to RATE (tests/e2e/netns.py; root needed): the all-
 update then crosses a link of that rate, so an update is dear in fact and the automatic batch's
 timed cost sees it — the wall-clock to L* is then the comparison that counts.
 
+With --baselines-from FILE (an earlier --json of the same command: every option but the
+automatic batch's variant lists the same) each run the file holds for a seed — the fixed
+batches, the ramps, Seesaw and any automatic-batch variant of the same name — is read from it
+instead of trained again; those runs' times come from that earlier sitting.
+
 Usage: bench/auto_batch_bench.py BUILD_DIR [--model mlp|cnn|gpt] [--hidden 128] [--epochs 4]
        [--micro-batch 16] [--fixed 32 128 512 2048] [--lr 0.05] [--lr-scaling sqrt] [--lr-grid 0.5 1 2]
        [--update-costs auto 2000] [--growth-tests branch none] [--growth-controls rate temperature]
        [--growth-confidences 2 0] [--growth-test-budgets 0.05 1] [--optimizer sgd] [--noise-gradients auto raw preconditioned]
-       [--adam-sqrt-adjusts off on]
+       [--adam-sqrt-adjusts off on] [--growth-predict-ats low estimate] [--growth-tolerances 0.1 0.02]
        [--seesaw 4] [--holdout 1100] [--seeds 42 1 2]
-       [--threads 2] [--two-hosts 1gbit] [--json FILE]
+       [--threads 2] [--two-hosts 1gbit] [--json FILE] [--baselines-from FILE]
 """
 import argparse
 import json
@@ -177,6 +182,10 @@ def main():
     p.add_argument("--growth-test-budgets", nargs="+", default=["0.05"],
                    help="the most the branch tests may throw away, a fraction of the samples trained "
                         "(--growth-test-budget; 1: as good as none)")
+    p.add_argument("--growth-tolerances", nargs="+", default=["0.1"],
+                   help="--growth-tolerance of the branch test (how much less progress a kept doubling may make)")
+    p.add_argument("--growth-predict-ats", nargs="+", default=["low"], choices=["low", "estimate"],
+                   help="--growth-predict-at of the branch-tested automatic batch (the untested one: low)")
     p.add_argument("--holdout", type=int, default=1100,
                    help="training samples every run sets aside (the branch test scores on them; 2%% of 55,000)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42])
@@ -188,6 +197,8 @@ def main():
                         "to RATE (tc's tbf, e.g. 1gbit; 'veth': unshaped): an update whose all-reduce is dear in "
                         "fact, for the wall-clock to L* (root needed; one thread a rank)")
     p.add_argument("--json")
+    p.add_argument("--baselines-from", metavar="FILE",
+                   help="an earlier --json of the same command: the runs it holds are read, not trained")
     a = p.parse_args()
     if a.two_hosts:
         global HOSTS
@@ -206,8 +217,34 @@ def main():
     return benchmark(a)
 
 
+# The options that only choose which variants run: an earlier file's runs stand for this
+# command's when every other option is the same.
+VARIANT_OPTIONS = {"update_costs", "growth_tests", "growth_controls", "noise_gradients", "adam_sqrt_adjusts",
+                   "growth_confidences", "growth_test_budgets", "growth_predict_ats", "growth_tolerances", "seesaw", "json",
+                   "baselines_from", "build", "seeds"}
+
+
+def same_command(a):
+    return {k: v for k, v in vars(a).items() if k not in VARIANT_OPTIONS}
+
+
+def earlier_runs(a):
+    """The runs of --baselines-from by name and seed; it must come from the same command."""
+    if not a.baselines_from:
+        return lambda name, seed: None
+    with open(a.baselines_from) as f:
+        earlier = json.load(f)
+    if earlier.get("_command") != same_command(a):
+        raise SystemExit(f"--baselines-from {a.baselines_from}: its runs come from another command "
+                         f"({earlier.get('_command')}); give a --json of this one")
+    seeds = earlier["_command_seeds"]
+    return lambda name, seed: earlier[name][seeds.index(seed)] \
+        if seed in seeds and len(earlier.get(name, [])) > seeds.index(seed) else None
+
+
 def benchmark(a):
     binary = os.path.join(os.path.abspath(a.build), "bigbatch")
+    reused = earlier_runs(a)
     start_batch = 2 * a.micro_batch
     # The gpt: the small language model of bench/lr_limits_bench.py on fortunes' documents.
     model = ["--model", "gpt", "--dataset", f"text:{FORTUNES}", "--seq-len", "128", "--layers", "2",
@@ -222,19 +259,22 @@ def benchmark(a):
     if a.train_subset:
         common += ["--train-subset", str(a.train_subset)]
     workdir = tempfile.mkdtemp(prefix="bigbatch_auto_bench_")
-    results = {}
+    results = {"_command": same_command(a), "_command_seeds": a.seeds}
     for seed in a.seeds:
         seeded = [*common, "--seed", str(seed)]
+
+        def trained_or_reused(name, directory, extra):
+            return reused(name, seed) or train(binary, os.path.join(workdir, f"s{seed}-{directory}"), seeded, extra)
         fixed = {}
         for batch in a.fixed:
-            best = None
-            for factor in a.lr_grid:
-                run = train(binary, os.path.join(workdir, f"s{seed}-fixed{batch}-x{factor}"), seeded,
-                            [*rule, "--global-batch", str(batch), "--lr", str(a.lr * factor), "--eval-every",
-                             a.eval_every])
-                run["lr_factor"] = factor
-                if best is None or run["final_val_loss"] < best["final_val_loss"]:
-                    best = run
+            best = reused(f"fixed {batch}", seed)
+            for factor in a.lr_grid if best is None else []:
+                tried = train(binary, os.path.join(workdir, f"s{seed}-fixed{batch}-x{factor}"), seeded,
+                              [*rule, "--global-batch", str(batch), "--lr", str(a.lr * factor), "--eval-every",
+                               a.eval_every])
+                tried["lr_factor"] = factor
+                if best is None or tried["final_val_loss"] < best["final_val_loss"]:
+                    best = tried
             fixed[f"fixed {batch}"] = best
         budget = max(r["samples"] for r in fixed.values())
         # The ramp and the automatic batch start from the rate tuned for the starting batch.
@@ -244,8 +284,8 @@ def benchmark(a):
         others = {}
         for adjust in a.adam_sqrt_adjusts:
             flag, label = ADAM_SQRT_ADJUST_FLAG[adjust], (", adam-sqrt-adjust" if adjust == "on" else "")
-            others[f"ramp x2 at 1/3, 2/3{label}"] = train(
-                binary, os.path.join(workdir, f"s{seed}-ramp-{adjust}"), seeded,
+            others[f"ramp x2 at 1/3, 2/3{label}"] = trained_or_reused(
+                f"ramp x2 at 1/3, 2/3{label}", f"ramp-{adjust}",
                 [*rule, "--global-batch-schedule", ramp, "--lr", str(lr), *flag, "--eval-every", a.eval_every])
         if a.seesaw:
             # Seesaw (arXiv:2510.14717): the batch doubles where the schedule would halve the rate.
@@ -255,28 +295,29 @@ def benchmark(a):
             steps = [f"0:{start_batch}"] + [
                 f"{int(budget * math.acos(2.0 ** (1 - k) - 1) / math.pi)}s:{start_batch << k}"
                 for k in range(1, a.seesaw + 1)]
-            others["seesaw (x2 where the cosine halves)"] = train(
-                binary, os.path.join(workdir, f"s{seed}-seesaw"), seeded,
+            others["seesaw (x2 where the cosine halves)"] = trained_or_reused(
+                "seesaw (x2 where the cosine halves)", "seesaw",
                 [*rule, "--global-batch-schedule", " ".join(steps), "--lr", str(lr), "--eval-every", a.eval_every])
         for cost in a.update_costs:
             for test in a.growth_tests:
-                variants = [(c, z, f) for c in a.growth_controls for z in a.growth_confidences
-                            for f in a.growth_test_budgets] if test == "branch" else [(None, None, None)]
-                for (control, z, test_budget), gradient, adjust in [(v, g, j) for v in variants
-                                                               for g in a.noise_gradients
-                                                               for j in a.adam_sqrt_adjusts]:
+                variants = [(c, z, f, at, tol) for c in a.growth_controls for z in a.growth_confidences
+                            for f in a.growth_test_budgets for at in a.growth_predict_ats
+                            for tol in a.growth_tolerances] \
+                    if test == "branch" else [(None, None, None, "low", None)]
+                for (control, z, test_budget, at, tolerance), gradient, adjust in [(v, g, j) for v in variants
+                                                                   for g in a.noise_gradients
+                                                                   for j in a.adam_sqrt_adjusts]:
                     name = f"auto (update cost {cost}, test {test}" + \
                         (f", control {control}, {z} SE" if control else "") + \
                         (f", test budget {test_budget}" if test_budget and len(a.growth_test_budgets) > 1 else "") + \
                         (f", noise {gradient}" if len(a.noise_gradients) > 1 else "") + \
-                        (", adam-sqrt-adjust" if adjust == "on" else "") + ")"
-                    branch = ["--growth-control", control, "--growth-confidence", z,
-                              "--growth-test-budget", test_budget] if control else []
-                    others[name] = train(
-                        binary,
-                        os.path.join(workdir,
-                                     f"s{seed}-auto-{cost}-{test}-{control}-{z}-{test_budget}-{gradient}-{adjust}"),
-                        seeded,
+                        (", adam-sqrt-adjust" if adjust == "on" else "") + \
+                        (", predict at estimate" if at == "estimate" else "") + \
+                        (f", tolerance {tolerance}" if tolerance and tolerance != "0.1" else "") + ")"
+                    branch = ["--growth-control", control, "--growth-confidence", z, "--growth-test-budget",
+                              test_budget, "--growth-predict-at", at, "--growth-tolerance", tolerance] if control else []
+                    others[name] = trained_or_reused(
+                        name, f"auto-{cost}-{test}-{control}-{z}-{test_budget}-{gradient}-{adjust}-{at}-{tolerance}",
                         [*rule, "--global-batch", "auto", "--lr", str(lr), "--update-cost", cost, "--growth-test",
                          test, *branch, "--noise-gradient", gradient,
                          *ADAM_SQRT_ADJUST_FLAG[adjust], "--eval-every", a.eval_every])

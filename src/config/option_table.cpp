@@ -277,6 +277,12 @@ std::vector<OptionSpec> build_table() {
                             "--global-batch auto: the least predicted goodput gain a doubling "
                             "must promise (0.05: 5%)",
                             &TrainConfig::growth_threshold, both));
+  t.push_back(enum_option("growth-predict-at",
+                          "--global-batch auto: predict a doubling's goodput at the noise "
+                          "scale's two-standard-error low end, so that a noisy estimate waits "
+                          "(low), or at the estimate itself, so that the branch test decides as "
+                          "soon as the estimate favours doubling (estimate)",
+                          &TrainConfig::growth_predict_at, &growth_prediction_names, both));
   t.push_back(enum_option("growth-test",
                           "--global-batch auto: confirm each proposed doubling by training the "
                           "next samples at both batches from the same point and keeping the "

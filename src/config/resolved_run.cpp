@@ -272,6 +272,7 @@ ResolvedRun resolve_auto_batch_run(const TrainConfig& config, int64_t dataset_si
                                               : " under --adam-sqrt-adjust");
   }
   rule.threshold = config.growth_threshold;
+  rule.predict_at = config.growth_predict_at;
   rule.update_cost = config.update_cost;
   rule.dataset_size = dataset_size;
   rule.must_divide = config.strict_batch;

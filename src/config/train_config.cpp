@@ -156,9 +156,9 @@ void TrainConfig::validate() const {
     check_config(max_global_batch == 0 && growth_threshold == 0.05 && !update_cost &&
                      growth_test == GrowthTest::Branch && growth_tolerance == 0.1 &&
                      growth_confidence == 2 && growth_control == GrowthControl::Rate &&
-                     growth_test_budget == 0.05,
-                 "--max-global-batch, --growth-threshold, --update-cost, --growth-test, "
-                 "--growth-tolerance, --growth-confidence, --growth-control and "
+                     growth_test_budget == 0.05 && growth_predict_at == GrowthPrediction::BandLow,
+                 "--max-global-batch, --growth-threshold, --growth-predict-at, --update-cost, "
+                 "--growth-test, --growth-tolerance, --growth-confidence, --growth-control and "
                  "--growth-test-budget belong to --global-batch auto",
                  "add --global-batch auto, or drop them");
   }

@@ -92,6 +92,8 @@ struct TrainConfig {
   // batch kept when it makes at least 1 - growth_tolerance of the current one's progress; or not
   // at all. A replay sets the same samples aside.
   GrowthTest growth_test = GrowthTest::Branch;
+  // Where in the noise scale's band a doubling's goodput is predicted (schedule/batch_growth.h).
+  GrowthPrediction growth_predict_at = GrowthPrediction::BandLow;
   // What the doubled branch is compared with (schedule/batch_growth.h).
   GrowthControl growth_control = GrowthControl::Rate;
   double growth_tolerance = 0.1;

@@ -233,8 +233,8 @@ std::string configuration(const std::string& path) {
 }
 
 // --global-batch auto: the batch over the samples, with the noise scale and its band's low end
-// at each check, the checks that doubled it at once, and each branch test's proposal where it
-// began, kept or not.
+// at each check (the one that decides marked: --growth-predict-at), the checks that doubled it at
+// once, and each branch test's proposal where it began, kept or not.
 template <typename Add>
 void add_growth_chart(const RunRecords& r, Add add) {
   std::vector<nlohmann::json> checks, doubled, kept, rejected;
@@ -257,9 +257,11 @@ void add_growth_chart(const RunRecords& r, Add add) {
   c.log_y = true;
   c.series.push_back(
       {"global batch", kBlue, record_points(r.updates, "samples_seen", "global_batch"), false});
-  c.series.push_back(
-      {"noise scale", kPurple, record_points(checks, "samples_seen", "noise_scale"), true});
-  c.series.push_back({"its band's low end (decides)", kOrange,
+  // A run from before --growth-predict-at predicted at the low end.
+  const bool at_estimate = checks.front().value("predicted_at", "low") == "estimate";
+  c.series.push_back({at_estimate ? "noise scale (decides)" : "noise scale", kPurple,
+                      record_points(checks, "samples_seen", "noise_scale"), true});
+  c.series.push_back({at_estimate ? "its band's low end" : "its band's low end (decides)", kOrange,
                       record_points(checks, "samples_seen", "noise_scale_low"), true});
   if (!doubled.empty()) {
     c.series.push_back(

@@ -130,8 +130,11 @@ std::string format_plan_text(const ResolvedRun& run) {
                                        scale_lr(1.0, run.ramp->reference_batch, p.global_batch_size,
                                                 run.schedule.config().scaling)));
     out += line("doubles", "while the predicted goodput gain is at least " +
-                               format_significant(100 * rule.threshold, 3) +
-                               "% (noise scale and update cost measured in training), "
+                               format_significant(100 * rule.threshold, 3) + "% (at the noise " +
+                               (rule.predict_at == GrowthPrediction::BandLow
+                                    ? "scale's low end"
+                                    : "scale's estimate, --growth-predict-at estimate") +
+                               "; noise scale and update cost measured in training), "
                                "accumulation doubling, the micro-batch staying");
     out +=
         line("tested",
@@ -290,6 +293,7 @@ nlohmann::json plan_json(const ResolvedRun& run) {
     if (run.auto_batch->branch_test)
       j["growth_test_budget"] = run.auto_batch->test_budget;
     j["growth_threshold"] = run.auto_batch->threshold;
+    j["growth_predict_at"] = growth_prediction_names().name(run.auto_batch->predict_at);
     if (run.auto_batch->update_cost)
       j["update_cost"] = *run.auto_batch->update_cost;
   }

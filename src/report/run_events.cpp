@@ -59,6 +59,7 @@ RunEvent batch_check_event(const BatchCheck& check) {
                   {"noise_scale_high", finite_or_null(check.noise.high)},
                   {"update_cost", check.update_cost},
                   {"goodput_gain", check.goodput_gain},
+                  {"predicted_at", growth_prediction_names().name(check.predicted_at)},
                   {"updates_factor", check.updates_factor},
                   {"samples_factor", check.samples_factor},
                   {"grow", check.grow}};
@@ -76,7 +77,8 @@ RunEvent batch_check_event(const BatchCheck& check) {
       std::to_string(check.step) + ": noise scale " + format_significant(check.noise.value, 3) +
       " (" + format_significant(check.noise.low, 3) + " to " + high + "), an update costs " +
       format_significant(check.update_cost, 4) + " samples of compute; predicted " +
-      format_fixed(check.goodput_gain, 3) + "x the goodput at the band's low end, " +
+      format_fixed(check.goodput_gain, 3) + "x the goodput at the " +
+      (check.predicted_at == GrowthPrediction::BandLow ? "band's low end, " : "estimate, ") +
       format_fixed(check.updates_factor, 2) + "x the updates and " +
       format_fixed(check.samples_factor, 2) + "x the samples to a loss");
   return event;

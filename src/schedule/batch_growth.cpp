@@ -62,11 +62,15 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
                    std::to_string(rule.dataset_size) + " training samples";
     return check;
   }
-  if (!(noise.low > 0)) {
-    check.reason = "the noise scale's band reaches down to 0: too uncertain to grow on";
+  check.predicted_at = rule.predict_at;
+  const bool at_low = rule.predict_at == GrowthPrediction::BandLow;
+  const double noise_scale = at_low ? noise.low : noise.value;
+  if (!(noise_scale > 0) || !std::isfinite(noise_scale)) {
+    check.reason = at_low ? "the noise scale's band reaches down to 0: too uncertain to grow on"
+                          : "the noise scale's estimate is not above 0: nothing to grow on";
     return check;
   }
-  check.goodput_gain = goodput_gain(double(batch), noise.low, update_cost);
+  check.goodput_gain = goodput_gain(double(batch), noise_scale, update_cost);
   check.grow = check.goodput_gain >= 1 + rule.threshold;
   if (!check.grow) {
     check.reason = "doubling predicts " + format_fixed(check.goodput_gain, 3) +
@@ -80,6 +84,14 @@ const NameTable<GrowthControl>& growth_control_names() {
       "growth control",
       "--growth-control",
       {{GrowthControl::Rate, "rate"}, {GrowthControl::Temperature, "temperature"}}};
+  return table;
+}
+
+const NameTable<GrowthPrediction>& growth_prediction_names() {
+  static const NameTable<GrowthPrediction> table{
+      "growth prediction",
+      "--growth-predict-at",
+      {{GrowthPrediction::BandLow, "low"}, {GrowthPrediction::Estimate, "estimate"}}};
   return table;
 }
 

@@ -13,7 +13,8 @@
 //   G(B) ~ B / ((1 + B / B_noise) (r + B)),
 // largest at B* = sqrt(r B_noise) (McCandlish's appendix D). Doubling pays when
 // G(2B) / G(B) >= 1 + threshold, evaluated at the low end of the noise scale's two-standard-error
-// band: a noisy estimate waits instead of growing. One process accumulating on one device pays
+// band (a noisy estimate waits instead of growing), or at the estimate itself when the branch
+// test is to decide (--growth-predict-at). One process accumulating on one device pays
 // little per update (r small), so it grows only while B is far below B_noise's square root
 // scale; ranks whose all-reduce is slow grow further.
 //
@@ -46,6 +47,13 @@ const NameTable<GrowthTest>& growth_test_names();
 enum class GrowthControl { Rate, Temperature };
 const NameTable<GrowthControl>& growth_control_names();
 
+// --growth-predict-at: where in the noise scale's band a doubling's goodput is predicted. Low:
+// at the band's two-standard-error low end, so a noisy estimate waits (the prediction alone is
+// trusted only when the whole band favours it). Estimate: at the estimate itself, so a doubling
+// is proposed as soon as the estimate favours it and the branch test, not the band, decides.
+enum class GrowthPrediction { BandLow, Estimate };
+const NameTable<GrowthPrediction>& growth_prediction_names();
+
 // A branch test's branches: the current batch (the run without the doubling), the doubled
 // batch (with the doubling), and the control the doubled one is compared with under
 // GrowthControl::Temperature.
@@ -59,6 +67,7 @@ int64_t default_growth_holdout(int64_t training_samples);
 struct GrowthRule {
   int64_t max_global_batch = 0;
   double threshold = 0.05;  // the least predicted goodput gain that is worth a doubling
+  GrowthPrediction predict_at = GrowthPrediction::BandLow;
   // --update-cost: an update's fixed cost in samples of compute, given (none: measured).
   std::optional<double> update_cost;
   int64_t dataset_size = 0;  // a batch never grows past the training set
@@ -118,7 +127,8 @@ struct BatchCheck {
   int64_t proposed = 0;
   NoiseScaleSummary noise;
   double update_cost = 0;
-  double goodput_gain = 0;    // at the band's low end
+  GrowthPrediction predicted_at = GrowthPrediction::BandLow;
+  double goodput_gain = 0;    // predicted at the band's low end or the estimate (predicted_at)
   double updates_factor = 0;  // S(2B) / S(B) at the estimate: the updates a loss takes
   double samples_factor = 0;  // E(2B) / E(B) at the estimate: the samples it takes
   bool grow = false;          // doubled at once (--growth-test none)
@@ -154,9 +164,9 @@ int64_t test_budget_allows_from(double budget, int64_t thrown, int64_t worst_cos
                                 int64_t test_samples);
 
 // The samples a run must still train after a test's kept branch for the doubling, kept, to repay
-// the test lost in full: at `gain` times the goodput (predicted at the band's low end) the rest of
-// the run makes its progress for 1/gain of the compute, saving 1 - 1/gain of it, and a lost test
-// threw away `worst_cost` samples of the current batch's compute. So a test is worth proposing
+// the test lost in full: at `gain` times the goodput (predicted as GrowthRule::predict_at says) the
+// rest of the run makes its progress for 1/gain of the compute, saving 1 - 1/gain of it, and a lost
+// test threw away `worst_cost` samples of the current batch's compute. So a test is worth proposing
 // only while the run has worst_cost x gain / (gain - 1) samples left after it: at 1.5x, 3 times
 // the test; at 1.05x, 21 times. A test near the run's end — where a cosine's rate is near 0 and
 // both branches barely move — cannot pay for itself and is not run. A gain of at most 1: never.

@@ -20,8 +20,10 @@ struct BatchDecision {
   double noise_low = 0;
   double noise_scale = 0;
   double noise_high = 0;
-  double update_cost = 0;   // an update's fixed cost, in samples' worth of compute
-  double goodput_gain = 0;  // predicted at the band's low end: goodput(to) / goodput(from)
+  double update_cost = 0;  // an update's fixed cost, in samples' worth of compute
+  // goodput(to) / goodput(from), predicted at the band's low end or at the estimate
+  // (--growth-predict-at)
+  double goodput_gain = 0;
   // The samples each branch of its test trained (0: taken without a branch test).
   int64_t test_samples = 0;
 };

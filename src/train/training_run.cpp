@@ -307,8 +307,10 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
         "global batch auto: starts at " + std::to_string(run.plan.global_batch_size) +
         ", doubles while the predicted goodput gain is at least " +
         format_significant(100 * rule.threshold, 3) +
-        "% (at the noise scale's low end; an "
-        "update's cost " +
+        (rule.predict_at == GrowthPrediction::BandLow
+             ? "% (at the noise scale's low end; an update's cost "
+             : "% (at the noise scale's estimate, --growth-predict-at estimate; an update's "
+               "cost ") +
         (rule.update_cost ? "given as " + format_significant(*rule.update_cost, 4) + " samples"
                           : "timed over updates " + std::to_string(kCostWarmupUpdates + 1) + "-" +
                                 std::to_string(kCostWarmupUpdates + kCostCalibrationUpdates) +

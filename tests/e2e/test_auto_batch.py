@@ -381,6 +381,42 @@ class AutoBatchTest(CliTestCase):
         run("train", *AUTO, "--update-cost", "2000", "--out", unbounded, check=True)
         self.assertLess(len(tests), len([r for r in records(unbounded) if r.get("event") == "batch_test"]))
 
+    def test_predicted_at_the_estimate_a_doubling_is_proposed_no_later(self):
+        def goodput_gain(batch, noise, cost):
+            return 2 * (1 + batch / noise) * (cost + batch) / ((1 + 2 * batch / noise) * (cost + 2 * batch))
+
+        proposals = {}
+        for at, decides in (("low", "noise_scale_low"), ("estimate", "noise_scale")):
+            out = self.path(at)
+            result = run("train", *AUTO, "--update-cost", "2000", "--growth-predict-at", at, "--out", out, check=True)
+            self.assertIn("at the noise scale's low end" if at == "low" else
+                          "at the noise scale's estimate, --growth-predict-at estimate", result.stderr)
+            checks = [r for r in records(out) if r.get("event") == "batch_check"]
+            self.assertTrue(checks)
+            for check in checks:
+                self.assertEqual(check["predicted_at"], at)
+                # The gain is the goodput model's at the value --growth-predict-at names, band or no band
+                # (0: not judged, for a limit or a value not above 0).
+                if check[decides] <= 0:
+                    self.assertEqual(check["goodput_gain"], 0)
+                elif check["goodput_gain"] > 0:
+                    self.assertAlmostEqual(check["goodput_gain"],
+                                           goodput_gain(check["global_batch"], check[decides], 2000), places=9)
+            proposals[at] = [c for c in checks if "test_samples" in c]
+            if proposals[at]:
+                self.assertRegex(result.stderr, "x the goodput at the " +
+                                 ("band's low end" if at == "low" else "estimate") + ", ")
+        # Both runs are the same run until the first proposal, and the gain grows with the noise scale, so
+        # the estimate (never below the band's low end) proposes first or with it.
+        self.assertTrue(proposals["estimate"])
+        if proposals["low"]:
+            self.assertLessEqual(proposals["estimate"][0]["step"], proposals["low"][0]["step"])
+        plan = json.loads(run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
+                              "--growth-predict-at", "estimate", "--json", check=True).stdout)
+        self.assertEqual(plan["growth_predict_at"], "estimate")
+        text = run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto", check=True).stdout
+        self.assertRegex(text, r"doubles\s+while the predicted goodput gain is at least 5% \(at the noise scale's low end")
+
     def test_plan_shows_the_start_and_the_limit(self):
         plan = json.loads(run("plan", "--dataset-size", "4096", "--micro-batch", "16", "--global-batch", "auto",
                               "--json", check=True).stdout)
@@ -415,6 +451,7 @@ class AutoBatchTest(CliTestCase):
             (["--growth-confidence", "-1"], "config", "--growth-confidence must be zero or positive"),
             (["--growth-test", "maybe"], "config", "growth test 'maybe' is not known"),
             (["--growth-control", "loss"], "config", "growth control 'loss' is not known"),
+            (["--growth-predict-at", "high"], "config", "growth prediction 'high' is not known"),
             (["--growth-test-budget", "0"], "config", "--growth-test-budget must be a fraction of the samples"),
             (["--growth-test-budget", "1.5"], "config", "--growth-test-budget must be a fraction of the samples"),
         ]
@@ -425,7 +462,7 @@ class AutoBatchTest(CliTestCase):
                 self.assertFalse(os.path.exists(self.path("x")))
         for extra in (["--update-cost", "5"], ["--growth-test", "none"], ["--growth-tolerance", "0.02"],
                       ["--growth-confidence", "1"], ["--growth-control", "temperature"],
-                      ["--growth-test-budget", "0.1"]):
+                      ["--growth-test-budget", "0.1"], ["--growth-predict-at", "estimate"]):
             self.assert_one_line_error(run("train", *ARGS, "--global-batch", "64", *extra), "config",
                                        "belong to --global-batch auto")
 

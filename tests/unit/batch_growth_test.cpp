@@ -82,6 +82,38 @@ TEST(BatchGrowth, JudgeGrowsOnlyPastTheThresholdAtTheBandsLowEnd) {
   EXPECT_FALSE(judge_growth(rule, 128, exact_noise(1000), 100).grow);
 }
 
+TEST(BatchGrowth, PredictedAtTheEstimateTheBandDoesNotHoldAProposalBack) {
+  GrowthRule rule;
+  rule.max_global_batch = 4096;
+  rule.dataset_size = 60000;
+  rule.predict_at = GrowthPrediction::Estimate;
+  // The band reaches down to 0, yet the estimate (1000, cost 100: 1.150x) favours doubling.
+  NoiseScaleSummary wide = exact_noise(1000);
+  wide.low = 0;
+  wide.high = std::numeric_limits<double>::infinity();
+  BatchCheck check = judge_growth(rule, 128, wide, 100);
+  EXPECT_TRUE(check.grow);
+  EXPECT_EQ(check.predicted_at, GrowthPrediction::Estimate);
+  EXPECT_NEAR(check.goodput_gain, goodput(256, 1000, 100) / goodput(128, 1000, 100), 1e-12);
+  // The estimate still decides against a doubling past the optimum, band or no band.
+  check = judge_growth(rule, 256, wide, 100);
+  EXPECT_FALSE(check.grow);
+  EXPECT_NE(check.reason.find("0.966x the goodput, under the 1.050x"), std::string::npos);
+  // An estimate that is not above 0 proposes nothing.
+  wide.value = 0;
+  check = judge_growth(rule, 128, wide, 100);
+  EXPECT_FALSE(check.grow);
+  EXPECT_EQ(check.goodput_gain, 0);
+  EXPECT_NE(check.reason.find("estimate is not above 0"), std::string::npos);
+  // At the low end (the default) the same band waits.
+  rule.predict_at = GrowthPrediction::BandLow;
+  wide.value = 1000;
+  check = judge_growth(rule, 128, wide, 100);
+  EXPECT_FALSE(check.grow);
+  EXPECT_EQ(check.predicted_at, GrowthPrediction::BandLow);
+  EXPECT_NE(check.reason.find("too uncertain"), std::string::npos);
+}
+
 TEST(BatchGrowth, JudgeKeepsToTheLimits) {
   GrowthRule rule;
   rule.max_global_batch = 128;
