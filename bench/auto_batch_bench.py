@@ -309,7 +309,7 @@ def benchmark(a):
                                                                    for j in a.adam_sqrt_adjusts]:
                     name = f"auto (update cost {cost}, test {test}" + \
                         (f", control {control}, {z} SE" if control else "") + \
-                        (f", test budget {test_budget}" if test_budget and len(a.growth_test_budgets) > 1 else "") + \
+                        (f", test budget {test_budget}" if test_budget and test_budget != "0.05" else "") + \
                         (f", noise {gradient}" if len(a.noise_gradients) > 1 else "") + \
                         (", adam-sqrt-adjust" if adjust == "on" else "") + \
                         (", predict at estimate" if at == "estimate" else "") + \
