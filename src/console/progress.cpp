@@ -67,6 +67,8 @@ std::string progress_line(const ProgressState& s, size_t width, bool bar) {
   }
   if (s.lr_gain > 0)
     fields.push_back({"gain " + format_significant(s.lr_gain, 3), 5});
+  if (!s.schedule_status.empty())
+    fields.push_back({s.schedule_status, 5});
   const auto join_fields = [&](int max_rank) {
     std::string text;
     for (const auto& f : fields) {

@@ -37,8 +37,9 @@ struct ProgressState {
   double elapsed_s = 0;
   int64_t memory_bytes = 0;  // peak tensor memory of the last update (0: not shown)
   int64_t global_batch = 0;
-  double noise_scale = 0;  // the gradient noise scale, beside the global batch (0: not shown)
-  double lr_gain = 0;      // AdaScale's gain (0: not shown)
+  double noise_scale = 0;       // the gradient noise scale, beside the global batch (0: not shown)
+  double lr_gain = 0;           // AdaScale's gain (0: not shown)
+  std::string schedule_status;  // the run schedule's own state ("auto: check in 12"; empty: none)
 };
 
 // The status line: its fields in a fixed order, those that matter least dropped (and the bar

@@ -59,6 +59,10 @@ std::string RunSchedule::summary(const TrainingProgress&) const {
   return {};
 }
 
+std::string RunSchedule::status(const TrainingProgress&) const {
+  return {};
+}
+
 void RunSchedule::set_micro_batch(int64_t micro) {
   replan(plan_.with_micro_batch(micro));
 }
@@ -415,6 +419,22 @@ RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
 // The batches taken and what they saved against staying at the first: the updates the same
 // samples take at the starting batch (epochs of whole windows and a short last one), counted,
 // not predicted.
+// What the controller waits for, in the order observe asks: the update's cost, the wait
+// after the last check (longer after rejected tests), the noise scale's settling; a proposal
+// is tested at the next update.
+std::string AutoBatchSchedule::status(const TrainingProgress& at) const {
+  const BatchGrowthState& growth = at.growth;
+  if (2 * plan_.global_batch_size > rule_.max_global_batch)
+    return "auto: at its limit";
+  if (growth.proposal)
+    return "auto: testing " + std::to_string(growth.proposal->to_batch);
+  if (!rule_.update_cost && growth.update_cost < 0)
+    return "auto: timing updates";
+  const int64_t wait =
+      growth_check_wait(growth.rejected_in_a_row) - (at.step - growth.last_check_step);
+  return wait > 0 ? "auto: check in " + std::to_string(wait) : "auto: noise settling";
+}
+
 std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   const BatchGrowthState& growth = at.growth;
   // What the branch tests cost: the losing branches' samples, trained and thrown away.

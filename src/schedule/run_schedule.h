@@ -139,6 +139,9 @@ class RunSchedule {
   virtual bool measures_gain() const { return false; }
   // A line for the run's end ("AdaScale: 412 updates for ..."), or empty.
   virtual std::string summary(const TrainingProgress& at) const;
+  // A few words on a regime's own state after the update at `at`, for the status line
+  // ("auto: check in 12"), or empty.
+  virtual std::string status(const TrainingProgress& at) const;
 
   // The same global batch cut into micro-batches of `micro` (the out-of-memory back-off).
   void set_micro_batch(int64_t micro);
@@ -212,6 +215,7 @@ class AutoBatchSchedule final : public RampSchedule {
   UpdateRate rate(const TrainingProgress& at, const GradientMeasure& measured) const override;
   RunLength expected_length(const TrainingProgress& at) const override;
   std::string summary(const TrainingProgress& at) const override;
+  std::string status(const TrainingProgress& at) const override;
   bool restore(const TrainingProgress& at) override;
   std::string inconsistency(const TrainingProgress& at) const override;
   const GrowthRule& rule() const { return rule_; }

@@ -181,6 +181,7 @@ void ProgressDisplay::on_update(const TrainingRun& run, const UpdateReport& upda
   state.memory_bytes = update.peak_bytes;
   state.global_batch = run.state.schedule->plan().global_batch_size;
   state.noise_scale = update.noise_scale.value_or(0);
+  state.schedule_status = run.state.schedule->status(at);
   console_.show(state);
 }
 

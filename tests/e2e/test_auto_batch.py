@@ -207,8 +207,15 @@ class AutoBatchTest(CliTestCase):
 
     def test_the_update_cost_is_timed_when_not_given(self):
         out = self.path("timed")
-        result = run("train", *AUTO, "--out", out, check=True)
+        shown = [*AUTO]
+        shown[shown.index("--progress") + 1] = "lines"
+        result = run("train", *shown, "--out", out, check=True)
         self.assertIn("an update's cost timed over updates 3-18", result.stderr)
+        # The status line says what the controller waits for: the first update's, while the cost is
+        # timed; each epoch's last, the next check.
+        status = [line for line in result.stderr.splitlines() if re.match(r"epoch \d+/\d+ update ", line)]
+        self.assertIn("auto: timing updates", status[0])
+        self.assertRegex(status[-1], r"auto: (check in \d+|noise settling|at its limit)$")
         checks = [r for r in records(out) if r.get("event") == "batch_check"]
         self.assertGreater(len(checks), 0)
         # One cost for the whole run, fixed once timed: decisions follow from the checkpointed state.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "schedule/batch_growth.h"
@@ -554,6 +555,38 @@ TEST(AutoBatchSchedule, ATestNearTheEpochsEndWaits) {
   EXPECT_EQ(w.checks[0].test_samples, 0);
   EXPECT_NE(w.checks[0].reason.find("too few samples left"), std::string::npos);
   EXPECT_FALSE(schedule.proposal(w.at));
+}
+
+TEST(AutoBatchSchedule, ItsStatusSaysWhatItWaitsFor) {
+  AutoBatchSchedule given = auto_from_32(100);
+  const Walk w = walk(given, 5, 1000);
+  EXPECT_EQ(given.status(w.at), "auto: check in 15");
+  TrainingProgress at = w.at;
+  at.growth.rejected_in_a_row = 2;  // a rejected test doubles the wait, twice
+  at.growth.last_check_step = at.step;
+  EXPECT_EQ(given.status(at), "auto: check in 80");
+  at.growth.rejected_in_a_row = 0;
+  at.growth.last_check_step = at.step - kGrowthCheckEvery - 3;  // due, but the noise not settled
+  EXPECT_EQ(given.status(at), "auto: noise settling");
+  at.growth.proposal = BatchDecision{};
+  at.growth.proposal->to_batch = 64;
+  EXPECT_EQ(given.status(at), "auto: testing 64");
+
+  const BatchPlan plan = plan_for_ramp_step(32, 32, 1);
+  GrowthRule rule;
+  rule.max_global_batch = 4096;
+  rule.dataset_size = kSamples;
+  const auto schedule = [&](const GrowthRule& r) {
+    return std::make_unique<AutoBatchSchedule>(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
+                                               constant_rate(0.01, 32), RunBounds{1, 100000}, 32,
+                                               r);
+  };
+  EXPECT_EQ(schedule(rule)->status(TrainingProgress{}), "auto: timing updates");
+  rule.max_global_batch = 32;
+  EXPECT_EQ(schedule(rule)->status(TrainingProgress{}), "auto: at its limit");
+  const FixedSchedule fixed(plan, plan_epoch(plan, kSamples, LastWindow::Keep),
+                            constant_rate(0.01, 32), RunBounds{1, 100000});
+  EXPECT_EQ(fixed.status(TrainingProgress{}), "");
 }
 
 TEST(AutoBatchSchedule, ADamagedLogIsNamed) {

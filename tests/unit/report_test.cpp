@@ -49,6 +49,7 @@ ProgressState busy_state() {
   s.memory_bytes = int64_t{300} << 20;
   s.global_batch = 256;
   s.noise_scale = 1234;
+  s.schedule_status = "auto: check in 12";
   return s;
 }
 
@@ -67,15 +68,17 @@ TEST(Progress, TheBarFitsEveryWidthKeepingTheEssentials) {
   EXPECT_EQ(wide.rfind("[############............] epoch 3/10 update 117/234", 0), 0u) << wide;
   EXPECT_NE(wide.find("elapsed 1m15s"), std::string::npos) << wide;
   EXPECT_NE(wide.find("B_noise"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("auto: check in 12"), std::string::npos) << wide;
   const std::string narrow = progress_line(s, 60, true);
   EXPECT_EQ(narrow.find("B_noise"), std::string::npos) << narrow;  // what matters least goes first
+  EXPECT_EQ(narrow.find("auto:"), std::string::npos) << narrow;
   EXPECT_NE(narrow.find("ETA"), std::string::npos) << narrow;
 }
 
 TEST(Progress, LogLinesKeepEveryField) {
   const std::string line = progress_line(busy_state(), 0, /*bar=*/false);
-  for (const char* field :
-       {"epoch 3/10", "update 117/234", "samples/s", "elapsed", "ETA", "mem", "B_noise"})
+  for (const char* field : {"epoch 3/10", "update 117/234", "samples/s", "elapsed", "ETA", "mem",
+                            "B_noise", "auto: check in 12"})
     EXPECT_NE(line.find(field), std::string::npos) << field << ": " << line;
   EXPECT_EQ(line.find('['), std::string::npos);
 }
