@@ -44,6 +44,7 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
   check.proposed = 2 * batch;
   check.noise = noise;
   check.update_cost = update_cost;
+  check.predicted_at = rule.predict_at;
   const BatchTradeoff now = batch_tradeoff(double(batch), noise.value);
   const BatchTradeoff doubled = batch_tradeoff(double(check.proposed), noise.value);
   check.updates_factor = doubled.steps_factor / now.steps_factor;
@@ -62,7 +63,6 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
                    std::to_string(rule.dataset_size) + " training samples";
     return check;
   }
-  check.predicted_at = rule.predict_at;
   const bool at_low = rule.predict_at == GrowthPrediction::BandLow;
   const double noise_scale = at_low ? noise.low : noise.value;
   if (!(noise_scale > 0) || !std::isfinite(noise_scale)) {

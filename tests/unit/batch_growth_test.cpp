@@ -100,6 +100,10 @@ TEST(BatchGrowth, PredictedAtTheEstimateTheBandDoesNotHoldAProposalBack) {
   check = judge_growth(rule, 256, wide, 100);
   EXPECT_FALSE(check.grow);
   EXPECT_NE(check.reason.find("0.966x the goodput, under the 1.050x"), std::string::npos);
+  // A check stopped by a limit still says where it would have predicted.
+  rule.max_global_batch = 128;
+  EXPECT_EQ(judge_growth(rule, 128, wide, 100).predicted_at, GrowthPrediction::Estimate);
+  rule.max_global_batch = 4096;
   // An estimate that is not above 0 proposes nothing.
   wide.value = 0;
   check = judge_growth(rule, 128, wide, 100);
