@@ -109,6 +109,10 @@ int64_t growth_check_wait(int64_t rejected_in_a_row) {
   return kGrowthCheckEvery << std::min(rejected_in_a_row, kMostCooldownDoublings);
 }
 
+int64_t updates_to_next_check(const BatchGrowthState& state, int64_t step) {
+  return growth_check_wait(state.rejected_in_a_row) - (step - state.last_check_step);
+}
+
 int64_t branch_test_samples(int64_t batch, int64_t rest_of_epoch) {
   const int64_t updates = std::min(kBranchTestUpdates, rest_of_epoch / (2 * batch));
   return updates >= kFewestBranchTestUpdates ? updates * 2 * batch : 0;

@@ -142,6 +142,8 @@ BatchCheck judge_growth(const GrowthRule& rule, int64_t batch, const NoiseScaleS
 
 // The updates to wait after a check before the next, with `rejected_in_a_row` tests rejected.
 int64_t growth_check_wait(int64_t rejected_in_a_row);
+// The updates still to wait after update `step` before the next check is due (0 or less: due).
+int64_t updates_to_next_check(const BatchGrowthState& state, int64_t step);
 
 // The samples each branch of a test of doubling `batch` trains: kBranchTestUpdates updates of
 // the doubled batch, or as many as the epoch's `rest_of_epoch` samples hold (both branches end

@@ -286,8 +286,7 @@ std::optional<BatchCheck> AutoBatchSchedule::observe(TrainingProgress& at,
   }
   const int64_t batch = plan_.global_batch_size;
   if (growth.update_cost < 0 || seen.noise == nullptr || growth.proposal ||
-      at.step - growth.last_check_step < growth_check_wait(growth.rejected_in_a_row) ||
-      2 * batch > rule_.max_global_batch)
+      updates_to_next_check(growth, at.step) > 0 || 2 * batch > rule_.max_global_batch)
     return std::nullopt;
   std::optional<NoiseScaleSummary> noise = seen.noise->summary();
   if (!noise || noise->updates < kNoiseScaleSettledUpdates)
@@ -416,9 +415,6 @@ RunLength AutoBatchSchedule::expected_length(const TrainingProgress& at) const {
   return length;
 }
 
-// The batches taken and what they saved against staying at the first: the updates the same
-// samples take at the starting batch (epochs of whole windows and a short last one), counted,
-// not predicted.
 // What the controller waits for, in the order observe asks: the update's cost, the wait
 // after the last check (longer after rejected tests), the noise scale's settling; a proposal
 // is tested at the next update.
@@ -430,10 +426,13 @@ std::string AutoBatchSchedule::status(const TrainingProgress& at) const {
     return "auto: testing " + std::to_string(growth.proposal->to_batch);
   if (!rule_.update_cost && growth.update_cost < 0)
     return "auto: timing updates";
-  const int64_t wait =
-      growth_check_wait(growth.rejected_in_a_row) - (at.step - growth.last_check_step);
+  const int64_t wait = updates_to_next_check(growth, at.step);
   return wait > 0 ? "auto: check in " + std::to_string(wait) : "auto: noise settling";
 }
+
+// The batches taken and what they saved against staying at the first: the updates the same
+// samples take at the starting batch (epochs of whole windows and a short last one), counted,
+// not predicted.
 
 std::string AutoBatchSchedule::summary(const TrainingProgress& at) const {
   const BatchGrowthState& growth = at.growth;
