@@ -29,6 +29,7 @@
 #include "models/models.h"
 #include "optim/fused_sgd.h"
 #include "train/accumulation_engine.h"
+#include "session/session.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
 

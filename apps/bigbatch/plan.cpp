@@ -11,6 +11,7 @@
 #include "core/text.h"
 #include "flags.h"
 #include "report/plan_report.h"
+#include "session/session.h"
 #include "subcommand.h"
 #include "train/run_setup.h"
 
@@ -58,41 +59,50 @@ class PlanCommand final : public Subcommand {
                   "run 'bigbatch plan --config RUN/config.toml' (the run's own plan.txt says the "
                   "same)");
     }
-    const TrainConfig config = configured(config_path_, kTrainCommand | kPlanCommand, flags_);
-    config.validate();
-    for (const auto& spec : option_table()) {
-      if (!(spec.commands & kPlanCommand) && flags_.given(spec.name))
-        std::fprintf(stderr, "plan: --%s does not change the plan (ignored)\n", spec.name.c_str());
-    }
-    if (!(tokens_per_sample_ >= 0 && tokens_per_sample_ <= 1e9)) {
-      throw Error(ErrorKind::Usage, "--tokens-per-sample must be a positive number of tokens",
-                  "e.g. --tokens-per-sample 256 (--seq-len, for packed blocks)");
-    }
     const bool sized = dataset_size_ > 0 || app().get_option("--dataset-size")->count() > 0;
-    if (tokens_per_sample_ > 0 && !sized) {
-      throw Error(ErrorKind::Usage,
-                  "--tokens-per-sample goes with --dataset-size: a loaded dataset's tokens are "
-                  "counted",
-                  "drop --tokens-per-sample, or give --dataset-size too");
-    }
+    // The plan computes nothing: no device, no CPU settings; the data only when its size is not
+    // given.
+    SessionRequest request;
+    request.device = SessionDevice::None;
+    request.cpu = SessionCpu::Untouched;
+    request.data = sized ? SessionData::None : SessionData::Load;
+    request.check_before_data = [&](const TrainConfig&, const JobPlace&) {
+      for (const auto& spec : option_table()) {
+        if (!(spec.commands & kPlanCommand) && flags_.given(spec.name))
+          std::fprintf(stderr, "plan: --%s does not change the plan (ignored)\n",
+                       spec.name.c_str());
+      }
+      if (!(tokens_per_sample_ >= 0 && tokens_per_sample_ <= 1e9)) {
+        throw Error(ErrorKind::Usage, "--tokens-per-sample must be a positive number of tokens",
+                    "e.g. --tokens-per-sample 256 (--seq-len, for packed blocks)");
+      }
+      if (tokens_per_sample_ > 0 && !sized) {
+        throw Error(ErrorKind::Usage,
+                    "--tokens-per-sample goes with --dataset-size: a loaded dataset's tokens are "
+                    "counted",
+                    "drop --tokens-per-sample, or give --dataset-size too");
+      }
+    };
+    const Session session =
+        open_session(configured(config_path_, kTrainCommand | kPlanCommand, flags_), request);
+    const TrainConfig& config = session.config;
+    const DatasetSplits& data = session.data;
     int64_t samples = dataset_size_;
     double tokens_per_sample = tokens_per_sample_;
-    std::optional<DatasetSplits> data;
     if (!sized) {
-      data = load_data_outside_budget(config);
-      check_watched_metrics(config, *data);  // as train would refuse them
-      check_eval_every(config, *data);
-      samples = data->train.size();
-      tokens_per_sample = items_per_sample(data->train);
+      check_watched_metrics(config, data);  // as train would refuse them
+      check_eval_every(config, data);
+      samples = data.train.size();
+      tokens_per_sample = items_per_sample(data.train);
       std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),
-                   static_cast<long long>(samples), data->description.empty() ? "" : "; ",
-                   data->description.c_str());
-      for (const std::string& warning : data->warnings)
+                   static_cast<long long>(samples), data.description.empty() ? "" : "; ",
+                   data.description.c_str());
+      for (const std::string& warning : data.warnings)
         std::fprintf(stderr, "plan: warning: %s\n", warning.c_str());
     }
     ResolvedRun run = resolve_run(config, samples, world_size_, tokens_per_sample);
-    if (data)
-      measure_token_cut(run, config, data->train);
+    if (!sized)
+      measure_token_cut(run, config, data.train);
     if (json_) {
       nlohmann::json json = plan_json(run);
       json["dataset"] = sized ? nlohmann::json() : nlohmann::json(config.dataset);

@@ -17,6 +17,7 @@
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
+#include "session/session.h"
 #include "train/run_setup.h"
 
 namespace bigbatch::cli {

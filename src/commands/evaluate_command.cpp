@@ -21,6 +21,7 @@
 #include "io/safetensors.h"
 #include "models/model_choices.h"
 #include "runtime/runtime_env.h"
+#include "session/session.h"
 #include "train/evaluate.h"
 #include "train/run_setup.h"
 
@@ -133,8 +134,7 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
   // The run's own resume and output settings do not apply here.
   config.resume.clear();
   config.out.clear();
-  config.validate();
-  return config;
+  return config;  // validated by the session it opens
 }
 
 const TensorDataset& chosen_split(const DatasetSplits& data, const std::string& split,
@@ -208,11 +208,14 @@ void check_data_fits_the_model(const TensorDataset& trained, const TensorDataset
 EvaluateReport run_evaluate(const EvaluateOptions& options) {
   // The device first: what cannot work is said before anything loads. A run's own device is
   // where it trained; where it is evaluated is this command's choice.
-  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
+  const DeviceChoice device_choice = DeviceChoice::parse(options.device);
   std::string weights;
-  const TrainConfig config = source_config(options, weights);
-  configure_cpu(config, resolve_thread_count(config.threads));
-  const DatasetSplits data = load_data_outside_budget(config);
+  TrainConfig source = source_config(options, weights);
+  source.device = device_choice;
+  const Session session = open_session(source, SessionRequest{});
+  const TrainConfig& config = session.config;
+  const torch::Device device = session.device;
+  const DatasetSplits& data = session.data;
   const TensorDataset& split = chosen_split(data, options.split, config.dataset);
   // The model as the run built it, where its weights record how; data it cannot take is said
   // as such, not as weights of another model.
@@ -258,12 +261,18 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
 }
 
 std::string run_predict(const PredictOptions& options) {
-  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
+  const DeviceChoice device_choice = DeviceChoice::parse(options.device);
   EvaluateOptions source;
   source.source = options.source;
   source.weights = options.weights;
   std::string weights;
-  const TrainConfig config = source_config(source, weights);
+  TrainConfig run_config = source_config(source, weights);
+  run_config.device = device_choice;
+  SessionRequest request;
+  request.data = SessionData::None;  // the samples are --input's
+  const Session session = open_session(run_config, request);
+  const TrainConfig& config = session.config;
+  const torch::Device device = session.device;
   if (config.task_kind() == TaskKind::Lm) {
     throw Error(ErrorKind::Usage,
                 "predict reads samples for a classifier or a regression; this run is a " +
@@ -286,7 +295,6 @@ std::string run_predict(const PredictOptions& options) {
           "name it " + std::filesystem::path(options.output).replace_extension(".npy").string());
     }
   }
-  configure_cpu(config, resolve_thread_count(config.threads));
   const NpyArray array = read_npy_file(options.input);
   TensorDataset inputs;
   inputs.inputs = npy_inputs(array, options.input);

@@ -16,6 +16,7 @@
 #include "device/device.h"
 #include "device/resources.h"
 #include "runtime/runtime_env.h"
+#include "session/session.h"
 #include "train/run_setup.h"
 
 namespace bigbatch {
@@ -52,12 +53,14 @@ size_t rounds_of(const FitResult& fit, int64_t micro_batch) {
 }  // namespace
 
 FitReport run_fit(const TrainConfig& config, int64_t world_size) {
-  config.validate();
-  check_config(world_size >= 1, "--world-size must be 1 or more", "e.g. --world-size 4");
-  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
-  start_memory_accounting(config, device);
-  configure_cpu(config, resolve_thread_count(config.threads));
-  const DatasetSplits data = load_data_outside_budget(config);
+  SessionRequest request;
+  request.memory = MemoryAccounting::Budgeted;  // the budget is what fit measures against
+  request.check_before_data = [world_size](const TrainConfig&, const JobPlace&) {
+    check_config(world_size >= 1, "--world-size must be 1 or more", "e.g. --world-size 4");
+  };
+  const Session session = open_session(config, request);
+  const torch::Device device = session.device;
+  const DatasetSplits& data = session.data;
   torch::manual_seed(config.seed);
   // Past a rank's share of the global batch no run of this configuration trains; and far past
   // any size worth a single pass on one device, a bound on the search's time.

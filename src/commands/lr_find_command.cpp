@@ -93,7 +93,7 @@ std::string chart_page(const LrRangeReading& reading, const std::vector<LrRangeP
 }  // namespace
 
 LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options) {
-  given.validate();
+  // The configuration is validated once, by the training run's session.
   check_owned_flags(given, options);
   TrainConfig config = given;
   config.lr = options.lr_max;  // taken as tuned at the run's own batch: nothing is scaled

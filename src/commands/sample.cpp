@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
+#include "session/session.h"
 
 namespace bigbatch {
 
@@ -25,7 +26,7 @@ SampleResult sample_text(const SampleOptions& options) {
                "e.g. --temperature 0.8 (lower: surer, higher: more varied)");
   check_config(options.top_k >= 0, "--top-k must be zero (all tokens) or positive",
                "e.g. --top-k 40");
-  const torch::Device device = resolve_device(DeviceChoice::parse(options.device), 0, 1);
+  const DeviceChoice device_choice = DeviceChoice::parse(options.device);
   const std::string config_path = options.run_dir + "/config.toml";
   const std::string weights_path = options.run_dir + "/weights.safetensors";
   if (!path_exists(config_path) || !path_exists(weights_path)) {
@@ -35,8 +36,17 @@ SampleResult sample_text(const SampleOptions& options) {
                     "weights.safetensors)",
                 "give the directory a bigbatch train run wrote");
   }
-  TrainConfig config;
-  load_toml_config(config, config_path);
+  TrainConfig run_config;
+  load_toml_config(run_config, config_path);
+  run_config.device = device_choice;  // where it samples is this command's choice
+  run_config.resume.clear();          // the run's own resume and output settings do not apply
+  run_config.out.clear();
+  SessionRequest request;
+  request.cpu = SessionCpu::Untouched;
+  request.data = SessionData::None;  // the prompt is the input
+  const Session session = open_session(run_config, request);
+  const TrainConfig& config = session.config;
+  const torch::Device device = session.device;
   const bool scripted = is_torchscript_model(config.model);
   if (!is_sequence_model(config.model) && !(scripted && config.task_kind() == TaskKind::Lm)) {
     throw Error(ErrorKind::Usage,

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "optim/optimizer.h"
 #include "runtime/runtime_env.h"
+#include "session/session.h"
 #include "train/accumulation_engine.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
@@ -153,12 +154,11 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
 }  // namespace
 
 VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_tests) {
-  given.validate();
-  TrainConfig config = given;
+  const Session session = open_session(given, SessionRequest{});
+  TrainConfig config = session.config;
   config.eval_every = Interval::updates(0);  // said to be ignored: nothing of it is resolved
-  const torch::Device device = resolve_device(config.device, /*local_rank=*/0, /*world_size=*/1);
-  configure_cpu(config, resolve_thread_count(config.threads));
-  const DatasetSplits data = load_data_outside_budget(config);
+  const torch::Device device = session.device;
+  const DatasetSplits& data = session.data;
   const ResolvedRun run =
       resolve_run(config, data.train.size(), /*world_size=*/1, items_per_sample(data.train));
   const auto order =

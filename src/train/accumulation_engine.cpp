@@ -38,9 +38,20 @@ void AccumulationEngine::micro_step(const torch::Tensor& inputs, const torch::Te
 void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   const Batch batch = feed_.put(host_batch);
   const TaskLoss task_loss = task_.loss(model_, batch, options_.precision, &tally_);
-  const torch::Tensor& loss = task_loss.loss_sum;
-  const int64_t items = task_loss.items;
-  samples_ += batch.size();
+  backward_micro_batch(task_loss.loss_sum, batch.size(), task_loss.items, kind);
+  // The assembler refills this batch's host buffer for the micro-step after next.
+  feed_.release_host();
+}
+
+void AccumulationEngine::backward_loss(const torch::Tensor& loss_sum, int64_t samples,
+                                       int64_t items, MicroStep kind) {
+  tally_.add_loss(loss_sum.detach());
+  backward_micro_batch(loss_sum, samples, items, kind);
+}
+
+void AccumulationEngine::backward_micro_batch(const torch::Tensor& loss, int64_t samples,
+                                              int64_t items, MicroStep kind) {
+  samples_ += samples;
   items_ += items;
   ++micro_steps_;
   // The optimizer's state does not change inside a window: its preconditioner is read once.
@@ -66,8 +77,6 @@ void AccumulationEngine::micro_step(const Batch& host_batch, MicroStep kind) {
   if (options_.measure_noise && micro_steps_ == 1 && kind != MicroStep::Last && items > 0 &&
       noise_measurable())
     read_first_gradient(items);
-  // The assembler refills this batch's host buffer for the micro-step after next.
-  feed_.release_host();
 }
 
 void AccumulationEngine::read_first_gradient(int64_t items) {

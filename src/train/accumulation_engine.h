@@ -112,6 +112,12 @@ class AccumulationEngine {
   void micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,
                   MicroStep kind = MicroStep::Accumulate);
 
+  // A micro-step whose forward pass and summed loss the caller computed (a loop the user writes:
+  // the Python package's Accumulator): backward through `loss_sum` over the micro-batch's
+  // `samples` and `items`, exactly as micro_step does after its forward pass.
+  void backward_loss(const torch::Tensor& loss_sum, int64_t samples, int64_t items,
+                     MicroStep kind = MicroStep::Accumulate);
+
   // Ends the window: reduce across ranks (gradients and counts in one collective), divide by
   // the global item count unless begin_window() already did, measure the norm, clip.
   // Afterwards every .grad holds the mean gradient of the whole effective batch.
@@ -140,6 +146,9 @@ class AccumulationEngine {
   void request_stop() { stop_requested_ = true; }
 
  private:
+  // What follows a micro-batch's forward pass: the counts, and backward into .grad.
+  void backward_micro_batch(const torch::Tensor& loss, int64_t samples, int64_t items,
+                            MicroStep kind);
   WindowTotals local_totals() const;
   void read_first_gradient(int64_t items);
   // Whether this window's gradients can be measured for the noise scale: always for the raw

@@ -40,14 +40,6 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
 // PyTorch's default BatchNorm momentum, which the models use.
 inline constexpr double kBatchNormMomentum = 0.1;
 
-// The dataset stays in host memory whatever the device (a GPU run copies micro-batches over),
-// so it is not part of the budget, which covers what a training step needs. The controller's
-// slice (--growth-holdout) is already set aside from the training set.
-DatasetSplits load_data_outside_budget(const TrainConfig& config);
-// --growth-holdout: the last N training samples become `data.controller` (a C++ program's own
-// data goes through it too).
-DatasetSplits set_aside_controller_slice(DatasetSplits data, const TrainConfig& config);
-
 struct ResolvedRun;
 // --micro-batch-tokens on token rows: what cutting the first epoch's windows by tokens makes of
 // them on rank 0 (ResolvedRun::token_cut), so the plan speaks of the micro-steps that will run;

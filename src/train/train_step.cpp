@@ -24,9 +24,8 @@ int64_t padded_tokens(const int64_t* rows, const std::vector<int64_t>& micro_bat
   return total;
 }
 
-// The noise scale needs two nested batch sizes: the update's, and a smaller one measured
-// inside it (none for a single micro-step in one process, or a window resumed mid-way).
-// `global_batch`: the update's planned batch in samples, which its memory is counted in.
+}  // namespace
+
 void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats, int64_t global_batch) {
   const double items = double(stats.counts.items);
   if (stats.skipped() || stats.small_batch <= 0 || stats.small_batch >= items)
@@ -34,8 +33,6 @@ void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats, int64_
   noise.add({stats.small_batch, stats.small_batch_sq_norm, items, stats.big_batch_sq_norm},
             double(global_batch));
 }
-
-}  // namespace
 
 StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
                       const StepRequest& request) {

@@ -78,6 +78,11 @@ struct StepResult {
 StepResult train_step(AccumulationEngine& engine, BatchAssembler& assembler,
                       const StepRequest& request);
 
+// The noise scale needs two nested batch sizes: the update's, and a smaller one measured
+// inside it (none for a single micro-step in one process, or a window resumed mid-way).
+// `global_batch`: the update's planned batch in samples, which its memory is counted in.
+void feed_noise_scale(NoiseScaleTracker& noise, const UpdateStats& stats, int64_t global_batch);
+
 // train_step at a constant rate, from the window's first micro-step.
 UpdateStats train_window(AccumulationEngine& engine, BatchAssembler& assembler,
                          const std::vector<int64_t>& order, const UpdateWindow& window, double lr);

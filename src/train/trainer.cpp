@@ -71,10 +71,10 @@ std::string finished_run_summary(const TrainingRun& run) {
 
 TrainResult run_training(const TrainConfig& requested, const CustomProblem* problem) {
   const auto run_start = SteadyClock::now();
-  requested.validate();
-  const JobPlace job = read_job_place();
+  Session session = open_session(requested, training_session_request(problem != nullptr));
+  const JobPlace job = session.job;
   Console console(job.is_main(), requested.progress);
-  TrainingRun run = set_up_training(requested, job, console, problem);
+  TrainingRun run = set_up_training(std::move(session), console, problem);
 
   TrainResult result;
   result.run_dir = run.run_dir;

@@ -7,9 +7,9 @@
 // stands and the batch regime that moves it, from a fresh run's zeros or a checkpoint's: the
 // fit loop's to change, and what a checkpoint holds besides the weights and the optimizer.
 //
-//   const JobPlace job = read_job_place();
-//   Console console(job.is_main(), ProgressMode::Auto);
-//   TrainingRun run = set_up_training(config, job, console);
+//   Session session = open_session(config, training_session_request(config));
+//   Console console(session.job.is_main(), ProgressMode::Auto);
+//   TrainingRun run = set_up_training(std::move(session), console);
 //   FitLoop(run, console).run();
 #include <torch/torch.h>
 
@@ -27,29 +27,19 @@
 #include "core/files.h"
 #include "data/dataset.h"
 #include "device/precision.h"
-#include "dist/environment.h"
 #include "dist/gradient_reducer.h"
 #include "report/metrics_writer.h"
 #include "report/tensorboard_log.h"
 #include "schedule/run_schedule.h"
+#include "session/session.h"
 #include "state/training_progress.h"
 #include "task/task.h"
 #include "train/accumulation_engine.h"
 #include "train/custom_problem.h"
+#include "train/run_directory.h"
 #include "train/window_batch_norm.h"
 
 namespace bigbatch {
-
-// This process's place in the job: one process, or a rank of a launcher's job.
-struct JobPlace {
-  std::optional<DistEnvironment> env;
-  int64_t world_size = 1;
-  int64_t rank = 0;
-  bool is_main() const { return rank == 0; }  // only rank 0 talks, writes and evaluates
-  // This rank's place among the ranks of its machine (its GPU under --device cuda).
-  int64_t local_rank() const { return env ? env->local_rank : 0; }
-};
-JobPlace read_job_place();
 
 // Where the run stands, and the batch regime from there.
 struct RunState {
@@ -143,13 +133,16 @@ struct TrainingRun {
   std::string set_failed_run_aside();
 };
 
-// runs/<prefix><local time> ("runs/20261201-154354"), with a suffix when that exists already.
-std::string default_run_directory(const std::string& prefix = "");
+// What train asks of its session (session/session.h): a rank of the environment's job, memory
+// counted against --memory-budget, and, before the device and the data, the outputs checked
+// that the run will write. `custom_data`: a C++ program brings its own data (none is loaded).
+SessionRequest training_session_request(bool custom_data = false);
 
-// Resolves and builds the run. Bad input is a bigbatch::Error before anything is written: a
-// new run directory appears only once the data, the plan and the weights are accepted.
+// Resolves and builds the run from an open session (its configuration validated, its device,
+// CPU and data set up). Bad input is a bigbatch::Error before anything is written: a new run
+// directory appears only once the data, the plan and the weights are accepted.
 // `problem`: a C++ program's own model and data (train/custom_problem.h), or null.
-TrainingRun set_up_training(const TrainConfig& requested, const JobPlace& job, Console& console,
+TrainingRun set_up_training(Session session, Console& console,
                             const CustomProblem* problem = nullptr);
 
 }  // namespace bigbatch

@@ -18,7 +18,7 @@ LAYERS = [
     ["data", "models", "dist"],
     ["config"],
     ["device", "optim"],
-    ["task"],
+    ["task", "session"],
     ["checkpoint", "report"],
     ["sweep"],
     ["train"],

@@ -1,0 +1,75 @@
+#include "train/run_directory.h"
+
+#include <algorithm>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "report/run_records.h"
+
+namespace bigbatch {
+
+std::string default_run_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return stamp;
+}
+
+void refuse_used_run_directory(const std::string& dir, LockHeld held) {
+  for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
+    if (path_exists(dir + "/" + file)) {
+      if (held == LockHeld::No)
+        DirectoryLock::refuse_if_held(dir);
+      throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
+                  "choose another --out, or delete that directory");
+    }
+  }
+}
+
+std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir) {
+  ensure_directory(dir);
+  auto lock = std::make_unique<DirectoryLock>(dir);
+  refuse_used_run_directory(dir, LockHeld::Yes);
+  return lock;
+}
+
+bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress& progress) {
+  if (!path_exists(path))
+    return false;
+  const std::string text = read_text_file(path, kMaxMetricsFileBytes);
+  const auto length = static_cast<size_t>(std::max<int64_t>(0, progress.metrics_bytes));
+  if (progress.metrics_bytes >= 0 && length <= text.size() &&
+      (length == 0 || text[length - 1] == '\n')) {
+    if (length < text.size())
+      atomic_write_file(path, text.substr(0, length));
+    return true;
+  }
+  std::string kept;
+  size_t number = 0;
+  for (const auto& line : split(text, '\n')) {
+    ++number;
+    if (line.empty())
+      continue;
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object())
+      continue;  // a line cut short by a crash
+    check_metrics_record(record, path, number);
+    if (record.contains("step") && record["step"].get<int64_t>() > progress.step)
+      continue;
+    kept += line + "\n";
+  }
+  atomic_write_file(path, kept);
+  return false;
+}
+
+std::string default_run_directory(const std::string& prefix) {
+  const std::string stamp = prefix + default_run_timestamp();
+  std::string dir = std::string("runs/") + stamp;
+  for (int suffix = 2; path_exists(dir); ++suffix)
+    dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
+  return dir;
+}
+
+}  // namespace bigbatch
