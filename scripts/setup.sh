@@ -2,12 +2,16 @@
 # Sets bigbatch up on a fresh Debian 12 machine: installs the Debian packages it needs (only
 # those missing) and builds it in Release. Safe to run again: it then only rebuilds what changed.
 #
-#   scripts/setup.sh                    Debian's libtorch 1.13 (CPU), into build/
+#   scripts/setup.sh                    Debian's libtorch 1.13 (CPU), into build/, and the Python
+#                                       package for Debian's python3-torch in a virtual
+#                                       environment that sees it (~/.cache/bigbatch/python-debian)
 #   scripts/setup.sh --pytorch PYTHON   the libtorch inside the PyTorch 2.x that PYTHON imports
 #                                       (CUDA where that PyTorch has it), into build-pytorch-VERSION/
 #   scripts/setup.sh --pytorch 2.15.0   that PyTorch from pip, in a virtual environment cached
 #                                       outside the checkout (~/.cache/bigbatch/pytorch-2.15.0),
 #                                       into build-pytorch-2.15.0/
+# Either way the Python package (python/, docs/python.md) is built on the same engine libraries
+# and installed into that PyTorch's environment.
 #
 # Why each package and which libtorch is the default: docs/dependencies.md.
 set -euo pipefail
@@ -39,11 +43,10 @@ packages=(
   dataset-fashion-mnist fortunes
   python3-numpy
   chromium python3-pil
+  python3-dev pybind11-dev python3-venv
 )
 if [ -z "$pytorch" ]; then
   packages+=(libtorch-dev python3-torch)  # Debian's libtorch, and its Python twin for the oracles
-elif [[ "$pytorch" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
-  packages+=(python3-venv)
 fi
 
 missing=()
@@ -63,10 +66,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# The Python package into the environment of `python`, built on the engine of build tree
+# `build` (its extension module only: the engine's libraries are built already).
+install_python_package() {  # python build
+  BIGBATCH_ENGINE_BUILD=$2 "$1" -m pip install -q --no-build-isolation --no-index --no-deps \
+    --force-reinstall ./python
+  echo "setup: installed the Python package bigbatch for $1"
+}
+
 if [ -z "$pytorch" ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # Debian's Python is externally managed: the package goes into a virtual environment that
+  # sees Debian's python3-torch (docs/python.md), made once outside the checkout.
+  venv=${XDG_CACHE_HOME:-$HOME/.cache}/bigbatch/python-debian
+  [ -x "$venv/bin/pip" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIGBATCH_PYTHON="$venv/bin/python"
   cmake --build build
   echo "setup: built build/bigbatch"
+  install_python_package "$venv/bin/python" build
   exit 0
 fi
 
@@ -112,6 +128,7 @@ prefix=$(sed -n 2p <<<"$facts")
 build=build-pytorch-$version
 # The tests' Python is this one, whose PyTorch matches the libtorch linked (tests/CMakeLists.txt).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DBIGBATCH_TEST_PYTHON="$python"
+  -DBIGBATCH_TEST_PYTHON="$python" -DBIGBATCH_PYTHON="$python"
 cmake --build "$build"
+install_python_package "$python" "$build"
 echo "setup: built $build/bigbatch against PyTorch $version ($python)"

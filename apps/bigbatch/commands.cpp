@@ -23,6 +23,31 @@ namespace {
 
 // CLI11 reports an unknown flag as "The following arguments were not expected: --lrr";
 // add the likely intended one.
+// What other training tools call these settings (Lightning, Hugging Face's Trainer and
+// Accelerate, plain scripts), with bigbatch's names for them: a user's first flags are theirs.
+struct ForeignFlag {
+  const char* name;  // with '-' for '_'
+  const char* ours;
+};
+constexpr ForeignFlag kForeignFlags[] = {
+    {"--batch-size",
+     "--global-batch N (samples per update) and --micro-batch M (per forward and "
+     "backward pass)"},
+    {"--per-device-train-batch-size",
+     "--micro-batch M (samples per forward and backward pass "
+     "on one rank)"},
+    {"--train-batch-size", "--global-batch N (samples per update, over every rank)"},
+    {"--accumulate-grad-batches", "--accum-steps K (or give --global-batch and --micro-batch)"},
+    {"--gradient-accumulation-steps", "--accum-steps K (or give --global-batch and --micro-batch)"},
+    {"--grad-accum", "--accum-steps K (or give --global-batch and --micro-batch)"},
+    {"--grad-accum-steps", "--accum-steps K (or give --global-batch and --micro-batch)"},
+    {"--learning-rate", "--lr"},
+    {"--max-steps", "--max-updates"},
+    {"--num-epochs", "--epochs"},
+    {"--num-train-epochs", "--epochs"},
+    {"--warmup-steps", "--warmup Nu (N updates)"},
+};
+
 std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
   std::vector<std::string> known;
   for (const auto* command : app.get_subcommands({})) {
@@ -40,6 +65,12 @@ std::string unknown_flag_hint(int argc, char** argv, const CLI::App& app) {
     arg = arg.substr(0, arg.find('='));
     if (std::find(known.begin(), known.end(), arg) != known.end())
       continue;
+    std::string spelled = arg;
+    std::replace(spelled.begin(), spelled.end(), '_', '-');
+    for (const ForeignFlag& foreign : kForeignFlags) {
+      if (spelled == foreign.name)
+        return "bigbatch's name for it is " + std::string(foreign.ours) + "; ";
+    }
     if (const auto guess = closest_match(arg, known))
       return "did you mean " + *guess + "? ";
   }

@@ -594,6 +594,20 @@ class BadInputTest(CliTestCase):
     def test_unknown_flag_suggests_the_right_one(self):
         self.assert_error(run("train", "--micro-bach", "8"), "did you mean --micro-batch?")
 
+    def test_other_tools_names_get_bigbatchs(self):
+        # Issue 59: Lightning's, Hugging Face's and plain scripts' names for the batch, the
+        # accumulation and the rate, with '-' or '_'.
+        for flag, ours in (("--batch-size", "--global-batch N (samples per update) and --micro-batch M"),
+                           ("--per_device_train_batch_size", "--micro-batch M"),
+                           ("--accumulate-grad-batches", "--accum-steps K"),
+                           ("--gradient_accumulation_steps", "--accum-steps K"),
+                           ("--grad-accum", "--accum-steps K"),
+                           ("--learning-rate", "--lr;"),
+                           ("--max-steps", "--max-updates;")):
+            result = run("train", flag, "8")
+            self.assert_error(result, "bigbatch's name for it is " + ours)
+            self.assertNotIn("did you mean", result.stderr)
+
     def test_bad_values(self):
         self.assert_error(run("train", "--lr", "fast"), "--lr expects a number, got 'fast'")
         self.assert_error(run("train", "--model", "resnet"), "model 'resnet' is not known")

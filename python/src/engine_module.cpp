@@ -1,0 +1,161 @@
+// bigbatch._engine: the C++ engine under `import bigbatch` (python/bigbatch/). The package's
+// Python side turns keywords into the option table's text and gathers the user's samples; this
+// module holds everything else in the engine's own code: the configuration's validation, the
+// plan, and a loop's updates (train/user_loop.h). The GIL is released while the engine works
+// (backward through the user's graph, the reduction, the optimizer); errors arrive in Python as
+// bigbatch.Error with the command line's kind, problem and hint.
+#include <torch/extension.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/option_table.h"
+#include "config/resolved_run.h"
+#include "core/error.h"
+#include "report/plan_report.h"
+#include "session/session.h"
+#include "train/run_setup.h"
+#include "train/user_loop.h"
+
+namespace py = pybind11;
+
+namespace bigbatch {
+namespace {
+
+using OptionTexts = std::vector<std::pair<std::string, std::string>>;
+
+// The Python class that bigbatch.Error is (set once by the package on import).
+py::object& error_class() {
+  static py::object* held = new py::object();  // never destroyed: outlives the interpreter
+  return *held;
+}
+
+// The options by keyword, for the package's checks of names and values.
+py::list option_rows() {
+  py::list rows;
+  for (const OptionSpec& spec : option_table()) {
+    py::dict row;
+    row["name"] = spec.name;
+    row["switch"] = spec.is_switch();
+    row["list"] = spec.is_list;
+    row["train"] = (spec.commands & kTrainCommand) != 0;
+    row["plan"] = (spec.commands & kPlanCommand) != 0;
+    row["help"] = spec.help;
+    rows.append(row);
+  }
+  return rows;
+}
+
+// A configuration from option texts (names as the command line spells them), validated by the
+// session it opens.
+TrainConfig configured(const OptionTexts& options) {
+  TrainConfig config;
+  for (const auto& [name, text] : options)
+    apply_option(config, find_option(name), text);
+  return config;
+}
+
+// The plan's JSON, as `bigbatch plan --json` prints it: over `dataset_size` samples when given,
+// else over the dataset the options name (loaded, as the command line loads it).
+std::string plan_text_json(const OptionTexts& options, int64_t dataset_size, int64_t world_size) {
+  check_config(world_size >= 1, "world_size must be 1 or more", "e.g. world_size=4");
+  SessionRequest request;
+  request.device = SessionDevice::None;
+  request.cpu = SessionCpu::Untouched;
+  request.data = dataset_size > 0 ? SessionData::None : SessionData::Load;
+  const Session session = open_session(configured(options), request);
+  const TrainConfig& config = session.config;
+  int64_t samples = dataset_size;
+  double items_per = 0;
+  if (dataset_size <= 0) {
+    check_watched_metrics(config, session.data);
+    check_eval_every(config, session.data);
+    samples = session.data.train.size();
+    items_per = items_per_sample(session.data.train);
+  }
+  ResolvedRun run = resolve_run(config, samples, world_size, items_per);
+  if (dataset_size <= 0)
+    measure_token_cut(run, config, session.data.train);
+  nlohmann::json json = plan_json(run);
+  json["dataset"] = dataset_size > 0 ? nlohmann::json() : nlohmann::json(config.dataset);
+  return json.dump();
+}
+
+// A user's loop over the engine, with the plan and the stats as Python values.
+class PyLoop {
+ public:
+  PyLoop(const OptionTexts& options, int64_t dataset_size, const NamedTensors& parameters) {
+    SessionRequest request;
+    // The process is the user's: its threads and floating-point mode stay as they set them.
+    request.cpu = SessionCpu::Untouched;
+    request.data = SessionData::None;  // the user's own samples
+    const Session session = open_session(configured(options), request);
+    check_config(session.device.is_cpu(),
+                 "a loop of your own runs on the CPU in this version; device=" +
+                     session.device.str() + " is not yet supported from Python",
+                 "leave device unset (cpu)");
+    loop_ = std::make_unique<UserLoop>(session.config, dataset_size, parameters);
+  }
+
+  std::vector<std::vector<int64_t>> next_window() { return loop_->next_window(); }
+  void backward(const torch::Tensor& loss_sum, int64_t samples, int64_t items, bool last) {
+    loop_->backward(loss_sum, samples, items, last);
+  }
+  py::dict step() {
+    UserLoopStep s;
+    {
+      py::gil_scoped_release released;
+      s = loop_->step();
+    }
+    py::dict out;
+    out["step"] = s.step;
+    out["epoch"] = s.epoch;
+    out["samples"] = s.samples;
+    out["items"] = s.items;
+    out["loss"] = s.loss;
+    out["grad_norm"] = s.grad_norm;
+    out["lr"] = s.lr;
+    out["skipped"] = s.skipped;
+    out["noise_scale"] = s.noise_scale;
+    return out;
+  }
+  bool complete() const { return loop_->complete(); }
+  std::string plan_json_text() const { return plan_json(loop_->resolved()).dump(); }
+  std::string plan_text() const { return format_plan_text(loop_->resolved()); }
+
+ private:
+  std::unique_ptr<UserLoop> loop_;
+};
+
+}  // namespace
+}  // namespace bigbatch
+
+PYBIND11_MODULE(_engine, m) {
+  using namespace bigbatch;
+  m.doc() = "bigbatch's C++ engine (use the bigbatch package, not this module)";
+  m.def("set_error_class", [](py::object cls) { error_class() = std::move(cls); });
+  py::register_exception_translator([](std::exception_ptr raised) {
+    try {
+      if (raised)
+        std::rethrow_exception(raised);
+    } catch (const Error& e) {
+      if (!error_class())
+        throw;
+      PyErr_SetObject(error_class().ptr(),
+                      py::make_tuple(to_string(e.kind()), e.problem(), e.hint()).ptr());
+    }
+  });
+  m.def("option_rows", &option_rows);
+  m.def("plan_json", &plan_text_json, py::arg("options"), py::arg("dataset_size"),
+        py::arg("world_size"));
+  py::class_<PyLoop>(m, "Loop")
+      .def(py::init<const OptionTexts&, int64_t, const NamedTensors&>())
+      .def("next_window", &PyLoop::next_window)
+      // Backward runs the user's autograd graph without the GIL, as torch.autograd.backward does.
+      .def("backward", &PyLoop::backward, py::call_guard<py::gil_scoped_release>())
+      .def("step", &PyLoop::step)
+      .def("complete", &PyLoop::complete)
+      .def("plan_json", &PyLoop::plan_json_text)
+      .def("plan_text", &PyLoop::plan_text);
+}
