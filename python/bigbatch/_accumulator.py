@@ -100,6 +100,7 @@ class Accumulator:
             plan.dataset_size if plan is not None else None)
         self._loop = None
         self._window = None
+        self._pending_state = None  # a state_dict loaded before the dataset's size was known
         if self._dataset_size is not None:
             self._start(self._dataset_size)
 
@@ -110,6 +111,21 @@ class Accumulator:
                         "pass the module whose parameters train")
         self._loop = _engine.Loop(self._texts, int(dataset_size), named)
         self._dataset_size = int(dataset_size)
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            self.load_state_dict(state)
+
+    @property
+    def rank(self):
+        """This process's rank in the data-parallel job (0 alone)."""
+        self._require_loop()
+        return self._loop.rank()
+
+    @property
+    def world_size(self):
+        """The job's data-parallel ranks (1 alone)."""
+        self._require_loop()
+        return self._loop.world_size()
 
     @property
     def plan(self):
@@ -164,6 +180,27 @@ class Accumulator:
                         "pass the summed loss the model's outputs computed")
         self._loop.backward(loss_sum, samples, count, position + 1 == len(window))
         window._backward_done[position] = True
+
+    def state_dict(self):
+        """Where the run stands between updates — the engine's counters (the epoch and the
+        position in its order, the noise scale's averages) and the optimizer's state — as a
+        dict torch.save can write. Save the module's own state_dict beside it: a new
+        Accumulator over the module with those weights, given this to load_state_dict, goes on
+        bit for bit as this one would have."""
+        self._require_loop()
+        state = self._loop.state()
+        return {"bigbatch_accumulator": 1, "progress": state["progress"],
+                "optimizer": state["optimizer"]}
+
+    def load_state_dict(self, state):
+        """Puts back what state_dict() returned, before the first window."""
+        if not isinstance(state, dict) or state.get("bigbatch_accumulator") != 1:
+            raise Error("usage", "that is not an Accumulator's state_dict()",
+                        "give what Accumulator.state_dict() returned")
+        if self._loop is None:
+            self._pending_state = state
+            return
+        self._loop.load_state(state["progress"], state["optimizer"])
 
     def step(self):
         """Makes the update from the window's gradients; returns its figures: step, epoch,

@@ -87,6 +87,8 @@ class PyLoop {
  public:
   PyLoop(const OptionTexts& options, int64_t dataset_size, const NamedTensors& parameters) {
     SessionRequest request;
+    // A rank of the job the environment describes (bigbatch launch -- python ...), or alone.
+    request.job = JobScope::FromEnvironment;
     // The process is the user's: its threads and floating-point mode stay as they set them.
     request.cpu = SessionCpu::Untouched;
     request.data = SessionData::None;  // the user's own samples
@@ -95,7 +97,7 @@ class PyLoop {
                  "a loop of your own runs on the CPU in this version; device=" +
                      session.device.str() + " is not yet supported from Python",
                  "leave device unset (cpu)");
-    loop_ = std::make_unique<UserLoop>(session.config, dataset_size, parameters);
+    loop_ = std::make_unique<UserLoop>(session.config, dataset_size, parameters, session.job);
   }
 
   std::vector<std::vector<int64_t>> next_window() { return loop_->next_window(); }
@@ -120,9 +122,24 @@ class PyLoop {
     out["noise_scale"] = s.noise_scale;
     return out;
   }
+  py::dict state() const {
+    const UserLoopState state = loop_->state();
+    py::dict out;
+    out["progress"] = state.progress.dump();
+    out["optimizer"] = py::bytes(state.optimizer);
+    return out;
+  }
+  void load_state(const std::string& progress, const py::bytes& optimizer) {
+    const auto parsed = nlohmann::json::parse(progress, nullptr, /*allow_exceptions=*/false);
+    check_config(!parsed.is_discarded(), "the state's progress is not JSON",
+                 "give what state_dict() returned");
+    loop_->load_state({parsed, std::string(optimizer)});
+  }
   bool complete() const { return loop_->complete(); }
   std::string plan_json_text() const { return plan_json(loop_->resolved()).dump(); }
   std::string plan_text() const { return format_plan_text(loop_->resolved()); }
+  int64_t rank() const { return loop_->job().rank; }
+  int64_t world_size() const { return loop_->job().world_size; }
 
  private:
   std::unique_ptr<UserLoop> loop_;
@@ -150,12 +167,19 @@ PYBIND11_MODULE(_engine, m) {
   m.def("plan_json", &plan_text_json, py::arg("options"), py::arg("dataset_size"),
         py::arg("world_size"));
   py::class_<PyLoop>(m, "Loop")
-      .def(py::init<const OptionTexts&, int64_t, const NamedTensors&>())
+      // Over ranks, the constructor waits for the others (rendezvous, agreement, rank 0's
+      // weights): without the GIL.
+      .def(py::init<const OptionTexts&, int64_t, const NamedTensors&>(),
+           py::call_guard<py::gil_scoped_release>())
       .def("next_window", &PyLoop::next_window)
       // Backward runs the user's autograd graph without the GIL, as torch.autograd.backward does.
       .def("backward", &PyLoop::backward, py::call_guard<py::gil_scoped_release>())
       .def("step", &PyLoop::step)
+      .def("state", &PyLoop::state)
+      .def("load_state", &PyLoop::load_state)
       .def("complete", &PyLoop::complete)
       .def("plan_json", &PyLoop::plan_json_text)
-      .def("plan_text", &PyLoop::plan_text);
+      .def("plan_text", &PyLoop::plan_text)
+      .def("rank", &PyLoop::rank)
+      .def("world_size", &PyLoop::world_size);
 }

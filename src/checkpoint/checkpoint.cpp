@@ -710,6 +710,32 @@ TrainingProgress read_checkpoint(const std::string& dir, const nlohmann::json& i
   return progress;
 }
 
+nlohmann::json progress_to_json(const TrainingProgress& progress) {
+  return progress_json(progress);
+}
+
+TrainingProgress progress_from_json(const nlohmann::json& json, const std::string& source) {
+  return progress_from(json, source);
+}
+
+std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                                const torch::Device& device) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size(), device);
+  optimizer.load(archive);
+}
+
 TrainingSnapshot TrainingSnapshot::take(torch::nn::Module& model,
                                         torch::optim::Optimizer& optimizer,
                                         const TrainingProgress& at) {
@@ -719,12 +745,7 @@ TrainingSnapshot TrainingSnapshot::take(torch::nn::Module& model,
     for (const auto& [name, tensor] : model_state(model))
       snapshot.model_state_.push_back(tensor.detach().clone());
   }
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  archive.save_to([&snapshot](const void* data, size_t size) {
-    snapshot.optimizer_.append(static_cast<const char*>(data), size);
-    return size;
-  });
+  snapshot.optimizer_ = optimizer_state_bytes(optimizer);
   snapshot.generators_ = generator_states(model);
   snapshot.at_ = at;
   return snapshot;
@@ -739,9 +760,7 @@ void TrainingSnapshot::restore(torch::nn::Module& model, torch::optim::Optimizer
     for (size_t i = 0; i < live.size(); ++i)
       live[i].second.copy_(model_state_[i]);
   }
-  torch::serialize::InputArchive archive;
-  archive.load_from(optimizer_.data(), optimizer_.size(), model_device(model));
-  optimizer.load(archive);
+  load_optimizer_state_bytes(optimizer, optimizer_, model_device(model));
   restore_generator_states(generators_, model, "(in memory)");
   at = at_;
 }

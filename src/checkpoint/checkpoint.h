@@ -64,6 +64,17 @@ TrainingProgress read_checkpoint(const std::string& checkpoint_dir, const nlohma
                                  torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                  PartialWindow* window = nullptr);
 
+// The progress counters as a checkpoint's state.json holds them, and back, read as strictly
+// (`source` names where they came from in errors): a loop of the user's keeps them in its own
+// state (train/user_loop.h).
+nlohmann::json progress_to_json(const TrainingProgress& progress);
+TrainingProgress progress_from_json(const nlohmann::json& json, const std::string& source);
+
+// The optimizer's state in torch's archive format, and back onto `device`.
+std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                                const torch::Device& device);
+
 // A checkpoint in memory: the weights and buffers, the optimizer's state, the random generators
 // and the progress, put back exactly (a branch test trains twice from one point). Gradients are
 // not in it: it is taken at an update boundary, where none are accumulated.

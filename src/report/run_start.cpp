@@ -6,6 +6,21 @@
 
 namespace bigbatch {
 
+namespace {
+
+// A batch that moves (a ramp, the automatic batch): the rate at its reference batch, the rule
+// that carries it to each batch, and the schedule counted in samples.
+std::string rate_with_the_batch(const TrainConfig& config, const ResolvedRun& run) {
+  const LrScheduleConfig& schedule = run.schedule.config();
+  const std::string reference = std::to_string(run.ramp->reference_batch);
+  return "lr " + format_double(config.base_lr()) + " @ " + reference + ", " +
+         to_string(schedule.scaling) + " with the batch; warmup and " + to_string(schedule.kind) +
+         " schedule counted in samples (" + std::to_string(schedule.warmup_updates) + " and " +
+         std::to_string(schedule.total_updates) + " updates of " + reference + ")";
+}
+
+}  // namespace
+
 std::vector<std::string> run_start_lines(const RunStart& start) {
   std::vector<std::string> lines;
   const ResolvedRun& run = start.run;
@@ -61,24 +76,12 @@ std::vector<std::string> run_start_lines(const RunStart& start) {
                    " samples set aside, the tests throwing away at most " +
                    format_significant(100 * rule.test_budget, 3) + "% of the samples trained"
              : ", untested (--growth-test none)") +
-        "; lr " + format_double(config.base_lr()) + " @ " +
-        std::to_string(run.ramp->reference_batch) + ", " +
-        to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
-        to_string(run.schedule.config().kind) + " schedule counted in samples (" +
-        std::to_string(run.schedule.config().warmup_updates) + " and " +
-        std::to_string(run.schedule.config().total_updates) + " updates of " +
-        std::to_string(run.ramp->reference_batch) + ")");
+        "; " + rate_with_the_batch(config, run));
   } else if (run.ramp) {
     lines.push_back("global batch schedule " + run.ramp->batches.to_string() + ": " +
                     std::to_string(run.ramp->phases.size()) + " steps, " +
-                    std::to_string(run.total_updates) + " updates; lr " +
-                    format_double(config.base_lr()) + " @ " +
-                    std::to_string(run.ramp->reference_batch) + ", " +
-                    to_string(run.schedule.config().scaling) + " with the batch; warmup and " +
-                    to_string(run.schedule.config().kind) + " schedule counted in samples (" +
-                    std::to_string(run.schedule.config().warmup_updates) + " and " +
-                    std::to_string(run.schedule.config().total_updates) + " updates of " +
-                    std::to_string(run.ramp->reference_batch) + ")");
+                    std::to_string(run.total_updates) + " updates; " +
+                    rate_with_the_batch(config, run));
   } else {
     const int64_t schedule_updates = run.schedule.config().total_updates;
     lines.push_back(run.schedule.describe_scaling() + ", warmup " +

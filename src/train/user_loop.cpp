@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "batching/batch_plan.h"
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "data/sampler.h"
 #include "optim/optimizer.h"
+#include "train/run_agreement.h"
 #include "train/run_engine.h"
 #include "train/train_step.h"
 
@@ -73,6 +75,22 @@ UserLoop::UserLoop(const TrainConfig& config, int64_t dataset_size, NamedTensors
   holder_ = torch::nn::Sequential();
   holder_->register_module("user", std::make_shared<ParameterHolderImpl>(trainable));
   reducer_ = make_reducer(job_, config_);
+  // Ranks started differently stop together, each naming what differs; then every rank starts
+  // from rank 0's weights, whatever its own initialisation drew.
+  check_ranks_agree(*reducer_, [&] {
+    RankDescription description = describe_configuration(config);
+    description.emplace_back("dataset size", std::to_string(dataset_size));
+    for (const auto& [name, tensor] : trainable)
+      description.emplace_back("parameter " + name, c10::str(tensor.sizes()));
+    return description;
+  });
+  if (job_.world_size > 1) {
+    std::vector<torch::Tensor> weights;
+    for (const auto& named : trainable)
+      weights.push_back(named.second);
+    torch::NoGradGuard no_grad;
+    reducer_->broadcast_from_first_rank(weights);
+  }
   OptimizerSettings settings = OptimizerSettings::from(config_);
   if (const auto& adam = resolved_.adam) {
     settings.adam_beta1 = adam->beta1;
@@ -174,6 +192,52 @@ UserLoopStep UserLoop::step() {
   window_ = UpdateWindow{};
   micro_steps_done_ = 0;
   return out;
+}
+
+nlohmann::json UserLoop::identity() const {
+  const BatchPlan& plan = schedule_->plan();
+  return {{"dataset_size", dataset_size_},
+          {"global_batch", plan.global_batch_size},
+          {"world_size", plan.world_size},
+          {"seed", config_.seed},
+          {"shuffle", config_.shuffle},
+          {"optimizer", to_string(config_.optimizer)},
+          {"parameters", static_cast<int64_t>(engine_->parameters().size())}};
+}
+
+UserLoopState UserLoop::state() const {
+  check_config(window_.size == 0,
+               "the state is saved between updates, and a window is open (its micro-batches "
+               "are not all stepped)",
+               "save after step()");
+  TrainingProgress at = at_;
+  at.noise = noise_.state();
+  return {{{"plan", identity()}, {"progress", progress_to_json(at)}},
+          optimizer_state_bytes(*optimizer_)};
+}
+
+void UserLoop::load_state(const UserLoopState& state) {
+  check_config(window_.size == 0 && at_.step == 0,
+               "a state is loaded into a loop that has not trained yet",
+               "make a new accumulator and load the state before its first window");
+  const nlohmann::json& saved = state.progress;
+  check_config(saved.is_object() && saved.contains("plan") && saved.contains("progress"),
+               "the state holds no plan and progress", "give what state_dict() returned");
+  const nlohmann::json now = identity();
+  for (const auto& [key, value] : now.items()) {
+    const nlohmann::json was = saved["plan"].value(key, nlohmann::json());
+    check_config(was == value,
+                 "the state was saved by a loop with " + key + " " + was.dump() +
+                     "; this one has " + value.dump(),
+                 "load it into a loop of the same plan, data and model");
+  }
+  TrainingProgress at = progress_from_json(saved["progress"], "(the state)");
+  check_config(schedule_->inconsistency(at).empty(),
+               "the state's progress does not fit the plan: " + schedule_->inconsistency(at),
+               "give the state_dict() of a loop with this plan");
+  load_optimizer_state_bytes(*optimizer_, state.optimizer, torch::kCPU);
+  noise_.restore(at.noise);
+  at_ = at;
 }
 
 }  // namespace bigbatch

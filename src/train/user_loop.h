@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/resolved_run.h"
 #include "config/train_config.h"
 #include "dist/gradient_reducer.h"
@@ -49,6 +51,14 @@ struct UserLoopStep {
   double noise_scale = 0;  // B_noise so far (0: not measured yet)
 };
 
+// Where a loop of the user's stands between updates: its progress (the counters a checkpoint's
+// state.json holds, the noise scale's averages among them) with what it was planned for, and
+// the optimizer's state. The module's weights are the caller's to save beside it.
+struct UserLoopState {
+  nlohmann::json progress;  // {"plan": what must match, "progress": the counters}
+  std::string optimizer;    // torch's archive format
+};
+
 class UserLoop {
  public:
   // `config`: validated; its batch sizes, optimizer, rate, schedule and length are the run's.
@@ -65,14 +75,23 @@ class UserLoop {
   // Ends the window: one reduction, one division, clipping, the optimizer step at the update's
   // rate; a non-finite loss or gradient discards the window instead.
   UserLoopStep step();
+  // The state between updates; load_state puts it back into a loop made with the same
+  // configuration over the same parameters, which then goes on exactly as the saved one would.
+  UserLoopState state() const;
+  void load_state(const UserLoopState& state);
+
   // The run's length (--epochs, --max-updates) is reached.
   bool complete() const { return schedule_->complete(at_); }
 
   const ResolvedRun& resolved() const { return resolved_; }
+  const JobPlace& job() const { return job_; }
   const TrainingProgress& progress() const { return at_; }
   const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
 
  private:
+  // What a saved state must have been planned with to go on here.
+  nlohmann::json identity() const;
+
   TrainConfig config_;
   JobPlace job_;
   int64_t dataset_size_ = 0;

@@ -1,0 +1,67 @@
+"""bigbatch.Accumulator over data-parallel ranks: `bigbatch launch --nproc 2 -- python SCRIPT`
+gives each rank its share of every window and one all-reduce per update, so 2 processes end
+where one does (to float32's summation order); ranks started differently stop together.
+
+Run with BIGBATCH_BINARY and the package on PYTHONPATH, as test_accumulator."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+BINARY = os.environ.get("BIGBATCH_BINARY", "build/bigbatch")
+SCRIPT = r'''
+import os, sys, torch, torch.nn.functional as F, bigbatch
+generator = torch.Generator().manual_seed(4)
+x, y = torch.randn(100, 12, generator=generator), torch.randint(0, 5, (100,), generator=generator)
+torch.manual_seed(int(os.environ.get("RANK", "0")))  # each rank draws other weights: rank 0's win
+model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+lr = float(sys.argv[2]) if os.environ.get("RANK") == "1" and len(sys.argv) > 2 else 0.01
+acc = bigbatch.Accumulator(model, global_batch=32, micro_batch=8, optimizer="adamw", lr=lr,
+                           clip_norm=0.5, max_updates=8, dataset_size=len(x))
+for window in acc.windows((x, y)):
+    for inputs, targets in window:
+        acc.backward(F.cross_entropy(model(inputs), targets, reduction="sum"))
+    stats = acc.step()
+if acc.rank == 0:
+    torch.save({"weights": model.state_dict(), "world": acc.world_size, "stats": stats}, sys.argv[1])
+'''
+
+
+class DataParallelTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bigbatch_py_dist_")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.script = os.path.join(self.dir, "train.py")
+        with open(self.script, "w") as f:
+            f.write(SCRIPT)
+
+    def launch(self, out, *extra):
+        return subprocess.run([BINARY, "launch", "--nproc", "2", "--", sys.executable, self.script,
+                               out, *extra], capture_output=True, text=True, timeout=300)
+
+    def test_two_ranks_end_where_one_process_ends(self):
+        one, two = (os.path.join(self.dir, name) for name in ("one.pt", "two.pt"))
+        subprocess.run([sys.executable, self.script, one], check=True, timeout=300)
+        result = self.launch(two)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        alone, ranks = torch.load(one), torch.load(two)
+        self.assertEqual((alone["world"], ranks["world"]), (1, 2))
+        self.assertEqual(ranks["stats"]["step"], 8)
+        self.assertEqual(ranks["stats"]["samples"], alone["stats"]["samples"])
+        for name, weight in alone["weights"].items():
+            scale = weight.abs().max().item()
+            difference = (weight - ranks["weights"][name]).abs().max().item() / scale
+            self.assertLess(difference, 1e-5, name)
+
+    def test_ranks_started_differently_stop_together_naming_the_difference(self):
+        result = self.launch(os.path.join(self.dir, "bad.pt"), "0.5")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("rank 1 differs from rank 0: lr", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
