@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -216,13 +217,17 @@ class CollectiveReducer final : public GradientReducer {
     try {
       c10d::TCPStoreOptions store_options;
       store_options.port = static_cast<uint16_t>(env.master_port);
-      store_options.isServer = env.rank == 0;
+      store_options.isServer = env.rank == 0 && !env.agent_store;
       store_options.numWorkers = static_cast<size_t>(env.world_size);
       // libtorch 1.13's own wait for the workers returns silently at its timeout, and Gloo
       // then waits as long again: each rank says it joined, and rank 0 waits for those keys.
       store_options.waitWorkers = false;
       store_options.timeout = to_milliseconds(options.timeout_seconds);
       store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      // The agent's store holds its own keys, and those of a torch.distributed group the
+      // program made: bigbatch's live under a prefix of their own.
+      if (env.agent_store)
+        store_ = c10::make_intrusive<c10d::PrefixStore>("bigbatch", store_);
       std::string address;
       auto device = make_gloo_device(env, address);
       // Where each rank is, read back when one stops answering.

@@ -102,6 +102,7 @@ std::optional<DistEnvironment> read_dist_environment(const EnvironmentLookup& lo
                     "use a number from 1 to 65535, e.g. 29500");
   }
   env.master_port = *port;
+  env.agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
   return env;
 }
 

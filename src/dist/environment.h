@@ -22,6 +22,9 @@ struct DistEnvironment {
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
   std::string source;  // "torchrun", "Open MPI" or "Slurm", for the log
+  // torchrun's agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank is its client, rank 0 included.
+  bool agent_store = false;
 };
 
 // Looks a variable up; std::nullopt when unset.

@@ -5,6 +5,7 @@ where one does (to float32's summation order); ranks started differently stop to
 Run with BIGBATCH_BINARY and the package on PYTHONPATH, as test_accumulator."""
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,26 @@ class DataParallelTest(unittest.TestCase):
         for name, weight in alone["weights"].items():
             scale = weight.abs().max().item()
             difference = (weight - ranks["weights"][name]).abs().max().item() / scale
+            self.assertLess(difference, 1e-5, name)
+
+    @unittest.skipIf(int(torch.__version__.split(".")[0]) < 2,
+                     "torch 1.13's torchrun cannot start workers on Python 3.11 (its Std enum "
+                     "reads None there); the 2.x lane runs this")
+    def test_under_torchrun_too(self):
+        # torchrun's agent serves the rendezvous store at MASTER_PORT: every rank is its client.
+        one, two = (os.path.join(self.dir, name) for name in ("one.pt", "torchrun.pt"))
+        subprocess.run([sys.executable, self.script, one], check=True, timeout=300)
+        with socket.socket() as probe:  # a free port for the agent
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                                 "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                                 self.script, two], capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        alone, ranks = torch.load(one), torch.load(two)
+        self.assertEqual(ranks["world"], 2)
+        for name, weight in alone["weights"].items():
+            difference = (weight - ranks["weights"][name]).abs().max().item() / weight.abs().max().item()
             self.assertLess(difference, 1e-5, name)
 
     def test_ranks_started_differently_stop_together_naming_the_difference(self):

@@ -45,6 +45,17 @@ TEST(DistEnvironment, TorchrunVariables) {
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->master_port, 29511);
   EXPECT_EQ(env->source, "torchrun");
+  EXPECT_FALSE(env->agent_store);  // bigbatch launch: rank 0 serves the store itself
+}
+
+TEST(DistEnvironment, UnderTorchrunsAgentEveryRankIsAStoreClient) {
+  const auto env = read_dist_environment(fake({{"RANK", "0"},
+                                               {"WORLD_SIZE", "2"},
+                                               {"MASTER_ADDR", "127.0.0.1"},
+                                               {"MASTER_PORT", "29511"},
+                                               {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  ASSERT_TRUE(env.has_value());
+  EXPECT_TRUE(env->agent_store);
 }
 
 TEST(DistEnvironment, OpenMpiAndSlurmVariables) {
