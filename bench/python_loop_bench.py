@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""bigbatch.Accumulator against the hand-written PyTorch loop it replaces (issue 55): the same
+module, micro-batches and accumulation, AdamW with clipping, in one process, the two sides
+alternated round by round. The hand-written loop divides each micro-batch's summed loss by the
+window's items before its backward (the exact way to write it), clips and steps; the
+accumulator back-propagates the sums and makes the update in the engine. Samples per second of
+the steady updates, per side and round, and the ratio of the medians.
+
+Run with the Python the package is installed for, e.g.
+  ~/.cache/bigbatch/python-debian/bin/python bench/python_loop_bench.py --rounds 3
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import bigbatch
+
+
+def cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 7 * 7, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 10))
+
+
+class Lm(torch.nn.Module):
+    """A gpt-shaped causal transformer (pre-norm blocks of nn.TransformerEncoderLayer)."""
+
+    def __init__(self, vocab=256, d=128, layers=4, heads=4, seq=128):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.position = torch.nn.Parameter(0.02 * torch.randn(seq, d))
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                                 norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, layers)
+        self.head = torch.nn.Linear(d, vocab)
+        self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
+
+    def forward(self, tokens):
+        n = tokens.size(1)
+        return self.head(self.blocks(self.embed(tokens) + self.position[:n], mask=self.mask[:n, :n]))
+
+
+def cells(samples):
+    generator = torch.Generator().manual_seed(1)
+    images = (torch.randn(samples, 1, 28, 28, generator=generator),
+              torch.randint(0, 10, (samples,), generator=generator))
+    tokens = torch.randint(0, 256, (samples // 8, 129), generator=generator)
+    text = (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+    def classify(model, x, y):
+        return F.cross_entropy(model(x), y, reduction="sum"), y.numel()
+
+    def lm(model, x, y):
+        logits = model(x)
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum"), y.numel()
+
+    return [("cnn, 256 = 32 x 8", cnn, images, classify, 256, 32),
+            ("gpt shape (4 x 128, seq 128), 32 = 8 x 4", Lm, text, lm, 32, 8)]
+
+
+def hand_written(make, data, summed_loss, global_batch, micro, updates):
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
+    x, y = data
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    timed = 0.0
+    for update in range(updates):
+        start = time.perf_counter()
+        window = order[(update * global_batch) % len(x):][:global_batch]
+        items = y[window].numel()
+        for begin in range(0, len(window), micro):
+            part = window[begin:begin + micro]
+            loss, _ = summed_loss(model, x[part], y[part])
+            (loss / items).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if update >= 2:  # the first updates warm the allocator and the kernels
+            timed += time.perf_counter() - start
+    return (updates - 2) * global_batch / timed
+
+
+def accumulator(make, data, summed_loss, global_batch, micro, updates):
+    model = make()
+    acc = bigbatch.Accumulator(model, global_batch=global_batch, micro_batch=micro,
+                               optimizer="adamw", lr=1e-3, lr_scaling="none", schedule="constant",
+                               clip_norm=1.0, max_updates=updates, epochs=1000)
+    timed, done = 0.0, 0
+    start = time.perf_counter()
+    for window in acc.windows(data):
+        for x, y in window:
+            loss, items = summed_loss(model, x, y)
+            acc.backward(loss, items=items)
+        acc.step()
+        done += 1
+        if done > 2:
+            timed += time.perf_counter() - start
+        start = time.perf_counter()
+    return (updates - 2) * global_batch / timed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per side")
+    parser.add_argument("--updates", type=int, default=12, help="updates per round (2 warm-up)")
+    parser.add_argument("--threads", type=int, default=2, help="torch's intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of "
+          f"{args.updates} updates, AdamW, clip 1.0")
+    for name, make, data, summed_loss, global_batch, micro in cells(4096):
+        sides = {"hand-written loop": [], "bigbatch.Accumulator": []}
+        for _ in range(args.rounds):
+            sides["hand-written loop"].append(
+                hand_written(make, data, summed_loss, global_batch, micro, args.updates))
+            sides["bigbatch.Accumulator"].append(
+                accumulator(make, data, summed_loss, global_batch, micro, args.updates))
+        medians = {side: statistics.median(rates) for side, rates in sides.items()}
+        print(f"\n{name}")
+        for side, rates in sides.items():
+            print(f"  {side:22s} {medians[side]:9.1f} samples/s  (rounds: "
+                  + ", ".join(f"{r:.1f}" for r in rates) + ")")
+        print(f"  ratio {medians['bigbatch.Accumulator'] / medians['hand-written loop']:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
