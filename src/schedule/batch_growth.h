@@ -74,7 +74,7 @@ struct GrowthRule {
   bool must_divide = false;  // --strict-batch: only batches that divide the training set
   // --growth-test branch: a doubling the prediction favours is only proposed, and taken if
   // training the same samples at both batches shows the doubled batch's loss keeping up
-  // (train/branch_test.h); none: the prediction alone decides.
+  // (train/branch_trial.h); none: the prediction alone decides.
   bool branch_test = true;
   GrowthControl control = GrowthControl::Rate;
   // --growth-test-budget: the losing branches' samples never exceed this fraction of the

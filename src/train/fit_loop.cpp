@@ -11,7 +11,7 @@
 #include "memory/tracking_allocator.h"
 #include "runtime/runtime_env.h"
 #include "stats/loss_spikes.h"
-#include "train/branch_test.h"
+#include "train/branch_trial.h"
 #include "train/memory_back_off.h"
 #include "train/run_setup.h"
 

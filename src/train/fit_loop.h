@@ -58,7 +58,7 @@ class FitLoop {
   std::optional<TrainedUpdate> train_update(const std::vector<int64_t>& order);
   // Tells the observers (which hold it while a branch test trains a branch).
   void report_update(const TrainedUpdate& update);
-  // The schedule's proposal tested by branching (train/branch_test.h); the kept branch's
+  // The schedule's proposal tested by branching (train/branch_trial.h); the kept branch's
   // records are told once it is decided. Returns whether a stop was asked for.
   bool test_proposal(const std::vector<int64_t>& order, const BatchDecision& proposal);
   // The checkpoint after an update (on the cadence, or for a stop); returns `stop`.

@@ -1,4 +1,4 @@
-#include "train/branch_test.h"
+#include "train/branch_trial.h"
 
 #include "checkpoint/checkpoint.h"
 #include "core/clock.h"
