@@ -28,8 +28,8 @@
 #include "models/accumulating_linear.h"
 #include "models/models.h"
 #include "optim/fused_sgd.h"
-#include "train/accumulation_engine.h"
 #include "session/session.h"
+#include "train/accumulation_engine.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
 

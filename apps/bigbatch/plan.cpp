@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "commands/plan_command.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -13,7 +14,6 @@
 #include "report/plan_report.h"
 #include "session/session.h"
 #include "subcommand.h"
-#include "train/run_setup.h"
 
 namespace bigbatch::cli {
 
@@ -85,28 +85,18 @@ class PlanCommand final : public Subcommand {
     };
     const Session session =
         open_session(configured(config_path_, kTrainCommand | kPlanCommand, flags_), request);
-    const TrainConfig& config = session.config;
-    const DatasetSplits& data = session.data;
-    int64_t samples = dataset_size_;
-    double tokens_per_sample = tokens_per_sample_;
+    const ResolvedRun run =
+        plan_session(session, sized, dataset_size_, tokens_per_sample_, world_size_);
     if (!sized) {
-      check_watched_metrics(config, data);  // as train would refuse them
-      check_eval_every(config, data);
-      samples = data.train.size();
-      tokens_per_sample = items_per_sample(data.train);
-      std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", config.dataset.c_str(),
-                   static_cast<long long>(samples), data.description.empty() ? "" : "; ",
+      const DatasetSplits& data = session.data;
+      std::fprintf(stderr, "plan: %s: %lld training samples%s%s\n", session.config.dataset.c_str(),
+                   static_cast<long long>(data.train.size()), data.description.empty() ? "" : "; ",
                    data.description.c_str());
       for (const std::string& warning : data.warnings)
         std::fprintf(stderr, "plan: warning: %s\n", warning.c_str());
     }
-    ResolvedRun run = resolve_run(config, samples, world_size_, tokens_per_sample);
-    if (!sized)
-      measure_token_cut(run, config, data.train);
     if (json_) {
-      nlohmann::json json = plan_json(run);
-      json["dataset"] = sized ? nlohmann::json() : nlohmann::json(config.dataset);
-      std::cout << json.dump(2) << "\n";
+      std::cout << plan_session_json(session, sized, run).dump(2) << "\n";
     } else {
       std::cout << format_plan_text(run);
     }

@@ -13,11 +13,11 @@
 #include "runtime/runtime_env.h"
 #include "schedule/interval.h"
 #include "schedule/lr_schedule.h"
+#include "session/session.h"
 #include "subcommand.h"
 #include "sweep/sweep_grid.h"
 #include "sweep/sweep_runner.h"
 #include "sweep/sweep_summary.h"
-#include "session/session.h"
 #include "train/run_setup.h"
 
 namespace bigbatch::cli {

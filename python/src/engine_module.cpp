@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "commands/plan_command.h"
 #include "config/option_table.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
 #include "report/plan_report.h"
 #include "session/session.h"
-#include "train/run_setup.h"
 #include "train/user_loop.h"
 
 namespace py = pybind11;
@@ -65,21 +65,9 @@ std::string plan_text_json(const OptionTexts& options, int64_t dataset_size, int
   request.cpu = SessionCpu::Untouched;
   request.data = dataset_size > 0 ? SessionData::None : SessionData::Load;
   const Session session = open_session(configured(options), request);
-  const TrainConfig& config = session.config;
-  int64_t samples = dataset_size;
-  double items_per = 0;
-  if (dataset_size <= 0) {
-    check_watched_metrics(config, session.data);
-    check_eval_every(config, session.data);
-    samples = session.data.train.size();
-    items_per = items_per_sample(session.data.train);
-  }
-  ResolvedRun run = resolve_run(config, samples, world_size, items_per);
-  if (dataset_size <= 0)
-    measure_token_cut(run, config, session.data.train);
-  nlohmann::json json = plan_json(run);
-  json["dataset"] = dataset_size > 0 ? nlohmann::json() : nlohmann::json(config.dataset);
-  return json.dump();
+  const bool sized = dataset_size > 0;
+  const ResolvedRun run = plan_session(session, sized, dataset_size, 0, world_size);
+  return plan_session_json(session, sized, run).dump();
 }
 
 // A user's loop over the engine, with the plan and the stats as Python values.

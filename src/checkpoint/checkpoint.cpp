@@ -491,14 +491,7 @@ void write_checkpoint(const std::string& run_dir, const TrainingProgress& progre
     {
       // Serialised in memory, then written by our own atomic writer: libtorch's file writer
       // throws from its destructor when the disk fills up, which would abort the process.
-      torch::serialize::OutputArchive archive;
-      optimizer.save(archive);
-      std::string bytes;
-      archive.save_to([&bytes](const void* data, size_t size) {
-        bytes.append(static_cast<const char*>(data), size);
-        return size;
-      });
-      atomic_write_file(temporary + "/optimizer.pt", bytes);
+      atomic_write_file(temporary + "/optimizer.pt", optimizer_state_bytes(optimizer));
     }
     nlohmann::json state = {{"format_version", kCheckpointFormatVersion},
                             {"producer", "bigbatch"},
