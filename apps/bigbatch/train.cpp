@@ -9,6 +9,7 @@
 #include "core/text.h"
 #include "flags.h"
 #include "subcommand.h"
+#include "train/run_directory.h"
 #include "train/trainer.h"
 
 namespace bigbatch::cli {
@@ -92,29 +93,14 @@ class TrainCommand final : public Subcommand {
   // --resume PATH: the run's own config.toml, then --config if given, then the flags; the run
   // continues in its directory from its newest checkpoint (or the one named).
   TrainConfig resume_config() const {
-    if (flags_.given("init-weights")) {
-      // The checkpoint's weights are where the run stands; others would be silently ignored.
-      throw Error(ErrorKind::Usage, "--init-weights cannot be given with --resume",
-                  "drop --init-weights to continue the run, or start a new run from those weights");
-    }
-    const std::string checkpoint = find_latest_checkpoint(flags_.text.at("resume"));
-    const std::string run_dir = run_directory_of_checkpoint(checkpoint);
-    TrainConfig config;
-    if (path_exists(run_dir + "/config.toml")) {
-      load_toml_config(config, run_dir + "/config.toml");
-      config.complete_older_run();  // the images as the run normalised them
-    }
-    if (!config_path_.empty())
-      load_toml_config(config, config_path_);
-    apply_flags(config, kTrainCommand, flags_);
-    if (flags_.given("out") && config.out != run_dir) {
-      throw Error(ErrorKind::Usage,
-                  "--out cannot move a resumed run (it continues in '" + run_dir + "')",
-                  "drop --out, or copy the run directory first and resume the copy");
-    }
-    config.out = run_dir;
-    config.resume = checkpoint;
-    return config;
+    return resume_configuration(
+        flags_.text.at("resume"),
+        [&](TrainConfig& config) {
+          if (!config_path_.empty())
+            load_toml_config(config, config_path_);
+          apply_flags(config, kTrainCommand, flags_);
+        },
+        flags_.given("init-weights"), flags_.given("out"));
   }
 
   FlagValues flags_;

@@ -16,7 +16,11 @@
 #include "core/error.h"
 #include "report/plan_report.h"
 #include "session/session.h"
+#include "train/custom_problem.h"
+#include "train/run_directory.h"
+#include "train/trainer.h"
 #include "train/user_loop.h"
+#include "python_model.h"
 
 namespace py = pybind11;
 
@@ -68,6 +72,78 @@ std::string plan_text_json(const OptionTexts& options, int64_t dataset_size, int
   const bool sized = dataset_size > 0;
   const ResolvedRun run = plan_session(session, sized, dataset_size, 0, world_size);
   return plan_session_json(session, sized, run).dump();
+}
+
+// A split of the user's samples: (inputs, targets) tensors, or None.
+GivenSplit given(const py::object& split) {
+  if (split.is_none())
+    return {};
+  const py::tuple pair = split;
+  return {pair[0].cast<torch::Tensor>(), pair[1].cast<torch::Tensor>()};
+}
+
+// bigbatch.train: the command line's training run, over the user's module (None: the model the
+// options name) and samples (None: the dataset the options name). The GIL is released while
+// the engine trains; it is taken again only to call the module.
+py::dict train_run(const OptionTexts& options, const py::object& module, const py::object& loss,
+                   bool computes_loss, const std::string& model_name,
+                   const std::string& data_name, const py::object& train,
+                   const py::object& validation, const py::object& test) {
+  // resume=RUN_DIR: the run's config.toml under the other keywords, as --resume reads it.
+  std::string resume;
+  bool out_given = false;
+  OptionTexts others;
+  for (const auto& [name, text] : options) {
+    if (name == "resume")
+      resume = text;
+    else
+      others.emplace_back(name, text);
+    out_given = out_given || name == "out";
+  }
+  TrainConfig config =
+      resume.empty() ? configured(options)
+                     : resume_configuration(
+                           resume,
+                           [&](TrainConfig& resumed) {
+                             for (const auto& [name, text] : others)
+                               apply_option(resumed, find_option(name), text);
+                           },
+                           /*init_weights_given=*/false, out_given);
+  CustomProblem problem;
+  if (!module.is_none()) {
+    config.model = model_name;
+    const auto shared = share_python_module({module, loss, computes_loss, model_name});
+    problem.make_model = [shared] { return python_model(*shared); };
+    problem.make_probe_model = [shared] { return python_model_copy(*shared); };
+  }
+  if (!train.is_none()) {
+    config.dataset = data_name;
+    problem.data = given_splits(given(train), given(validation), given(test));
+  }
+  const bool custom = !module.is_none() || !train.is_none();
+  TrainResult result;
+  {
+    py::gil_scoped_release released;
+    result = run_training(config, custom ? &problem : nullptr);
+  }
+  py::dict out;
+  out["run_dir"] = result.run_dir;
+  out["main_rank"] = result.is_main_rank;
+  out["updates"] = result.updates;
+  out["samples_seen"] = result.samples_seen;
+  out["items_seen"] = result.items_seen;
+  out["already_finished"] = result.already_finished;
+  out["train_seconds"] = result.train_seconds;
+  out["total_seconds"] = result.total_seconds;
+  out["samples_per_s"] = result.samples_per_s;
+  if (result.tested) {
+    out["test_loss"] = result.test_loss;
+    if (result.has_accuracy)
+      out["test_accuracy"] = result.test_accuracy;
+    if (result.is_regression)
+      out["test_rmse"] = result.test_rmse;
+  }
+  return out;
 }
 
 // A user's loop over the engine, with the plan and the stats as Python values.
@@ -149,11 +225,18 @@ PYBIND11_MODULE(_engine, m) {
         throw;
       PyErr_SetObject(error_class().ptr(),
                       py::make_tuple(to_string(e.kind()), e.problem(), e.hint()).ptr());
+    }  catch (const Interrupted& e) {
+      // Ctrl-C in bigbatch.train: the run stopped at an update's end and wrote its checkpoint
+      // (resume=RUN_DIR goes on from there); Python hears it as the interrupt it is.
+      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     }
   });
   m.def("option_rows", &option_rows);
   m.def("plan_json", &plan_text_json, py::arg("options"), py::arg("dataset_size"),
         py::arg("world_size"));
+  m.def("train", &train_run, py::arg("options"), py::arg("module"), py::arg("loss"),
+        py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"),
+        py::arg("validation"), py::arg("test"));
   py::class_<PyLoop>(m, "Loop")
       // Over ranks, the constructor waits for the others (rendezvous, agreement, rank 0's
       // weights): without the GIL.

@@ -75,7 +75,7 @@ std::string dataset_prefix_for(const std::string& dataset) {
 
 void TrainConfig::validate() const {
   if (is_custom(model)) {
-    // A C++ program's own model (train/custom_problem.h).
+    // A program's own model (train/custom_problem.h): C++ or Python.
   } else if (is_torchscript_model(model)) {
     check_config(!torchscript_path(model).empty(), "--model " + model + " names no file",
                  "e.g. --model torchscript:model.pt, saved by torch.jit.script(m).save()");

@@ -268,6 +268,21 @@ TensorDataset load_npy_split(const NpyArray& x, const std::string& x_path, const
   return out;
 }
 
+// The class count of labelled splits, set in each: the largest label of any split + 1, and at
+// least two.
+int64_t count_classes(DatasetSplits& splits) {
+  int64_t classes = 0;
+  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
+    if (split->size() == 0)
+      continue;
+    classes = std::max(classes, split->targets.max().item<int64_t>() + 1);
+  }
+  classes = std::max<int64_t>(classes, 2);
+  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test})
+    split->classes = classes;
+  return classes;
+}
+
 // Every split's samples have the training samples' shape: a model is built for that one.
 void check_split_shapes(const DatasetSplits& splits, const std::string& directory,
                         const std::string& hint) {
@@ -286,6 +301,102 @@ void check_split_shapes(const DatasetSplits& splits, const std::string& director
 }
 
 }  // namespace
+
+namespace {
+
+void check_data(bool ok, const std::string& problem, const std::string& hint) {
+  if (!ok)
+    throw Error(ErrorKind::Data, problem, hint);
+}
+
+// One split of a program's samples, checked on its own.
+TensorDataset given_split(const GivenSplit& given, const std::string& split) {
+  check_data(given.inputs.defined() && given.targets.defined(),
+             "the " + split + " samples have no " + (given.inputs.defined() ? "targets" : "inputs"),
+             "give (inputs, targets)");
+  const torch::Tensor& x = given.inputs;
+  const torch::Tensor& y = given.targets;
+  check_data(x.dim() >= 1 && y.dim() >= 1,
+             "the " + split + " inputs or targets are a single value, not one row per sample",
+             "give arrays whose first dimension is the samples");
+  check_data(x.size(0) == y.size(0),
+             "the " + split + " inputs hold " + std::to_string(x.size(0)) + " samples, the targets " +
+                 std::to_string(y.size(0)),
+             "give inputs and targets of the same samples, in the same order");
+  check_data(x.size(0) > 0 && x.numel() > 0, "the " + split + " inputs hold no samples",
+             "give at least one sample");
+  const bool float_inputs = x.is_floating_point();
+  check_data(float_inputs || (c10::isIntegralType(x.scalar_type(), /*includeBool=*/false)),
+             "the " + split + " inputs are " + std::string(c10::toString(x.scalar_type())) +
+                 "; bigbatch reads floating-point inputs, or integer ones (token ids)",
+             "convert them, e.g. x.float()");
+  TensorDataset out;
+  out.inputs = (float_inputs ? x : x.to(torch::kInt64)).contiguous();
+  check_data(!float_inputs || torch::isfinite(out.inputs).all().item<bool>(),
+             "the " + split + " inputs hold NaN or infinite values",
+             "clean them first, e.g. torch.nan_to_num(x)");
+  if (y.is_floating_point()) {
+    check_data(y.dim() <= 2,
+               "the " + split + " targets are " + c10::str(y.sizes()) +
+                   "; regression targets are one value [N] or one row [N, K] per sample",
+               "give targets of shape [N] or [N, K]");
+    out.targets = y.contiguous();
+    check_data(torch::isfinite(out.targets).all().item<bool>(),
+               "the " + split + " targets hold NaN or infinite values",
+               "remove or impute those samples");
+    return out;
+  }
+  check_data(c10::isIntegralType(y.scalar_type(), /*includeBool=*/false) && y.dim() == 1,
+             "the " + split + " targets are " + c10::str(y.sizes()) + " " +
+                 std::string(c10::toString(y.scalar_type())) +
+                 "; class labels are one integer per sample [N], regression targets floats",
+             "give the class indices, e.g. y.argmax(1) of one-hot rows, or y.float() to regress");
+  out.targets = y.to(torch::kInt64).contiguous();
+  const int64_t smallest = out.targets.min().item<int64_t>();
+  check_data(smallest >= 0,
+             "the " + split + " targets have label " + std::to_string(smallest) +
+                 "; classes are numbered from 0",
+             "map the labels to 0 .. classes - 1");
+  return out;
+}
+
+}  // namespace
+
+DatasetSplits given_splits(const GivenSplit& train, const GivenSplit& validation,
+                           const GivenSplit& test) {
+  DatasetSplits splits;
+  splits.train = given_split(train, "training");
+  const std::pair<const char*, const GivenSplit*> held_out[] = {{"validation", &validation},
+                                                                {"test", &test}};
+  for (const auto& [name, given] : held_out) {
+    if (!given->inputs.defined() && !given->targets.defined())
+      continue;
+    TensorDataset split = given_split(*given, name);
+    check_data(split.inputs.sizes().slice(1) == splits.train.inputs.sizes().slice(1),
+               std::string("the ") + name + " samples have shape " + shape_text(split.inputs) +
+                   ", the training samples " + shape_text(splits.train.inputs),
+               "give every split samples of the same shape");
+    check_data(split.is_regression() == splits.train.is_regression() &&
+                   split.targets.sizes().slice(1) == splits.train.targets.sizes().slice(1),
+               std::string("the ") + name + " targets are " + c10::str(split.targets.sizes()) + " " +
+                   c10::toString(split.targets.scalar_type()) + ", the training targets " +
+                   c10::str(splits.train.targets.sizes()) + " " +
+                   c10::toString(splits.train.targets.scalar_type()),
+               "give every split targets of the same kind and width");
+    (std::string(name) == "validation" ? splits.validation : splits.test) = std::move(split);
+  }
+  if (splits.train.is_regression()) {
+    splits.description = std::to_string(splits.train.size()) + " samples of shape " +
+                         shape_text(splits.train.inputs) + " with " +
+                         std::to_string(splits.train.outputs()) + " regression target(s)";
+  } else {
+    const int64_t classes = count_classes(splits);
+    splits.description = std::to_string(splits.train.size()) + " samples of shape " +
+                         shape_text(splits.train.inputs) + " in " + std::to_string(classes) +
+                         " classes";
+  }
+  return splits;
+}
 
 std::map<std::string, std::string> sample_layout(const TensorDataset& data) {
   if (data.is_tokens() || !data.inputs.defined() || !data.targets.defined())
@@ -419,15 +530,7 @@ DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subse
     }
     return splits;
   }
-  int64_t classes = 0;
-  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test}) {
-    if (split->size() == 0)
-      continue;
-    classes = std::max(classes, split->targets.max().item<int64_t>() + 1);
-  }
-  classes = std::max<int64_t>(classes, 2);
-  for (TensorDataset* split : {&splits.train, &splits.validation, &splits.test})
-    split->classes = classes;
+  const int64_t classes = count_classes(splits);
   splits.description = std::to_string(splits.train.size()) + " samples of shape " +
                        shape_text(splits.train.inputs) + " in " + std::to_string(classes) +
                        " classes from " + directory;

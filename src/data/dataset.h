@@ -124,6 +124,19 @@ enum class NpyTargets { Auto, Classes, Values };
 DatasetSplits load_npy_dataset(const std::string& directory, int64_t train_subset, int64_t val_size,
                                NpyTargets targets = NpyTargets::Auto);
 
+// Samples a program gives as tensors (bigbatch.train's arrays, the Python package): per split
+// inputs [N, ...] (floating point as given, in the module's dtype; integers as int64: token ids
+// or categories the module embeds) and targets [N] integer class labels or floating-point
+// values [N] or [N, K]. Every split has the training samples' shape and kind of target; the
+// class count is the largest label of any split + 1, at least two. Error (Data) naming the
+// split and what is wrong. An empty validation or test split is none.
+struct GivenSplit {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+};
+DatasetSplits given_splits(const GivenSplit& train, const GivenSplit& validation,
+                           const GivenSplit& test);
+
 // A micro-batch. Token rows are cut to the batch's longest row (padding costs only up to it):
 // inputs and targets [rows, longest] int64.
 struct Batch {

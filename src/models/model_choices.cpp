@@ -24,7 +24,13 @@ std::string torchscript_path(const std::string& model) {
 }
 
 bool is_custom(const std::string& name) {
-  return name.rfind(kCustomPrefix, 0) == 0;
+  return name.rfind(kCustomPrefix, 0) == 0 || name.rfind(kPythonPrefix, 0) == 0;
+}
+
+std::string custom_origin(const std::string& name) {
+  return name.rfind(kPythonPrefix, 0) == 0
+             ? "a Python program through the bigbatch package (docs/python.md)"
+             : "a C++ program through the bigbatch library (docs/library.md)";
 }
 
 bool has_batch_norm_layers(const std::string& model) {

@@ -16,9 +16,14 @@ inline constexpr const char* kTorchScriptPrefix = "torchscript:";
 bool is_torchscript_model(const std::string& model);
 std::string torchscript_path(const std::string& model);  // the FILE of torchscript:FILE
 // --model cpp:NAME and --dataset cpp:NAME: given by a C++ program through the library
-// (train/custom_problem.h); the CLI cannot build or load them.
+// (train/custom_problem.h); python:NAME, by a Python program through the bigbatch package
+// (docs/python.md). The CLI cannot build or load either.
 inline constexpr const char* kCustomPrefix = "cpp:";
+inline constexpr const char* kPythonPrefix = "python:";
 bool is_custom(const std::string& name);
+// Who gives a custom model or dataset, for messages: "a C++ program through the bigbatch library
+// (docs/library.md)", or the Python package's.
+std::string custom_origin(const std::string& name);
 // Whether the named model has BatchNorm layers of its own (before any --norm rewrite).
 bool has_batch_norm_layers(const std::string& model);
 // Whether the named model reads token sequences (a language model) rather than images.

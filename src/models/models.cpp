@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "models/accumulating_linear.h"
 #include "models/max_pool_2x2.h"
-#include "models/scripted_model.h"
+#include "models/user_module.h"
 
 namespace bigbatch {
 
@@ -86,8 +86,8 @@ torch::nn::Sequential make_model(const ModelSpec& spec) {
 }
 
 std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
-  if (auto* scripted = as_scripted(model))
-    return scripted->batch_norm_layers(/*training_only=*/true);
+  if (auto* module = as_user_module(model))
+    return module->batch_norm_layers(/*training_only=*/true);
   std::vector<std::string> names;
   for (const auto& item : model.named_modules()) {
     const auto& module = item.value();
@@ -115,8 +115,8 @@ bool is_batch_norm(const std::shared_ptr<torch::nn::Module>& module) {
 void apply_batch_norm_mode(torch::nn::Module& model, BatchNormMode mode) {
   if (mode != BatchNormMode::Frozen)
     return;
-  if (auto* scripted = as_scripted(model))
-    scripted->freeze_batch_norm();
+  if (auto* module = as_user_module(model))
+    module->freeze_batch_norm();
   for (const auto& module : model.modules(/*include_self=*/true)) {
     if (is_batch_norm(module))
       module->eval();

@@ -32,36 +32,12 @@ std::string error_summary(const std::exception& e) {
   return message.substr(0, message.find('\n'));
 }
 
-// An empty module that holds the registered state of one submodule of the scripted module, so
-// that its names nest as they do in the module's state_dict.
-class StateNode : public torch::nn::Module {
- public:
-  using torch::nn::Module::register_buffer;
-  using torch::nn::Module::register_module;
-  using torch::nn::Module::register_parameter;
-};
-
 bool is_batch_norm_type(const torch::jit::Module& module) {
   const auto name = module.type()->name();
   if (!name)
     return false;
   const std::string type = name->name();  // "BatchNorm2d" from __torch__...batchnorm.BatchNorm2d
   return type.rfind("BatchNorm", 0) == 0 || type == "SyncBatchNorm";
-}
-
-// "[16, 1, 28, 28] float32", "[8, 49] int64 token ids".
-std::string describe(const torch::Tensor& inputs) {
-  const std::string text = c10::str(inputs.sizes()) + " ";
-  switch (inputs.scalar_type()) {
-    case torch::kFloat32:
-      return text + "float32";
-    case torch::kFloat64:
-      return text + "float64";
-    case torch::kInt64:
-      return text + "int64 token ids";
-    default:
-      return text + c10::toString(inputs.scalar_type());
-  }
 }
 
 // The layer name inside the Sequential that runs forward(): not a Python identifier, so no
@@ -93,70 +69,29 @@ class ScriptedForwardImpl : public torch::nn::Module {
     ScoredLoss scored;
     scored.logits = logits_of(outputs);
     const c10::IValue loss = call("loss", {outputs, targets}, inputs);
-    if (loss.isTensor())
-      scored.loss_sum = loss.toTensor();
-    if (!scored.loss_sum.defined() || scored.loss_sum.dim() != 0 ||
-        !scored.loss_sum.is_floating_point()) {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' loss(outputs, targets) returned " +
-                      (loss.isTensor() ? "a tensor of shape " + c10::str(loss.toTensor().sizes()) +
-                                             " " + c10::toString(loss.toTensor().scalar_type())
-                                       : std::string(loss.tagKind())) +
-                      ", not the summed loss as a floating-point scalar tensor",
-                  "return the loss summed over the batch's items (reduction='sum'); bigbatch "
-                  "counts the items itself (docs/your-model.md)");
-    }
+    scored.loss_sum = checked_summed_loss(
+        path_, loss.isTensor() ? loss.toTensor() : torch::Tensor(),
+        loss.isTensor() ? "" : std::string(loss.tagKind()));
     return scored;
   }
 
   ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
     const c10::IValue out = call("forward", {inputs, targets}, inputs);
-    const std::string contract =
-        "return (loss_sum, item_count): the loss summed over the micro-batch's items, and their "
-        "count (docs/your-model.md)";
-    if (out.isTensor()) {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ +
-                      "' forward(inputs, targets) returned one tensor: a loss "
-                      "averaged over a micro-batch cannot be made the mean over the whole update "
-                      "(small micro-batches and short sequences would weigh more)",
-                  contract);
+    ReturnedOwnLoss returned;
+    returned.one_tensor = out.isTensor();
+    returned.pair = out.isTuple() && out.toTupleRef().elements().size() == 2;
+    returned.kind = out.tagKind();
+    if (returned.pair) {
+      const auto& parts = out.toTupleRef().elements();
+      if (parts[0].isTensor())
+        returned.loss_sum = parts[0].toTensor();
+      if (parts[1].isInt())
+        returned.items = parts[1].toInt();
+      else if (parts[1].isTensor() && parts[1].toTensor().numel() == 1 &&
+               !parts[1].toTensor().is_floating_point())
+        returned.items = parts[1].toTensor().item<int64_t>();
     }
-    if (!out.isTuple() || out.toTupleRef().elements().size() != 2) {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' forward(inputs, targets) returned " + out.tagKind() +
-                      ", not (loss_sum, item_count)",
-                  contract);
-    }
-    const auto& parts = out.toTupleRef().elements();
-    ModuleLoss loss;
-    if (parts[0].isTensor())
-      loss.loss_sum = parts[0].toTensor();
-    if (!loss.loss_sum.defined() || loss.loss_sum.dim() != 0 ||
-        !loss.loss_sum.is_floating_point()) {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' forward(inputs, targets) returned a loss_sum that is " +
-                      "not a floating-point scalar tensor",
-                  contract);
-    }
-    if (parts[1].isInt()) {
-      loss.items = parts[1].toInt();
-    } else if (parts[1].isTensor() && parts[1].toTensor().numel() == 1 &&
-               !parts[1].toTensor().is_floating_point()) {
-      loss.items = parts[1].toTensor().item<int64_t>();
-    } else {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' forward(inputs, targets) returned an item_count that is " +
-                      "not an integer",
-                  "count the items the loss was summed over as an int or an integer tensor");
-    }
-    if (loss.items < 0) {
-      throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' returned a negative item_count (" +
-                      std::to_string(loss.items) + ")",
-                  contract);
-    }
-    return loss;
+    return checked_own_loss(path_, returned);
   }
 
   void set_computes_loss(bool on) { computes_loss_ = on; }
@@ -218,7 +153,7 @@ class ScriptedForwardImpl : public torch::nn::Module {
       }
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in " + method + "() on inputs " + describe(inputs) +
+                  "model '" + path_ + "' failed in " + method + "() on inputs " + describe_inputs(inputs) +
                       ": " + summary,
                   "run the module on the same inputs in Python to see where");
     }
@@ -239,70 +174,19 @@ ScriptedModelImpl::ScriptedModelImpl(torch::jit::Module module, std::string path
   has_loss_method_ = module_->find_method("loss").has_value();
   forward_->set_computes_loss(computes_loss_);
   push_back(kForwardLayer, forward_);
-  register_state();
+  register_scripted_state();
   torch::nn::Module::train(module_->is_training());
 }
 
 ScriptedModelImpl::~ScriptedModelImpl() = default;
 
-void ScriptedModelImpl::register_state() {
-  // Each name's owner: this for top-level names, a StateNode per submodule below.
-  std::map<std::string, std::shared_ptr<StateNode>> nodes;
-  auto owner_of = [&](const std::string& name, std::string& leaf) -> torch::nn::Module& {
-    const size_t dot = name.rfind('.');
-    leaf = dot == std::string::npos ? name : name.substr(dot + 1);
-    if (dot == std::string::npos)
-      return *this;
-    torch::nn::Module* parent = this;
-    std::string prefix;
-    size_t begin = 0;
-    while (begin <= dot) {
-      const size_t end = name.find('.', begin);
-      const std::string part = name.substr(begin, end - begin);
-      prefix += (prefix.empty() ? "" : ".") + part;
-      auto& node = nodes[prefix];
-      if (!node) {
-        node = std::make_shared<StateNode>();
-        if (parent == this)
-          register_module(part, node);
-        else
-          static_cast<StateNode*>(parent)->register_module(part, node);
-      }
-      parent = node.get();
-      begin = end + 1;
-    }
-    return *parent;
-  };
-  auto add = [&](const std::string& name, const torch::Tensor& tensor, bool parameter) {
-    std::string leaf;
-    torch::nn::Module& owner = owner_of(name, leaf);
-    if (&owner == this) {
-      if (parameter)
-        register_parameter(leaf, tensor, tensor.requires_grad());
-      else
-        register_buffer(leaf, tensor);
-      return;
-    }
-    auto& node = static_cast<StateNode&>(owner);
-    if (parameter)
-      node.register_parameter(leaf, tensor, tensor.requires_grad());
-    else
-      node.register_buffer(leaf, tensor);
-  };
-
-  // libtorch lists a tied tensor under each of its names; Python's parameters() once.
-  std::map<const c10::TensorImpl*, std::string> first_name;
-  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
-    const auto [it, fresh] = first_name.emplace(item.value.unsafeGetTensorImpl(), item.name);
-    if (fresh) {
-      add(item.name, item.value, /*parameter=*/true);
-    } else {
-      aliases_.emplace_back(item.name, it->second);
-      add(item.name, item.value, /*parameter=*/false);
-    }
-  }
+void ScriptedModelImpl::register_scripted_state() {
+  NamedTensorList parameters, buffers;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    parameters.emplace_back(item.name, item.value);  // a tied tensor under each of its names
   for (const auto& item : module_->named_buffers(/*recurse=*/true))
-    add(item.name, item.value, /*parameter=*/false);
+    buffers.emplace_back(item.name, item.value);
+  UserModuleImpl::register_state(parameters, buffers);
 }
 
 std::vector<std::string> ScriptedModelImpl::batch_norm_layers(bool training_only) const {
@@ -442,38 +326,6 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
 
 ScriptedModelImpl* as_scripted(torch::nn::Module& model) {
   return dynamic_cast<ScriptedModelImpl*>(&model);
-}
-
-bool computes_own_loss(torch::nn::Module& model) {
-  const auto* scripted = as_scripted(model);
-  return scripted && scripted->computes_loss();
-}
-
-void backward_through(torch::nn::Module& model, const torch::Tensor& loss,
-                      const torch::Tensor& seed) {
-  try {
-    if (seed.defined())
-      loss.backward(seed);
-    else
-      loss.backward();
-  } catch (const c10::OutOfMemoryError&) {
-    throw;  // the trainer backs off
-  } catch (const c10::Error& e) {
-    const ScriptedModelImpl* scripted = as_scripted(model);
-    const std::string message = error_summary(e);
-    // Autograd's version check: forward saved a tensor for backward, then wrote into it. The
-    // batch is the module's own copy, so only the module can have written it.
-    if (scripted == nullptr ||
-        message.find("modified by an inplace operation") == std::string::npos)
-      throw;
-    throw Error(ErrorKind::Model,
-                "model '" + scripted->path() +
-                    "' wrote in place into a tensor its backward needs (its inputs or targets, "
-                    "e.g. y.fill_(0) or tokens.zero_() after use): " +
-                    message,
-                "compute out of place, or on a copy (x = x.clone()), as PyTorch requires of the "
-                "same module (docs/your-model.md)");
-  }
 }
 
 }  // namespace bigbatch

@@ -73,10 +73,9 @@ namespace {
 DatasetSplits load_data_as_given(const TrainConfig& config) {
   if (is_custom(config.dataset)) {
     throw Error(ErrorKind::Usage,
-                "dataset '" + config.dataset +
-                    "' comes from a C++ program through the bigbatch "
-                    "library; the command line cannot load it",
-                "train, resume or evaluate it from that program (docs/library.md)");
+                "dataset '" + config.dataset + "' comes from " + custom_origin(config.dataset) +
+                    "; the command line cannot load it",
+                "train, resume or evaluate it from that program");
   }
   UntrackedAllocations host_data;
   if (config.is_text_dataset()) {

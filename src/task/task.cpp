@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "data/text_corpus.h"
-#include "models/scripted_model.h"
+#include "models/user_module.h"
 #include "task/prediction_rows.h"
 
 namespace bigbatch {
@@ -20,11 +20,11 @@ torch::Tensor at_least_fp32(const torch::Tensor& t) {
 }  // namespace
 
 Task Task::of(const torch::nn::Module& model, bool regression) {
-  const auto* scripted = dynamic_cast<const ScriptedModelImpl*>(&model);
-  if (scripted && scripted->computes_loss())
+  const auto* module = dynamic_cast<const UserModuleImpl*>(&model);
+  if (module && module->computes_loss())
     return Task(Task::Kind::OwnLoss, false);
   return Task(regression ? Task::Kind::Regress : Task::Kind::Classify,
-              scripted && scripted->has_loss_method());
+              module && module->has_loss_method());
 }
 
 Task Task::with_label_smoothing(double epsilon) const {
@@ -50,7 +50,7 @@ TaskLoss Task::loss(torch::nn::Sequential& model, const Batch& batch, Precision 
     ScoredLoss scored;
     {
       AutocastScope autocast(precision, device);
-      scored = as_scripted(*model)->forward_and_loss(batch.inputs, batch.targets);
+      scored = as_user_module(*model)->forward_and_loss(batch.inputs, batch.targets);
     }
     result.loss_sum = at_least_fp32(scored.loss_sum);
     result.items = batch.items;
@@ -68,7 +68,7 @@ TaskLoss Task::loss(torch::nn::Sequential& model, const Batch& batch, Precision 
     ModuleLoss own;
     {
       AutocastScope autocast(precision, device);
-      own = as_scripted(*model)->forward_loss(batch.inputs, batch.targets);
+      own = as_user_module(*model)->forward_loss(batch.inputs, batch.targets);
     }
     result.loss_sum = at_least_fp32(own.loss_sum);
     result.items = own.items;

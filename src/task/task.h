@@ -8,10 +8,10 @@
 //             accuracy scored
 //   Regress   outputs against float targets; the squared error summed over samples and outputs;
 //             RMSE reported, nothing scored
-//   OwnLoss   a TorchScript module that computes its loss itself (forward(inputs, targets) ->
-//             (loss sum, items), models/scripted_model.h); nothing scored
+//   OwnLoss   a user's module that computes its loss itself (forward(inputs, targets) ->
+//             (loss sum, items), models/user_module.h); nothing scored
 //
-// A TorchScript module may instead keep forward(inputs) -> logits and export loss(outputs,
+// A user's module may instead keep forward(inputs) -> logits and export loss(outputs,
 // targets): it classifies or regresses as above, scored as above, with its own loss in place
 // of bigbatch's. A classifier's training loss may be label-smoothed (--label-smoothing);
 // evaluations report the plain cross-entropy, so that their loss, perplexity and bits per byte

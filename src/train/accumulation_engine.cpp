@@ -161,7 +161,7 @@ UpdateStats AccumulationEngine::finish_gradients() {
   const Counts& counts = global.counts;
   if (task_.computes_own_loss() && counts.items == 0) {
     throw Error(ErrorKind::Model,
-                "model '" + as_scripted(*model_)->path() +
+                "model '" + as_user_module(*model_)->name() +
                     "' counted no items in a whole update window (" +
                     std::to_string(counts.samples) + " samples)",
                 "return the number of items its loss_sum adds up, e.g. targets.numel()");

@@ -30,7 +30,7 @@
 #include "device/device.h"
 #include "device/precision.h"
 #include "dist/gradient_reducer.h"
-#include "models/scripted_model.h"
+#include "models/user_module.h"
 #include "schedule/lr_schedule.h"
 #include "state/counts.h"
 #include "state/training_progress.h"

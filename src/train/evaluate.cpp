@@ -1,6 +1,6 @@
 #include "train/evaluate.h"
 
-#include "models/scripted_model.h"
+#include "models/user_module.h"
 
 #include <algorithm>
 #include <cmath>

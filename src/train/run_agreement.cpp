@@ -7,7 +7,7 @@
 #include "core/files.h"
 #include "core/text.h"
 #include "data/token_rows.h"
-#include "models/scripted_model.h"
+#include "models/user_module.h"
 
 namespace bigbatch {
 

@@ -4,6 +4,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_paths.h"
+#include "config/option_table.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "report/run_records.h"
@@ -70,6 +72,33 @@ std::string default_run_directory(const std::string& prefix) {
   for (int suffix = 2; path_exists(dir); ++suffix)
     dir = std::string("runs/") + stamp + "-" + std::to_string(suffix);
   return dir;
+}
+
+TrainConfig resume_configuration(const std::string& path,
+                                 const std::function<void(TrainConfig&)>& overrides,
+                                 bool init_weights_given, bool out_given) {
+  if (init_weights_given) {
+    // The checkpoint's weights are where the run stands; others would be silently ignored.
+    throw Error(ErrorKind::Usage, "--init-weights cannot be given with --resume",
+                "drop --init-weights to continue the run, or start a new run from those weights");
+  }
+  const std::string checkpoint = find_latest_checkpoint(path);
+  const std::string run_dir = run_directory_of_checkpoint(checkpoint);
+  TrainConfig config;
+  if (path_exists(run_dir + "/config.toml")) {
+    load_toml_config(config, run_dir + "/config.toml");
+    config.complete_older_run();  // the images as the run normalised them
+  }
+  if (overrides)
+    overrides(config);
+  if (out_given && config.out != run_dir) {
+    throw Error(ErrorKind::Usage,
+                "--out cannot move a resumed run (it continues in '" + run_dir + "')",
+                "drop --out, or copy the run directory first and resume the copy");
+  }
+  config.out = run_dir;
+  config.resume = checkpoint;
+  return config;
 }
 
 }  // namespace bigbatch

@@ -5,9 +5,11 @@
 //
 //   refuse_used_run_directory(config.out, LockHeld::No);   // before the data loads
 //   auto lock = prepare_run_directory(run_dir);             // once the inputs are accepted
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "config/train_config.h"
 #include "core/files.h"
 #include "state/training_progress.h"
 
@@ -29,6 +31,16 @@ void refuse_used_run_directory(const std::string& dir, LockHeld held);
 // Creates the directory of a new run and locks it; the check that it holds no run comes after
 // the lock, so two runs started into one directory at once cannot both pass it.
 std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir);
+
+// What a resumed run trains with (`bigbatch train --resume PATH`, bigbatch.train(resume=PATH)):
+// the run's own config.toml, then `overrides` (--config and the flags; the Python keywords),
+// continuing in the run's directory from its newest checkpoint (or the one PATH names).
+// `init_weights_given` and `out_given` say what the caller asked for besides: weights of
+// another run (refused: the checkpoint's are where the run stands) and an output directory
+// (refused unless it is the run's own).
+TrainConfig resume_configuration(const std::string& path,
+                                 const std::function<void(TrainConfig&)>& overrides,
+                                 bool init_weights_given, bool out_given);
 
 // Cuts metrics.jsonl back to what it held when the checkpoint was written. The file may not be
 // as the checkpoint left it (an older checkpoint without its length, a file edited or shortened

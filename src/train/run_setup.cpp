@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "memory/tracking_allocator.h"
 #include "models/scripted_model.h"
+#include "models/user_module.h"
 #include "optim/optimizer.h"
 #include "runtime/runtime_env.h"
 #include "schedule/batch_schedule.h"
@@ -45,12 +46,12 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
 namespace {
 
 // What training needs of the module's result: gradients that reach its parameters.
-void check_differentiable(const ScriptedModelImpl& model, const torch::Tensor& result,
+void check_differentiable(const UserModuleImpl& model, const torch::Tensor& result,
                           const std::string& what) {
   if (result.requires_grad())
     return;
   throw Error(ErrorKind::Model,
-              "model '" + model.path() + "' returned " + what +
+              "model '" + model.name() + "' returned " + what +
                   " with no gradient path to its trainable parameters",
               "compute it from the module's parameters without .detach(), torch.no_grad() or "
               ".item() (docs/your-model.md)");
@@ -61,7 +62,7 @@ void check_differentiable(const ScriptedModelImpl& model, const torch::Tensor& r
 // means weighs a small micro-batch's samples more than one big batch would. Named here, on the
 // first two samples alone and together (in eval mode: no dropout), before anything trains. A
 // loss that neither adds up nor averages (random masking inside the module) is let through.
-void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
+void check_loss_is_summed(UserModuleImpl& model, const TensorDataset& data) {
   if (data.size() < 2)
     return;
   const torch::NoGradGuard no_grad;
@@ -83,7 +84,7 @@ void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
   const std::string method =
       model.computes_loss() ? "forward(inputs, targets)" : "loss(outputs, targets)";
   throw Error(ErrorKind::Model,
-              "model '" + model.path() + "' " + method +
+              "model '" + model.name() + "' " + method +
                   " returns the mean over its batch, not the sum: " + format_significant(first, 4) +
                   " and " + format_significant(second, 4) + " for two samples alone, " +
                   format_significant(both, 4) + " for both",
@@ -95,15 +96,15 @@ void check_loss_is_summed(ScriptedModelImpl& model, const TensorDataset& data) {
 // A user's module meets the data here, before anything is written: one forward pass on two
 // samples, in eval mode (no dropout: no random numbers drawn), with gradients so that a result
 // detached from the parameters is named now, not as an internal error in the first backward.
-void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data) {
+void check_outputs(UserModuleImpl& model, const TensorDataset& data) {
   bool trainable = false;
   for (const torch::Tensor& parameter : model.parameters())
     trainable = trainable || parameter.requires_grad();
   if (!trainable) {
     throw Error(ErrorKind::Model,
-                "model '" + model.path() + "' has parameters, but none requires a gradient",
+                "model '" + model.name() + "' has parameters, but none requires a gradient",
                 "leave requires_grad on for what should train (no requires_grad_(False) on "
-                "every parameter) and script it again");
+                "every parameter)");
   }
   const Batch probe = batch_of(data, 0, std::min<int64_t>(2, data.size()));
   const torch::AutoGradMode gradients(true);  // whatever mode the caller is in
@@ -136,7 +137,7 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
     if (!ok) {
       throw Error(
           ErrorKind::Model,
-          "model '" + model.path() + "' " + seen + "; a language model returns logits " +
+          "model '" + model.name() + "' " + seen + "; a language model returns logits " +
               "[batch, tokens, vocabulary] with a vocabulary of at least " +
               std::to_string(vocabulary) +
               (vocabulary == kByteVocabulary ? " (256 bytes and end-of-text)" : " (the data's)"),
@@ -149,7 +150,7 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
         logits.numel() == probe.inputs.size(0) * outputs && logits.size(0) == probe.inputs.size(0);
     if (!ok) {
       throw Error(ErrorKind::Model,
-                  "model '" + model.path() + "' " + seen + "; regressing on these targets needs " +
+                  "model '" + model.name() + "' " + seen + "; regressing on these targets needs " +
                       "outputs [batch, " + std::to_string(outputs) + "]",
                   data.targets_look_like_classes()
                       ? "if these are class labels, save them as integers (y.astype('int64')): "
@@ -164,14 +165,14 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
         logits.dim() == 2 && logits.size(0) == probe.inputs.size(0) && logits.size(1) >= classes;
     if (!ok) {
       throw Error(ErrorKind::Model,
-                  "model '" + model.path() + "' " + seen + "; classifying these images needs " +
+                  "model '" + model.name() + "' " + seen + "; classifying these images needs " +
                       "logits [batch, classes] for " + std::to_string(classes) + " classes",
                   "end the module with nn.Linear(features, " + std::to_string(classes) +
                       ") (docs/your-model.md)");
     }
   }
   if (!logits.is_floating_point()) {
-    throw Error(ErrorKind::Model, "model '" + model.path() + "' returned integer logits",
+    throw Error(ErrorKind::Model, "model '" + model.name() + "' returned integer logits",
                 "return the floating-point logits before any argmax");
   }
   check_differentiable(model, logits, "outputs");
@@ -181,26 +182,30 @@ void check_scripted_outputs(ScriptedModelImpl& model, const TensorDataset& data)
 
 }  // namespace
 
+void check_user_module(UserModuleImpl& model, const TrainConfig& config,
+                       const TensorDataset& data) {
+  check_outputs(model, data);
+  const std::optional<StopTarget> target = config.stop_target();
+  const bool needs_predictions =
+      target && (target->metric == "accuracy" || target->metric == "rmse");
+  check_config(!needs_predictions || !model.computes_loss(),
+               stop_target_flag(config) + " needs predictions, but model '" + model.name() +
+                   "' computes its own loss and returns none",
+               "drop " + stop_target_flag(config) +
+                   " (or stop on val_loss<=X), or let "
+                   "forward(inputs) return outputs");
+}
+
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {
   if (is_custom(config.model)) {
     throw Error(ErrorKind::Usage,
-                "model '" + config.model +
-                    "' comes from a C++ program through the bigbatch "
-                    "library; the command line cannot build it",
-                "train, resume or evaluate it from that program (docs/library.md)");
+                "model '" + config.model + "' comes from " + custom_origin(config.model) +
+                    "; the command line cannot build it",
+                "train, resume or evaluate it from that program");
   }
   if (is_torchscript_model(config.model)) {
     auto scripted = load_scripted_model(torchscript_path(config.model));
-    check_scripted_outputs(*scripted, data);
-    const std::optional<StopTarget> target = config.stop_target();
-    const bool needs_predictions =
-        target && (target->metric == "accuracy" || target->metric == "rmse");
-    check_config(!needs_predictions || !scripted->computes_loss(),
-                 stop_target_flag(config) + " needs predictions, but model '" + scripted->path() +
-                     "' computes its own loss and returns none",
-                 "drop " + stop_target_flag(config) +
-                     " (or stop on val_loss<=X), or let "
-                     "forward(inputs) return outputs");
+    check_user_module(*scripted, config, data);
     // As its base type: the holder would otherwise wrap it as the first layer of a new one.
     return torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(scripted));
   }
@@ -221,8 +226,8 @@ double prepare_for_training(torch::nn::Sequential& model, const TrainConfig& con
                             int64_t micro_steps) {
   model->train();
   apply_batch_norm_mode(*model, config.bn_mode);
-  // A TorchScript module's BatchNorm momentum is a constant of its code: it stays as it is.
-  if (!uses_batch_statistics(*model) || as_scripted(*model))
+  // A user's module keeps its own BatchNorm momentum (a TorchScript module's is a constant).
+  if (!uses_batch_statistics(*model) || as_user_module(*model))
     return 0;
   const double momentum = config.bn_momentum_correction
                               ? micro_step_momentum(kBatchNormMomentum, micro_steps)

@@ -19,6 +19,15 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
 // The configured model for this data: make_model, then --norm group's rewrite.
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data);
 
+// A user's module (models/user_module.h) meets the data before anything trains or is written:
+// some parameter trains; one forward pass on two samples (in eval mode: no dropout, no random
+// numbers drawn) gives outputs of the shape the data needs, with a gradient path to the
+// parameters; a loss of its own is summed over the batch, not averaged; a stop target on
+// accuracy or RMSE has predictions to score. Error (Model or Config) naming what is wrong.
+class UserModuleImpl;
+void check_user_module(UserModuleImpl& module, const TrainConfig& config,
+                       const TensorDataset& data);
+
 // --target (or --target-accuracy), --early-stop and --keep-best name metrics the run's
 // evaluations will report: the split is there and the data has the metric (accuracy: labels;
 // rmse: a regression; perplexity and bpb: token rows, bpb with known text bytes), and

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "models/models.h"
 #include "models/scripted_model.h"
+#include "models/user_module.h"
 #include "optim/optimizer.h"
 #include "report/plan_report.h"
 #include "report/run_records.h"
@@ -115,14 +116,14 @@ void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
                 "one big batch's, the gradient lacks the term through the statistics (bigbatch "
                 "verify measures it)");
   } else if (batch_statistics && plan.accumulation_steps * plan.world_size > 1 &&
-             as_scripted(*r.model)) {
+             as_user_module(*r.model)) {
     console.say("note: " + config.model + " normalises over each micro-batch of " +
                 std::to_string(plan.micro_batch_size) + " samples in its BatchNorm layers (" +
                 join(batch_statistics_layers(*r.model), ", ") +
                 "), so its updates differ from one batch of " +
                 std::to_string(plan.global_batch_size) +
                 "; --bn-mode frozen makes them exact. Running statistics: the module's own "
-                "momentum (a TorchScript constant) per micro-step, " +
+                "momentum per micro-step, " +
                 std::to_string(plan.accumulation_steps) + " steps per update");
   } else if (batch_statistics && plan.accumulation_steps * plan.world_size > 1) {
     console.say("note: " + config.model + " normalises over each micro-batch of " +
@@ -138,8 +139,8 @@ void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
                      : std::string(" (uncorrected)")));
   } else if (config.bn_mode == BatchNormMode::Frozen && config.norm == NormKind::Batch &&
              (has_batch_norm_layers(config.model) ||
-              (as_scripted(*r.model) &&
-               !as_scripted(*r.model)->batch_norm_layers(/*training_only=*/false).empty()))) {
+              (as_user_module(*r.model) &&
+               !as_user_module(*r.model)->batch_norm_layers(/*training_only=*/false).empty()))) {
     console.say(
         "note: BatchNorm frozen: its running statistics normalise in training too, so "
         "accumulation equals one batch; from scratch they are the identity (mean 0, "
@@ -355,17 +356,17 @@ TrainingRun set_up_training(Session session, Console& console, const CustomProbl
   const TrainConfig& requested = session.config;
   const JobPlace& job = session.job;
   TrainConfig resolved_config = requested;
-  check_config(problem == nullptr ||
-                   (is_custom(resolved_config.model) && is_custom(resolved_config.dataset)),
-               "a C++ program's model and data are named cpp:NAME in the configuration, got "
-               "model '" +
-                   resolved_config.model + "' and dataset '" + resolved_config.dataset + "'",
-               "set config.model and config.dataset to \"cpp:NAME\" (docs/library.md)");
-  DatasetSplits data = problem ? problem->data : std::move(session.data);
-  if (problem) {
-    check_config(data.train.size() > 0 && data.train.classes > 0,
-                 "the C++ program's training data is empty or names no classes",
-                 "fill CustomProblem::data.train and set its classes");
+  check_config(problem == nullptr || !problem->make_model || is_custom(resolved_config.model),
+               "a C++ program's model is named cpp:NAME in the configuration, got model '" +
+                   resolved_config.model + "'",
+               "set config.model (and config.dataset, for data of the program's) to "
+               "\"cpp:NAME\" (docs/library.md)");
+  const bool custom_data = problem && is_custom(resolved_config.dataset);
+  DatasetSplits data = custom_data ? problem->data : std::move(session.data);
+  if (custom_data) {
+    check_config(data.train.size() > 0 && (data.train.classes > 0 || data.train.is_regression()),
+                 "the program's training data is empty or names no classes",
+                 "fill CustomProblem::data.train and set its classes (docs/library.md)");
     data = set_aside_controller_slice(std::move(data), resolved_config);
   }
   // The samples set aside, named in config.toml: a rerun, a resume and a replay train on the
@@ -388,12 +389,14 @@ TrainingRun set_up_training(Session session, Console& console, const CustomProbl
       resolved_config.vocab_size = data.train.vocabulary;
   }
   const ModelFactory make_model = problem ? problem->make_model : ModelFactory{};
+  const ModelFactory make_probe_model =
+      problem && problem->make_probe_model ? problem->make_probe_model : make_model;
   auto reducer = make_reducer(job, resolved_config);
   // Before any other collective (--micro-batch auto broadcasts its choice): ranks started with
   // other flags stop here, together, each naming what differs.
   check_ranks_agree(*reducer, [&] { return describe_configuration(requested); });
   if (resolved_config.micro_batch_auto)
-    choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_model);
+    choose_micro_batch(resolved_config, data.train, job, *reducer, console, make_probe_model);
   // Resolved on every rank from the same inputs, so a bad plan fails everywhere alike. The
   // plan's micro-batch may shrink later (out-of-memory back-off); its global batch never does.
   ResolvedRun resolved =
@@ -420,6 +423,8 @@ TrainingRun set_up_training(Session session, Console& console, const CustomProbl
 
   torch::manual_seed(config.seed);
   r.model = make_model ? make_model() : build_model(config, r.data.train);
+  if (UserModuleImpl* module = make_model ? as_user_module(*r.model) : nullptr)
+    check_user_module(*module, config, r.data.train);
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *r.model);
   r.task();  // a loss option the task cannot take (--label-smoothing on a regression) ends here

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import unittest
 
 import torch
@@ -301,8 +302,13 @@ class DocsExamplesTest(unittest.TestCase):
 
     def run_block(self, code):
         printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            exec(compile(code, "<docs>", "exec"), {})
+        here = os.getcwd()
+        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(printed):
+            os.chdir(scratch)  # what a block writes lands outside the checkout
+            try:
+                exec(compile(code, "<docs>", "exec"), {})
+            finally:
+                os.chdir(here)
         return printed.getvalue()
 
     def test_docs_python_md(self):

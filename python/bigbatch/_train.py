@@ -1,0 +1,151 @@
+"""bigbatch.train: the engine drives, you hand it objects.
+
+One call runs what ``bigbatch train`` runs — the plan, the rates for the effective batch, the
+exact mean over every update, checkpoints and bit-identical resume, evaluations, records,
+the run directory — over your own ``nn.Module`` and samples. The engine calls your module's
+forward with each gathered micro-batch; its parameters are your module's own tensors, so when
+train() returns your module holds the trained weights.
+"""
+import inspect
+import json
+import os
+
+import torch
+
+from . import _engine
+from ._errors import Error
+from ._options import option_texts
+
+# The built-in models' own keywords: they shape a model bigbatch builds, not yours.
+_BUILTIN_MODEL_KEYWORDS = ("hidden", "layers", "d_model", "heads", "dropout", "norm")
+
+
+class Run:
+    """A finished run: ``dir`` is its run directory (the command line's: ``bigbatch report``,
+    TensorBoard, ``resume=``), ``summary`` what it reached (updates, samples_seen, test_loss,
+    test_accuracy, samples_per_s, ...), ``records`` the lines of its metrics.jsonl, and of them
+    ``updates`` and ``epochs``."""
+
+    def __init__(self, summary):
+        self.summary = dict(summary)
+        self.dir = self.summary.pop("run_dir")
+
+    @property
+    def records(self):
+        """Every record of metrics.jsonl, in order, as dicts (``"type"`` says which)."""
+        path = os.path.join(self.dir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as lines:
+            return [json.loads(line) for line in lines if line.strip()]
+
+    @property
+    def updates(self):
+        """The records of the updates, one each (step, loss, lr, grad_norm, samples, ...)."""
+        return [r for r in self.records if "event" not in r and "loss" in r]
+
+    @property
+    def epochs(self):
+        """The records of the epochs (epoch, train_loss, and the held-out splits' figures)."""
+        return [r for r in self.records
+                if "event" not in r and "loss" not in r and "train_loss" in r]
+
+    def __getitem__(self, key):
+        return self.summary[key]
+
+    def __repr__(self):
+        return f"Run({self.dir!r}, {self.summary!r})"
+
+
+def _own_loss(model):
+    """Whether forward takes (inputs, targets) and returns (loss_sum, items) itself."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty]
+    return len(positional) == 2
+
+
+def _split(data, what, dtype):
+    """(inputs, targets) tensors of a split, floating-point ones in the module's dtype."""
+    if data is None:
+        return None
+    if not (isinstance(data, (tuple, list)) and len(data) == 2
+            and all(hasattr(a, "shape") for a in data)):
+        if isinstance(data, torch.utils.data.Dataset) or hasattr(data, "__getitem__"):
+            raise Error("data", f"the {what} data is a {type(data).__name__}; bigbatch.train "
+                        "takes (inputs, targets) arrays or a dataset's name in this version",
+                        "give (inputs, targets) tensors or numpy arrays, or train a map-style "
+                        "dataset with bigbatch.Accumulator (docs/python.md)")
+        raise Error("data", f"cannot read {what} samples from a {type(data).__name__}",
+                    "give (inputs, targets) tensors or numpy arrays, or a dataset's name such as "
+                    "'fashion-mnist'")
+    inputs, targets = (a if isinstance(a, torch.Tensor) else torch.as_tensor(a) for a in data)
+    if inputs.is_floating_point():
+        inputs = inputs.to(dtype)
+    if targets.is_floating_point():
+        targets = targets.to(dtype)
+    return inputs.detach(), targets.detach()
+
+
+def train(model, data, *, validation=None, test=None, loss=None, **options):
+    """Trains `model` on `data` as ``bigbatch train`` would, and returns the :class:`Run`.
+
+    ``model``: any ``torch.nn.Module`` (trained in place), or a built-in model's name
+    (``"mlp"``, ``"cnn"``, ``"gpt"``; then its keywords such as ``layers`` apply).
+    ``data``: ``(inputs, targets)`` tensors or numpy arrays — integer targets are class labels,
+    floating-point ones regression values — or a dataset's name as the command line takes it
+    (``"fashion-mnist"``, ``"npy:DIR"``, ``"text:FILE"``); ``validation`` and ``test`` the same
+    way as arrays. ``loss``: ``fn(outputs, targets)`` returning the loss **summed** over the
+    batch's items (default: cross-entropy for labels, squared error for values); or a module
+    whose ``forward(inputs, targets)`` returns ``(loss_sum, items)`` itself. Every other keyword
+    is a ``bigbatch train`` option with ``-`` as ``_`` (global_batch, micro_batch, lr, epochs,
+    optimizer, out, resume, ...).
+    """
+    module = None
+    if isinstance(model, str):
+        options["model"] = model
+        if loss is not None:
+            raise Error("usage", "loss= is for a module of your own; the built-in model "
+                        f"'{model}' trains with bigbatch's loss", "drop loss=")
+    elif isinstance(model, torch.nn.Module):
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise Error("usage", "the model is wrapped in DistributedDataParallel, whose "
+                        "gradients would be reduced twice (by it and by the engine)",
+                        "pass the module itself (model.module)")
+        given = [k for k in _BUILTIN_MODEL_KEYWORDS if k in options]
+        if given:
+            raise Error("usage", f"{given[0]}= shapes a built-in model, and this model is your "
+                        f"{type(model).__name__}", f"drop {given[0]}=")
+        if not any(True for _ in model.parameters()):
+            raise Error("model", f"{type(model).__name__} has no parameters to train",
+                        "pass the module whose parameters train")
+        module = model
+    else:
+        raise TypeError("train(model, data): model must be a torch.nn.Module or a built-in "
+                        f"model's name, got {type(model).__name__}")
+    computes_loss = module is not None and _own_loss(module)
+    if computes_loss and loss is not None:
+        raise Error("usage", f"{type(module).__name__}.forward(inputs, targets) computes its "
+                    "own loss, and loss= gives another",
+                    "keep one: forward(inputs) with loss=fn, or forward(inputs, targets) "
+                    "returning (loss_sum, items)")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"train(): loss must be callable, got {type(loss).__name__}")
+
+    dtype = next(module.parameters()).dtype if module is not None else torch.float32
+    if isinstance(data, str):
+        options["dataset"] = data
+        splits = (None, None, None)
+        if validation is not None or test is not None:
+            raise Error("usage", f"the dataset '{data}' brings its own held-out splits",
+                        "drop validation= and test= (val_size= holds out training samples)")
+    else:
+        splits = (_split(data, "training", dtype), _split(validation, "validation", dtype),
+                  _split(test, "test", dtype))
+    texts = option_texts("train", options, own=())
+    name = "python:" + type(module).__name__ if module is not None else ""
+    summary = _engine.train(texts, module, loss, computes_loss, name, "python:arrays", *splits)
+    return Run(summary)

@@ -1,0 +1,261 @@
+"""bigbatch.train (python/bigbatch/_train.py, docs/python.md): the command line's training run
+over the user's own nn.Module and arrays. Against the Accumulator (the same engine under a loop
+the user writes, itself checked against plain PyTorch in test_accumulator), against a plain
+PyTorch loop over each update's whole batch, resumed bit for bit, and refusing bad input with
+the command line's one-line errors and nothing left on disk.
+
+    BIGBATCH_BINARY=build/bigbatch PYTHONPATH=build/python python3 -m unittest test_train
+"""
+import json
+import os
+import subprocess
+import tempfile
+import types
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+import bigbatch
+
+BINARY = os.environ.get("BIGBATCH_BINARY", "build/bigbatch")
+QUIET = dict(progress="off", threads=1)
+
+
+def mlp(dtype=torch.float32, seed=3):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 5)).to(dtype)
+
+
+def classification_data(count=100, seed=7, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(count, 12, generator=generator, dtype=torch.float64).to(dtype)
+    return inputs, (inputs[:, :5].argmax(1) + (inputs[:, 5] > 1).long()) % 5
+
+
+def relative_difference(a, b):
+    worst = 0.0
+    for x, y in zip(a.parameters(), b.parameters()):
+        scale = max(x.detach().abs().max().item(), 1e-12)
+        worst = max(worst, (x.detach() - y.detach()).abs().max().item() / scale)
+    return worst
+
+
+class Summed(torch.nn.Module):
+    """A module with its own loss: forward(inputs, targets) -> (loss_sum, items)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, inputs, targets):
+        return F.cross_entropy(self.net(inputs), targets, reduction="sum"), targets.numel()
+
+
+class WithHidden(torch.nn.Module):
+    """Returns (outputs, hidden) as many modules do."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, inputs):
+        return self.net(inputs), inputs.sum()
+
+
+class HuggingFaceShaped(torch.nn.Module):
+    """Returns an output object with .logits, as Hugging Face models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, inputs):
+        return types.SimpleNamespace(logits=self.net(inputs), hidden_states=None)
+
+
+class TrainTest(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.TemporaryDirectory()
+        self.addCleanup(self.scratch.cleanup)
+
+    def out(self, name):
+        return os.path.join(self.scratch.name, name)
+
+    def test_the_same_updates_as_the_accumulator(self):
+        # 100 samples in windows of 32 (the fourth of each epoch short), micro-batches of 8:
+        # bigbatch.train and a loop over the Accumulator with the same options end at the same
+        # weights, and the user's module is the one trained.
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, optimizer="sgd", lr=0.1, momentum=0.9,
+                       clip_norm=0.5, epochs=2, seed=5)
+        model = mlp()
+        before = model[0].weight.detach().clone()
+        run = bigbatch.train(model, data, out=self.out("run"), **options, **QUIET)
+        self.assertEqual(run["updates"], 8)
+        self.assertEqual(run["samples_seen"], 200)
+        self.assertFalse(torch.equal(before, model[0].weight.detach()))
+
+        reference = mlp()
+        acc = bigbatch.Accumulator(reference, **options)
+        for window in acc.windows(data):
+            for x, y in window:
+                acc.backward(F.cross_entropy(reference(x), y, reduction="sum"))
+            acc.step()
+        self.assertLess(relative_difference(model, reference), 1e-6)
+
+        # The run directory is the command line's: config.toml names the module, and the
+        # weights file holds its state_dict keys.
+        with open(os.path.join(run.dir, "config.toml"), encoding="utf-8") as toml:
+            config = toml.read()
+        self.assertIn("model = 'python:Sequential'", config)
+        self.assertEqual([r["step"] for r in run.updates], list(range(1, 9)))
+        self.assertEqual(len(run.epochs), 2)
+        shown = subprocess.run([BINARY, "report", run.dir], capture_output=True, text=True)
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+
+    def oracle(self, optimizer, dtype, **extra):
+        """10 updates of micro-batches of 8 in windows of 32 over 100 samples in file order
+        (no_shuffle: the windows are 0-31, 32-63, 64-95, 96-99, ...) against a plain loop over
+        each window as one batch; the rate for each update read from the run's records."""
+        data = classification_data(dtype=dtype)
+        model = mlp(dtype)
+        run = bigbatch.train(model, data, global_batch=32, micro_batch=8, optimizer=optimizer,
+                             lr=0.05, lr_scaling="none", schedule="constant", warmup="0u",
+                             clip_norm=0.5, weight_decay=0.01, max_updates=10, epochs=5,
+                             no_shuffle=True, out=self.out(optimizer + str(dtype)), **QUIET,
+                             **extra)
+        rates = [r["lr"] for r in run.updates]
+        self.assertEqual(len(rates), 10)
+        reference = mlp(dtype)
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(reference.parameters(), lr=rates[0], momentum=0.9,
+                                  nesterov=True, weight_decay=0.01)
+        else:
+            opt = torch.optim.AdamW(reference.parameters(), lr=rates[0], weight_decay=0.01)
+        starts = [0, 32, 64, 96] * 3
+        for update, rate in enumerate(rates):
+            begin = starts[update]
+            x, y = data[0][begin:begin + 32], data[1][begin:begin + 32]
+            opt.zero_grad()
+            F.cross_entropy(reference(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+            for group in opt.param_groups:
+                group["lr"] = rate
+            opt.step()
+        return relative_difference(model, reference)
+
+    def test_against_one_big_batch_sgd_float32(self):
+        self.assertLess(self.oracle("sgd", torch.float32), 1e-5)
+
+    def test_against_one_big_batch_adamw_float32(self):
+        self.assertLess(self.oracle("adamw", torch.float32), 1e-5)
+
+    def test_against_one_big_batch_sgd_float64(self):
+        self.assertLess(self.oracle("sgd", torch.float64), 1e-12)
+
+    def test_a_loss_of_your_own_and_a_module_that_computes_its_own(self):
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, lr=0.05, max_updates=6, epochs=3, seed=2)
+        plain = mlp()
+        bigbatch.train(plain, data, out=self.out("plain"), **options, **QUIET)
+        given = mlp()
+        run = bigbatch.train(given, data, out=self.out("given"), **options, **QUIET,
+                             loss=lambda out, y: F.cross_entropy(out, y, reduction="sum"))
+        self.assertEqual(run["updates"], 6)
+        self.assertLess(relative_difference(plain, given), 1e-6)
+        own = Summed()
+        bigbatch.train(own, data, out=self.out("own"), **options, **QUIET)
+        self.assertLess(relative_difference(plain, own.net), 1e-6)
+
+    def test_outputs_in_a_tuple_or_as_logits(self):
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, lr=0.05, max_updates=4, epochs=2, seed=2,
+                       **QUIET)
+        plain = mlp()
+        bigbatch.train(plain, data, out=self.out("plain"), **options)
+        for shaped in (WithHidden(), HuggingFaceShaped()):
+            bigbatch.train(shaped, data, out=self.out(type(shaped).__name__), **options)
+            self.assertLess(relative_difference(plain, shaped.net), 1e-6)
+
+    def test_resume_goes_on_bit_for_bit(self):
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, optimizer="adamw", lr=3e-3,
+                       schedule="constant", epochs=3, seed=4, **QUIET)
+        straight = mlp()
+        bigbatch.train(straight, data, out=self.out("straight"), **options)
+        first = mlp()
+        bigbatch.train(first, data, out=self.out("cut"), max_updates=5, checkpoint_every="5u",
+                       **options)
+        resumed = mlp(seed=99)  # other weights: the checkpoint's must replace them
+        # max_updates as the uninterrupted run's length (12): the run's config.toml says 5, and
+        # the keywords override it as flags do on the command line.
+        run = bigbatch.train(resumed, data, resume=self.out("cut"), max_updates=12, **options)
+        self.assertEqual(run["updates"], 12)
+        for a, b in zip(straight.parameters(), resumed.parameters()):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_a_built_in_model_by_name_and_validation_arrays(self):
+        data = classification_data()
+        run = bigbatch.train("mlp", data, validation=classification_data(40, seed=8),
+                             test=classification_data(40, seed=9), hidden=[16], global_batch=20,
+                             epochs=1, out=self.out("mlp"), **QUIET)
+        self.assertEqual(run["updates"], 5)
+        self.assertIn("test_accuracy", run.summary)
+        self.assertTrue(all("val_loss" in r for r in run.epochs))
+
+    def test_regression_on_float_targets(self):
+        generator = torch.Generator().manual_seed(1)
+        x = torch.randn(64, 12, generator=generator)
+        y = x[:, :3].sum(1, keepdim=True)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(12, 1)
+        run = bigbatch.train(model, (x.numpy(), y.numpy()), test=(x, y), global_batch=16,
+                             epochs=2, out=self.out("regress"), **QUIET)
+        self.assertIn("test_rmse", run.summary)
+
+    def assert_refused(self, kind, words, call):
+        out = self.out("refused")
+        with self.assertRaises(bigbatch.Error) as caught:
+            call(out)
+        self.assertEqual(caught.exception.kind, kind, str(caught.exception))
+        self.assertIn(words, str(caught.exception))
+        self.assertNotIn("\n", str(caught.exception))
+        self.assertFalse(os.path.exists(out), "a refused run left its directory")
+        return caught.exception
+
+    def test_bad_input_is_one_clear_error_and_leaves_nothing(self):
+        data = classification_data()
+        common = dict(global_batch=32, micro_batch=8, epochs=1, **QUIET)
+        mean = lambda out, y: F.cross_entropy(out, y)  # noqa: E731 (the default reduction)
+        self.assert_refused("model", "returns the mean over its batch", lambda out: bigbatch.train(
+            mlp(), data, loss=mean, out=out, **common))
+        self.assert_refused("model", "has no parameters", lambda out: bigbatch.train(
+            torch.nn.ReLU(), data, out=out, **common))
+        self.assert_refused("model", "logits [batch, classes] for 9 classes",
+                            lambda out: bigbatch.train(mlp(), (data[0], data[1] + 4), out=out,
+                                                       **common))
+        self.assert_refused("data", "label -1", lambda out: bigbatch.train(
+            mlp(), (data[0], data[1] - 1), out=out, **common))
+        self.assert_refused("data", "100 samples, the targets 99", lambda out: bigbatch.train(
+            mlp(), (data[0], data[1][:99]), out=out, **common))
+        self.assert_refused("model", "failed in forward()", lambda out: bigbatch.train(
+            mlp(), (torch.randn(100, 7), data[1]), out=out, **common))
+        error = self.assert_refused("config", "lr", lambda out: bigbatch.train(
+            mlp(), data, lr=-1, epochs=1, out=out, **QUIET))
+        self.assertNotIn("--", str(error))
+        with self.assertRaises(TypeError) as caught:
+            bigbatch.train(mlp(), data, global_bach=32)
+        self.assertIn("global_batch", str(caught.exception))
+        ddp = torch.nn.parallel.DistributedDataParallel.__new__(
+            torch.nn.parallel.DistributedDataParallel)
+        torch.nn.Module.__init__(ddp)
+        self.assert_refused("usage", "DistributedDataParallel", lambda out: bigbatch.train(
+            ddp, data, out=out, **common))
+        self.assert_refused("usage", "layers=", lambda out: bigbatch.train(
+            mlp(), data, layers=2, out=out, **common))
+
+
+if __name__ == "__main__":
+    unittest.main()
