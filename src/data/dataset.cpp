@@ -12,16 +12,17 @@
 #include "data/npy_format.h"
 #include "data/npz_format.h"
 #include "data/sampler.h"
+#include "data/token_rows.h"
 #include "data/text_corpus.h"
 
 namespace bigbatch {
 
 int64_t TensorDataset::items(int64_t begin, int64_t end) const {
-  if (!is_tokens())
+  if (!is_tokens() && target_items.empty())
     return end - begin;
   int64_t total = 0;
   for (int64_t row = begin; row < end; ++row)
-    total += lengths[size_t(row)];
+    total += items_of_row(row);
   return total;
 }
 
@@ -37,7 +38,11 @@ TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
     std::iota(index.begin(), index.end(), begin);
     return select(index);
   }
-  return {inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes, vocabulary};
+  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes,
+                    vocabulary};
+  if (!target_items.empty())
+    out.target_items.assign(target_items.begin() + begin, target_items.begin() + end);
+  return out;
 }
 
 TensorDataset TensorDataset::select(const std::vector<int64_t>& index) const {
@@ -47,8 +52,13 @@ TensorDataset TensorDataset::select(const std::vector<int64_t>& index) const {
     return out;
   }
   const auto picked = torch::tensor(index, torch::kInt64);
-  return {
+  TensorDataset out{
       inputs.index_select(0, picked), targets.index_select(0, picked), {}, {}, classes, vocabulary};
+  for (const int64_t row : index) {
+    if (!target_items.empty())
+      out.target_items.push_back(target_items[size_t(row)]);
+  }
+  return out;
 }
 
 namespace {
@@ -346,17 +356,29 @@ TensorDataset given_split(const GivenSplit& given, const std::string& split) {
                "remove or impute those samples");
     return out;
   }
-  check_data(c10::isIntegralType(y.scalar_type(), /*includeBool=*/false) && y.dim() == 1,
+  check_data(c10::isIntegralType(y.scalar_type(), /*includeBool=*/false) && y.dim() <= 2,
              "the " + split + " targets are " + c10::str(y.sizes()) + " " +
                  std::string(c10::toString(y.scalar_type())) +
-                 "; class labels are one integer per sample [N], regression targets floats",
+                 "; class labels are one integer per sample [N] or per position [N, T], "
+                 "regression targets floats",
              "give the class indices, e.g. y.argmax(1) of one-hot rows, or y.float() to regress");
   out.targets = y.to(torch::kInt64).contiguous();
-  const int64_t smallest = out.targets.min().item<int64_t>();
+  // Labels per position: padding is kIgnoreTarget (PyTorch's ignore_index), counted nowhere.
+  const bool positions = out.targets.dim() == 2;
+  const torch::Tensor counted = positions ? out.targets.ne(kIgnoreTarget) : torch::Tensor();
+  const torch::Tensor labels =
+      positions ? out.targets.masked_select(counted) : out.targets.reshape({-1});
+  const int64_t smallest = labels.numel() > 0 ? labels.min().item<int64_t>() : 0;
   check_data(smallest >= 0,
              "the " + split + " targets have label " + std::to_string(smallest) +
-                 "; classes are numbered from 0",
+                 "; classes are numbered from 0" +
+                 (positions ? " (" + std::to_string(kIgnoreTarget) + " marks padding)" : ""),
              "map the labels to 0 .. classes - 1");
+  if (positions) {
+    const torch::Tensor per_row = counted.sum(1).contiguous();
+    const int64_t* begin = per_row.data_ptr<int64_t>();
+    out.target_items.assign(begin, begin + per_row.numel());
+  }
   return out;
 }
 
@@ -802,6 +824,11 @@ void BatchAssembler::copy_into(Slot& slot, const int64_t* index, int64_t count) 
                 target_row);
   }
   slot.items = count;
+  if (!dataset_.target_items.empty()) {
+    slot.items = 0;
+    for (int64_t i = 0; i < count; ++i)
+      slot.items += dataset_.target_items[size_t(index[i])];
+  }
 }
 
 Batch BatchAssembler::batch_in(const Slot& slot, int64_t count) const {
@@ -860,11 +887,11 @@ Batch BatchAssembler::take() {
 
 int64_t BatchAssembler::items(const std::vector<int64_t>& order, int64_t begin,
                               int64_t count) const {
-  if (!dataset_.is_tokens())
+  if (!dataset_.is_tokens() && dataset_.target_items.empty())
     return count;
   int64_t total = 0;
   for (int64_t i = begin; i < begin + count; ++i)
-    total += dataset_.lengths[size_t(order[size_t(i)])];
+    total += dataset_.items_of_row(order[size_t(i)]);
   return total;
 }
 

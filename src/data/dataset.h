@@ -54,6 +54,10 @@ struct TensorDataset {
   // batch as [rows, positions] int64 inputs and next-token targets (the shift), kIgnoreTarget
   // past a row's length. Nothing is materialised beside it.
   std::shared_ptr<const TokenRows> rows{};
+  // Samples whose targets are a sequence of class labels each ([N, T] int64, kIgnoreTarget
+  // where a position counts nowhere: a program's padded documents): each sample's labelled
+  // positions, its items. Empty otherwise (one item per sample, or token rows' `lengths`).
+  std::vector<int64_t> target_items{};
 
   int64_t size() const { return rows ? rows->rows() : inputs.defined() ? inputs.size(0) : 0; }
   bool is_tokens() const { return rows != nullptr; }
@@ -70,6 +74,10 @@ struct TensorDataset {
   }
   // Items of rows [begin, end): what the mean is taken over.
   int64_t items(int64_t begin, int64_t end) const;
+  // Items of one row.
+  int64_t items_of_row(int64_t row) const {
+    return rows ? lengths[size_t(row)] : target_items.empty() ? 1 : target_items[size_t(row)];
+  }
   TensorDataset slice(int64_t begin, int64_t end) const;
   TensorDataset select(const std::vector<int64_t>& rows) const;
 };

@@ -161,8 +161,22 @@ void check_outputs(UserModuleImpl& model, const TensorDataset& data) {
     }
   } else {
     const int64_t classes = data.targets.max().item<int64_t>() + 1;
-    const bool ok =
-        logits.dim() == 2 && logits.size(0) == probe.inputs.size(0) && logits.size(1) >= classes;
+    if (data.targets.dim() == 2) {  // a label per position: logits per position
+      const bool ok = logits.dim() == 3 && logits.size(0) == probe.inputs.size(0) &&
+                      logits.size(1) == data.targets.size(1) && logits.size(2) >= classes;
+      if (!ok) {
+        throw Error(ErrorKind::Model,
+                    "model '" + model.name() + "' " + seen + "; targets of " +
+                        std::to_string(data.targets.size(1)) + " positions need logits [batch, " +
+                        std::to_string(data.targets.size(1)) + ", classes] for " +
+                        std::to_string(classes) + " classes",
+                    "return logits for every position, e.g. nn.Linear(d_model, " +
+                        std::to_string(classes) + ") over the sequence");
+      }
+    }
+    const bool ok = data.targets.dim() == 2 || (logits.dim() == 2 &&
+                                                logits.size(0) == probe.inputs.size(0) &&
+                                                logits.size(1) >= classes);
     if (!ok) {
       throw Error(ErrorKind::Model,
                   "model '" + model.name() + "' " + seen + "; classifying these images needs " +

@@ -47,7 +47,10 @@ std::vector<std::string> class_coverage_warnings(const DatasetSplits& data) {
   if (train.is_tokens() || train.is_regression() || train.classes <= 0 || train.size() == 0)
     return warnings;
   const auto present = [&](const TensorDataset& split) {
-    return torch::bincount(split.targets.to(torch::kInt64), {}, train.classes).gt(0);
+    // Labels per position: those of every position but the padding.
+    const torch::Tensor labels = split.targets.to(torch::kInt64).reshape({-1});
+    return torch::bincount(labels.masked_select(labels.ne(kIgnoreTarget)), {}, train.classes)
+        .gt(0);
   };
   const torch::Tensor trained = present(train);
   const int64_t seen = trained.sum().item<int64_t>();

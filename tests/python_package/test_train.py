@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import bigbatch
+from test_accumulator import TinyLm, documents, pad
 
 BINARY = os.environ.get("BIGBATCH_BINARY", "build/bigbatch")
 QUIET = dict(progress="off", threads=1)
@@ -154,6 +155,38 @@ class TrainTest(unittest.TestCase):
 
     def test_against_one_big_batch_sgd_float64(self):
         self.assertLess(self.oracle("sgd", torch.float64), 1e-12)
+
+    def test_a_transformer_on_padded_documents_against_one_big_batch(self):
+        # Labels per position ([N, T], -100 on padding): the mean is over the window's target
+        # tokens, whatever the micro-batches hold of them.
+        inputs, targets = pad(documents())
+        for optimizer, lr in (("sgd", 1e-2), ("adamw", 1e-3)):
+            model = TinyLm()
+            run = bigbatch.train(model, (inputs, targets), global_batch=32, micro_batch=8,
+                                 optimizer=optimizer, lr=lr, lr_scaling="none",
+                                 schedule="constant", warmup="0u", clip_norm=0.5,
+                                 weight_decay=0.01, max_updates=6, epochs=5, no_shuffle=True,
+                                 out=self.out("lm-" + optimizer), **QUIET)
+            rates = [r["lr"] for r in run.updates]
+            self.assertEqual(len(rates), 6)
+            reference = TinyLm()
+            settings = dict(lr=rates[0], weight_decay=0.01)
+            opt = torch.optim.SGD(reference.parameters(), momentum=0.9, nesterov=True,
+                                  **settings) if optimizer == "sgd" else \
+                torch.optim.AdamW(reference.parameters(), **settings)
+            for update, rate in enumerate(rates):
+                begin = [0, 32] [update % 2]  # 60 documents: windows of 32 and 28
+                x, y = inputs[begin:begin + 32], targets[begin:begin + 32]
+                opt.zero_grad()
+                logits = reference(x)
+                F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100).backward()
+                torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+                for group in opt.param_groups:
+                    group["lr"] = rate
+                opt.step()
+            self.assertLess(relative_difference(model, reference), 1e-5, optimizer)
+            tokens = int((targets != -100).sum())
+            self.assertEqual(sum(r["items"] for r in run.updates[:2]), tokens)
 
     def test_a_loss_of_your_own_and_a_module_that_computes_its_own(self):
         data = classification_data()
