@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""bigbatch.Accumulator against the hand-written PyTorch loop it replaces (issue 55): the same
-module, micro-batches and accumulation, AdamW with clipping, in one process, the two sides
-alternated round by round. The hand-written loop divides each micro-batch's summed loss by the
-window's items before its backward (the exact way to write it), clips and steps; the
-accumulator back-propagates the sums and makes the update in the engine. Samples per second of
-the steady updates, per side and round, and the ratio of the medians.
+"""bigbatch.Accumulator and bigbatch.train against the hand-written PyTorch loop they replace
+(issue 55): the same module, micro-batches and accumulation, AdamW with clipping, in one
+process, the sides alternated round by round. The hand-written loop divides each micro-batch's
+summed loss by the window's items before its backward (the exact way to write it), clips and
+steps; the accumulator back-propagates the sums and makes the update in the engine; train()
+runs the whole loop in the engine (its records and run directory included), calling the module
+for each micro-batch. Samples per second of the steady updates, per side and round, and the
+ratios of the medians.
 
 Run with the Python the package is installed for, e.g.
   ~/.cache/bigbatch/python-debian/bin/python bench/python_loop_bench.py --rounds 3
@@ -105,6 +107,22 @@ def accumulator(make, data, summed_loss, global_batch, micro, updates):
     return (updates - 2) * global_batch / timed
 
 
+def engine_loop(make, data, summed_loss, global_batch, micro, updates):
+    """bigbatch.train: the steady updates timed by the run's own record stamps (each record's
+    time, written as its update ends), records and progress included."""
+    import tempfile
+    import bigbatch
+    model = make()
+    with tempfile.TemporaryDirectory() as scratch:
+        run = bigbatch.train(model, data, global_batch=global_batch, micro_batch=micro,
+                             optimizer="adamw", lr=1e-3, lr_scaling="none", schedule="constant",
+                             clip_norm=1.0, max_updates=updates, epochs=1000, progress="off",
+                             threads=torch.get_num_threads(), no_tensorboard=True,
+                             out=scratch + "/run")
+        stamps = [r["time"] for r in run.updates]
+    return (updates - 2) * global_batch / (stamps[-1] - stamps[1])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per side")
@@ -115,18 +133,21 @@ def main():
     print(f"torch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of "
           f"{args.updates} updates, AdamW, clip 1.0")
     for name, make, data, summed_loss, global_batch, micro in cells(4096):
-        sides = {"hand-written loop": [], "bigbatch.Accumulator": []}
+        sides = {"hand-written loop": [], "bigbatch.Accumulator": [], "bigbatch.train": []}
         for _ in range(args.rounds):
             sides["hand-written loop"].append(
                 hand_written(make, data, summed_loss, global_batch, micro, args.updates))
             sides["bigbatch.Accumulator"].append(
                 accumulator(make, data, summed_loss, global_batch, micro, args.updates))
+            sides["bigbatch.train"].append(
+                engine_loop(make, data, summed_loss, global_batch, micro, args.updates))
         medians = {side: statistics.median(rates) for side, rates in sides.items()}
         print(f"\n{name}")
         for side, rates in sides.items():
             print(f"  {side:22s} {medians[side]:9.1f} samples/s  (rounds: "
                   + ", ".join(f"{r:.1f}" for r in rates) + ")")
-        print(f"  ratio {medians['bigbatch.Accumulator'] / medians['hand-written loop']:.3f}x")
+        for side in ("bigbatch.Accumulator", "bigbatch.train"):
+            print(f"  {side} / hand-written {medians[side] / medians['hand-written loop']:.3f}x")
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@
 #include "config/option_table.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
+#include "python_model.h"
 #include "report/plan_report.h"
 #include "session/session.h"
 #include "train/custom_problem.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
 #include "train/user_loop.h"
-#include "python_model.h"
 
 namespace py = pybind11;
 
@@ -86,9 +86,8 @@ GivenSplit given(const py::object& split) {
 // options name) and samples (None: the dataset the options name). The GIL is released while
 // the engine trains; it is taken again only to call the module.
 py::dict train_run(const OptionTexts& options, const py::object& module, const py::object& loss,
-                   bool computes_loss, const std::string& model_name,
-                   const std::string& data_name, const py::object& train,
-                   const py::object& validation, const py::object& test) {
+                   bool computes_loss, const std::string& model_name, const std::string& data_name,
+                   const py::object& train, const py::object& validation, const py::object& test) {
   // resume=RUN_DIR: the run's config.toml under the other keywords, as --resume reads it.
   std::string resume;
   bool out_given = false;
@@ -100,15 +99,14 @@ py::dict train_run(const OptionTexts& options, const py::object& module, const p
       others.emplace_back(name, text);
     out_given = out_given || name == "out";
   }
-  TrainConfig config =
-      resume.empty() ? configured(options)
-                     : resume_configuration(
-                           resume,
-                           [&](TrainConfig& resumed) {
-                             for (const auto& [name, text] : others)
-                               apply_option(resumed, find_option(name), text);
-                           },
-                           /*init_weights_given=*/false, out_given);
+  TrainConfig config = resume.empty() ? configured(options)
+                                      : resume_configuration(
+                                            resume,
+                                            [&](TrainConfig& resumed) {
+                                              for (const auto& [name, text] : others)
+                                                apply_option(resumed, find_option(name), text);
+                                            },
+                                            /*init_weights_given=*/false, out_given);
   CustomProblem problem;
   if (!module.is_none()) {
     config.model = model_name;
@@ -225,7 +223,7 @@ PYBIND11_MODULE(_engine, m) {
         throw;
       PyErr_SetObject(error_class().ptr(),
                       py::make_tuple(to_string(e.kind()), e.problem(), e.hint()).ptr());
-    }  catch (const Interrupted& e) {
+    } catch (const Interrupted& e) {
       // Ctrl-C in bigbatch.train: the run stopped at an update's end and wrote its checkpoint
       // (resume=RUN_DIR goes on from there); Python hears it as the interrupt it is.
       PyErr_SetString(PyExc_KeyboardInterrupt, e.what());

@@ -68,16 +68,15 @@ class PythonForwardImpl : public torch::nn::Module {
 
   ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
     py::gil_scoped_acquire gil;
-    const py::object outputs =
-        call("forward()", inputs, [&] { return module_->module(inputs); });
+    const py::object outputs = call("forward()", inputs, [&] { return module_->module(inputs); });
     ScoredLoss scored;
     scored.logits = call("forward()", inputs, [&] { return logits_of(outputs); });
-    const py::object loss = call("the loss function", inputs,
-                                 [&] { return module_->loss(outputs, targets); });
+    const py::object loss =
+        call("the loss function", inputs, [&] { return module_->loss(outputs, targets); });
     const bool tensor = THPVariable_Check(loss.ptr());
-    scored.loss_sum =
-        checked_summed_loss(module_->name, tensor ? loss.cast<torch::Tensor>() : torch::Tensor(),
-                            tensor ? "" : std::string(py::str(py::type::of(loss).attr("__name__"))));
+    scored.loss_sum = checked_summed_loss(
+        module_->name, tensor ? loss.cast<torch::Tensor>() : torch::Tensor(),
+        tensor ? "" : std::string(py::str(py::type::of(loss).attr("__name__"))));
     return scored;
   }
 

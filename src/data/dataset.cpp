@@ -12,8 +12,8 @@
 #include "data/npy_format.h"
 #include "data/npz_format.h"
 #include "data/sampler.h"
-#include "data/token_rows.h"
 #include "data/text_corpus.h"
+#include "data/token_rows.h"
 
 namespace bigbatch {
 
@@ -38,8 +38,8 @@ TensorDataset TensorDataset::slice(int64_t begin, int64_t end) const {
     std::iota(index.begin(), index.end(), begin);
     return select(index);
   }
-  TensorDataset out{inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes,
-                    vocabulary};
+  TensorDataset out{
+      inputs.slice(0, begin, end), targets.slice(0, begin, end), {}, {}, classes, vocabulary};
   if (!target_items.empty())
     out.target_items.assign(target_items.begin() + begin, target_items.begin() + end);
   return out;
@@ -330,8 +330,8 @@ TensorDataset given_split(const GivenSplit& given, const std::string& split) {
              "the " + split + " inputs or targets are a single value, not one row per sample",
              "give arrays whose first dimension is the samples");
   check_data(x.size(0) == y.size(0),
-             "the " + split + " inputs hold " + std::to_string(x.size(0)) + " samples, the targets " +
-                 std::to_string(y.size(0)),
+             "the " + split + " inputs hold " + std::to_string(x.size(0)) +
+                 " samples, the targets " + std::to_string(y.size(0)),
              "give inputs and targets of the same samples, in the same order");
   check_data(x.size(0) > 0 && x.numel() > 0, "the " + split + " inputs hold no samples",
              "give at least one sample");
@@ -400,8 +400,8 @@ DatasetSplits given_splits(const GivenSplit& train, const GivenSplit& validation
                "give every split samples of the same shape");
     check_data(split.is_regression() == splits.train.is_regression() &&
                    split.targets.sizes().slice(1) == splits.train.targets.sizes().slice(1),
-               std::string("the ") + name + " targets are " + c10::str(split.targets.sizes()) + " " +
-                   c10::toString(split.targets.scalar_type()) + ", the training targets " +
+               std::string("the ") + name + " targets are " + c10::str(split.targets.sizes()) +
+                   " " + c10::toString(split.targets.scalar_type()) + ", the training targets " +
                    c10::str(splits.train.targets.sizes()) + " " +
                    c10::toString(splits.train.targets.scalar_type()),
                "give every split targets of the same kind and width");

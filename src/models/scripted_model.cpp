@@ -69,9 +69,9 @@ class ScriptedForwardImpl : public torch::nn::Module {
     ScoredLoss scored;
     scored.logits = logits_of(outputs);
     const c10::IValue loss = call("loss", {outputs, targets}, inputs);
-    scored.loss_sum = checked_summed_loss(
-        path_, loss.isTensor() ? loss.toTensor() : torch::Tensor(),
-        loss.isTensor() ? "" : std::string(loss.tagKind()));
+    scored.loss_sum =
+        checked_summed_loss(path_, loss.isTensor() ? loss.toTensor() : torch::Tensor(),
+                            loss.isTensor() ? "" : std::string(loss.tagKind()));
     return scored;
   }
 
@@ -153,8 +153,8 @@ class ScriptedForwardImpl : public torch::nn::Module {
       }
       // Errors raised inside scripted code: the user's module, named with its own message.
       throw Error(ErrorKind::Model,
-                  "model '" + path_ + "' failed in " + method + "() on inputs " + describe_inputs(inputs) +
-                      ": " + summary,
+                  "model '" + path_ + "' failed in " + method + "() on inputs " +
+                      describe_inputs(inputs) + ": " + summary,
                   "run the module on the same inputs in Python to see where");
     }
   }

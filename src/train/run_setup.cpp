@@ -174,9 +174,9 @@ void check_outputs(UserModuleImpl& model, const TensorDataset& data) {
                         std::to_string(classes) + ") over the sequence");
       }
     }
-    const bool ok = data.targets.dim() == 2 || (logits.dim() == 2 &&
-                                                logits.size(0) == probe.inputs.size(0) &&
-                                                logits.size(1) >= classes);
+    const bool ok =
+        data.targets.dim() == 2 ||
+        (logits.dim() == 2 && logits.size(0) == probe.inputs.size(0) && logits.size(1) >= classes);
     if (!ok) {
       throw Error(ErrorKind::Model,
                   "model '" + model.name() + "' " + seen + "; classifying these images needs " +

@@ -71,7 +71,8 @@ std::string finished_run_summary(const TrainingRun& run) {
 
 TrainResult run_training(const TrainConfig& requested, const CustomProblem* problem) {
   const auto run_start = SteadyClock::now();
-  Session session = open_session(requested, training_session_request(problem != nullptr && is_custom(requested.dataset)));
+  Session session = open_session(
+      requested, training_session_request(problem != nullptr && is_custom(requested.dataset)));
   const JobPlace job = session.job;
   Console console(job.is_main(), requested.progress);
   TrainingRun run = set_up_training(std::move(session), console, problem);

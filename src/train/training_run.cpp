@@ -49,8 +49,7 @@ std::vector<std::string> class_coverage_warnings(const DatasetSplits& data) {
   const auto present = [&](const TensorDataset& split) {
     // Labels per position: those of every position but the padding.
     const torch::Tensor labels = split.targets.to(torch::kInt64).reshape({-1});
-    return torch::bincount(labels.masked_select(labels.ne(kIgnoreTarget)), {}, train.classes)
-        .gt(0);
+    return torch::bincount(labels.masked_select(labels.ne(kIgnoreTarget)), {}, train.classes).gt(0);
   };
   const torch::Tensor trained = present(train);
   const int64_t seen = trained.sum().item<int64_t>();

@@ -8,8 +8,11 @@ the command line's one-line errors and nothing left on disk.
 """
 import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 import types
 import unittest
 
@@ -52,6 +55,14 @@ class Summed(torch.nn.Module):
 
     def forward(self, inputs, targets):
         return F.cross_entropy(self.net(inputs), targets, reduction="sum"), targets.numel()
+
+
+class SlowMlp(torch.nn.Sequential):
+    """An mlp that takes its time: a run of it can be interrupted half-way."""
+
+    def forward(self, inputs):
+        time.sleep(0.005)
+        return super().forward(inputs)
 
 
 class WithHidden(torch.nn.Module):
@@ -226,6 +237,46 @@ class TrainTest(unittest.TestCase):
         # the keywords override it as flags do on the command line.
         run = bigbatch.train(resumed, data, resume=self.out("cut"), max_updates=12, **options)
         self.assertEqual(run["updates"], 12)
+        for a, b in zip(straight.parameters(), resumed.parameters()):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_ctrl_c_stops_at_an_update_writes_a_checkpoint_and_raises_keyboard_interrupt(self):
+        # A slow module in a child process; SIGINT once its first update is on record. The run
+        # ends its update, writes its checkpoint and raises KeyboardInterrupt in the script; a
+        # resume ends where the run that was never stopped ends.
+        out = self.out("interrupted")
+        options = dict(global_batch=32, micro_batch=8, optimizer="adamw", lr=3e-3,
+                       schedule="constant", epochs=10, seed=6, **QUIET)
+        script = f"""
+import sys, time, torch, bigbatch
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_train import SlowMlp, classification_data, mlp
+model = SlowMlp(*mlp())
+try:
+    bigbatch.train(model, classification_data(), out={out!r}, **{options!r})
+except KeyboardInterrupt as stopped:
+    print("KeyboardInterrupt:", stopped)
+    sys.exit(3)
+"""
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        metrics = os.path.join(out, "metrics.jsonl")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and child.poll() is None:
+            if os.path.exists(metrics) and '"loss"' in open(metrics, encoding="utf-8").read():
+                break
+            time.sleep(0.02)
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=60)
+        self.assertEqual(child.returncode, 3, stdout + stderr)
+        self.assertIn("KeyboardInterrupt:", stdout)
+        self.assertTrue(os.listdir(os.path.join(out, "checkpoints")))
+
+        straight = SlowMlp(*mlp())
+        bigbatch.train(straight, classification_data(), out=self.out("straight"), **options)
+        resumed = SlowMlp(*mlp(seed=99))
+        run = bigbatch.train(resumed, classification_data(), resume=out, **options)
+        self.assertEqual(run["updates"], 40)
         for a, b in zip(straight.parameters(), resumed.parameters()):
             self.assertTrue(torch.equal(a, b))
 
