@@ -31,6 +31,19 @@ if acc.rank == 0:
     torch.save({"weights": model.state_dict(), "world": acc.world_size, "stats": stats}, sys.argv[1])
 '''
 
+# The same run through bigbatch.train: the engine's loop on each rank.
+TRAIN_SCRIPT = r'''
+import sys, torch, bigbatch
+generator = torch.Generator().manual_seed(4)
+x, y = torch.randn(100, 12, generator=generator), torch.randint(0, 5, (100,), generator=generator)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+run = bigbatch.train(model, (x, y), global_batch=32, micro_batch=8, optimizer="adamw", lr=0.01,
+                     clip_norm=0.5, max_updates=8, progress="off", threads=1, out=sys.argv[2])
+if run["main_rank"]:
+    torch.save({"weights": model.state_dict(), "updates": run["updates"]}, sys.argv[1])
+'''
+
 
 class DataParallelTest(unittest.TestCase):
     def setUp(self):
@@ -56,6 +69,23 @@ class DataParallelTest(unittest.TestCase):
         for name, weight in alone["weights"].items():
             scale = weight.abs().max().item()
             difference = (weight - ranks["weights"][name]).abs().max().item() / scale
+            self.assertLess(difference, 1e-5, name)
+
+    def test_bigbatch_train_on_two_ranks_ends_where_one_process_ends(self):
+        script = os.path.join(self.dir, "engine.py")
+        with open(script, "w") as f:
+            f.write(TRAIN_SCRIPT)
+        one, two = (os.path.join(self.dir, name) for name in ("engine1.pt", "engine2.pt"))
+        subprocess.run([sys.executable, script, one, os.path.join(self.dir, "run1")], check=True,
+                       timeout=300, capture_output=True)
+        result = subprocess.run([BINARY, "launch", "--nproc", "2", "--", sys.executable, script,
+                                 two, os.path.join(self.dir, "run2")], capture_output=True,
+                                text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        alone, ranks = torch.load(one), torch.load(two)
+        self.assertEqual(ranks["updates"], 8)
+        for name, weight in alone["weights"].items():
+            difference = (weight - ranks["weights"][name]).abs().max().item() / weight.abs().max().item()
             self.assertLess(difference, 1e-5, name)
 
     @unittest.skipIf(int(torch.__version__.split(".")[0]) < 2,

@@ -8,6 +8,7 @@ the command line's one-line errors and nothing left on disk.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -278,6 +279,41 @@ except KeyboardInterrupt as stopped:
         run = bigbatch.train(resumed, classification_data(), resume=out, **options)
         self.assertEqual(run["updates"], 40)
         for a, b in zip(straight.parameters(), resumed.parameters()):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_micro_batch_auto_probes_copies_and_trains_the_module(self):
+        # The memory fit probes a copy.deepcopy of the module; the run then trains the module
+        # itself at the micro-batch it chose, as a run told that micro-batch does.
+        generator = torch.Generator().manual_seed(3)
+        data = (torch.randn(256, 12, generator=generator), torch.randint(0, 5, (256,),
+                                                                          generator=generator))
+        options = dict(global_batch=64, epochs=2, seed=1, **QUIET)
+        model = mlp()
+        run = bigbatch.train(model, data, micro_batch="auto", memory_budget="64MiB",
+                             out=self.out("auto"), **options)
+        with open(os.path.join(run.dir, "config.toml"), encoding="utf-8") as toml:
+            chosen = int(re.search(r"^micro-batch = (\d+)$", toml.read(), re.M).group(1))
+        told = mlp()
+        bigbatch.train(told, data, micro_batch=chosen, out=self.out("told"), **options)
+        for a, b in zip(model.parameters(), told.parameters()):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_the_automatic_batch_is_deterministic(self):
+        generator = torch.Generator().manual_seed(5)
+        data = (torch.randn(2000, 12, generator=generator),
+                torch.randint(0, 5, (2000,), generator=generator))
+        # The cost of an update told (not timed): the decisions depend on the data alone.
+        options = dict(global_batch="auto", micro_batch=16, update_cost=2000, epochs=3, seed=3,
+                       growth_test_budget=0.5,
+                       **QUIET)
+        first, second = mlp(), mlp()
+        run = bigbatch.train(first, data, out=self.out("auto-1"), **options)
+        bigbatch.train(second, data, out=self.out("auto-2"), **options)
+        # Its branch tests train the module at both batches from one point, putting its state
+        # back in between (the run's snapshot of the module's own tensors).
+        tests = [r for r in run.records if r.get("event") == "batch_test"]
+        self.assertTrue(tests, "no branch test ran: the test shows nothing")
+        for a, b in zip(first.parameters(), second.parameters()):
             self.assertTrue(torch.equal(a, b))
 
     def test_a_built_in_model_by_name_and_validation_arrays(self):
