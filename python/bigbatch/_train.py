@@ -90,20 +90,10 @@ def _split(data, what, dtype):
     return inputs.detach(), targets.detach()
 
 
-def train(model, data, *, validation=None, test=None, loss=None, **options):
-    """Trains `model` on `data` as ``bigbatch train`` would, and returns the :class:`Run`.
-
-    ``model``: any ``torch.nn.Module`` (trained in place), or a built-in model's name
-    (``"mlp"``, ``"cnn"``, ``"gpt"``; then its keywords such as ``layers`` apply).
-    ``data``: ``(inputs, targets)`` tensors or numpy arrays — integer targets are class labels,
-    floating-point ones regression values — or a dataset's name as the command line takes it
-    (``"fashion-mnist"``, ``"npy:DIR"``, ``"text:FILE"``); ``validation`` and ``test`` the same
-    way as arrays. ``loss``: ``fn(outputs, targets)`` returning the loss **summed** over the
-    batch's items (default: cross-entropy for labels, squared error for values); or a module
-    whose ``forward(inputs, targets)`` returns ``(loss_sum, items)`` itself. Every other keyword
-    is a ``bigbatch train`` option with ``-`` as ``_`` (global_batch, micro_batch, lr, epochs,
-    optimizer, out, resume, ...).
-    """
+def _program(function, model, data, validation, test, loss, options):
+    """The engine's arguments for the user's model and data: (module or None, whether it
+    computes its own loss, its name, the splits); a built-in model's or a dataset's name goes
+    into `options` instead."""
     module = None
     if isinstance(model, str):
         options["model"] = model
@@ -124,7 +114,7 @@ def train(model, data, *, validation=None, test=None, loss=None, **options):
                         "pass the module whose parameters train")
         module = model
     else:
-        raise TypeError("train(model, data): model must be a torch.nn.Module or a built-in "
+        raise TypeError(f"{function}(model, data): model must be a torch.nn.Module or a built-in "
                         f"model's name, got {type(model).__name__}")
     computes_loss = module is not None and _own_loss(module)
     if computes_loss and loss is not None:
@@ -133,7 +123,7 @@ def train(model, data, *, validation=None, test=None, loss=None, **options):
                     "keep one: forward(inputs) with loss=fn, or forward(inputs, targets) "
                     "returning (loss_sum, items)")
     if loss is not None and not callable(loss):
-        raise TypeError(f"train(): loss must be callable, got {type(loss).__name__}")
+        raise TypeError(f"{function}(): loss must be callable, got {type(loss).__name__}")
 
     dtype = next(module.parameters()).dtype if module is not None else torch.float32
     if isinstance(data, str):
@@ -145,7 +135,41 @@ def train(model, data, *, validation=None, test=None, loss=None, **options):
     else:
         splits = (_split(data, "training", dtype), _split(validation, "validation", dtype),
                   _split(test, "test", dtype))
-    texts = option_texts("train", options, own=())
     name = "python:" + type(module).__name__ if module is not None else ""
+    return module, computes_loss, name, splits
+
+
+def train(model, data, *, validation=None, test=None, loss=None, **options):
+    """Trains `model` on `data` as ``bigbatch train`` would, and returns the :class:`Run`.
+
+    ``model``: any ``torch.nn.Module`` (trained in place), or a built-in model's name
+    (``"mlp"``, ``"cnn"``, ``"gpt"``; then its keywords such as ``layers`` apply).
+    ``data``: ``(inputs, targets)`` tensors or numpy arrays — integer targets are class labels,
+    per sample ``[N]`` or per position ``[N, T]`` (-100: padding), floating-point ones
+    regression values — or a dataset's name as the command line takes it
+    (``"fashion-mnist"``, ``"npy:DIR"``, ``"text:FILE"``); ``validation`` and ``test`` the same
+    way as arrays. ``loss``: ``fn(outputs, targets)`` returning the loss **summed** over the
+    batch's items (default: cross-entropy for labels, squared error for values); or a module
+    whose ``forward(inputs, targets)`` returns ``(loss_sum, items)`` itself. Every other keyword
+    is a ``bigbatch train`` option with ``-`` as ``_`` (global_batch, micro_batch, lr, epochs,
+    optimizer, out, resume, ...).
+    """
+    module, computes_loss, name, splits = _program("train", model, data, validation, test, loss,
+                                                   options)
+    texts = option_texts("train", options)
     summary = _engine.train(texts, module, loss, computes_loss, name, "python:arrays", *splits)
     return Run(summary)
+
+
+def verify(model, data, *, loss=None, **options):
+    """``bigbatch verify`` on your module: the plan's first update computed twice from the same
+    weights — as its micro-batches with accumulation, and as one batch of the same samples — on
+    copies of `model` (left untouched). Returns ``verdict`` (``"exact"``: to float32's
+    tolerance; ``"batch_norm"``; ``"unexpected"``), ``largest_relative``, ``tensors`` (per
+    parameter: ``gradient_max_abs``, ``gradient_relative``, ``weight_max_abs``,
+    ``weight_relative``) and the command line's ``text``. `model`, `data`, `loss` and the
+    keywords as for :func:`train`."""
+    module, computes_loss, name, splits = _program("verify", model, data, None, None, loss,
+                                                   options)
+    texts = option_texts("verify", options)
+    return _engine.verify(texts, module, loss, computes_loss, name, "python:arrays", splits[0])

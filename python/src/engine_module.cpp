@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands/plan_command.h"
+#include "commands/verify.h"
 #include "config/option_table.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
@@ -82,6 +83,57 @@ GivenSplit given(const py::object& split) {
   return {pair[0].cast<torch::Tensor>(), pair[1].cast<torch::Tensor>()};
 }
 
+// The user's module (None: the model the options name) and samples (None: the dataset the
+// options name) as the engine takes a program's own, named in `config`.
+CustomProblem python_problem(TrainConfig& config, const py::object& module, const py::object& loss,
+                             bool computes_loss, const std::string& model_name,
+                             const std::string& data_name, const py::object& train,
+                             const py::object& validation, const py::object& test) {
+  CustomProblem problem;
+  if (!module.is_none()) {
+    config.model = model_name;
+    const auto shared = share_python_module({module, loss, computes_loss, model_name});
+    problem.make_model = [shared] { return python_model(*shared); };
+    problem.make_probe_model = [shared] { return python_model_copy(*shared); };
+  }
+  if (!train.is_none()) {
+    config.dataset = data_name;
+    problem.data = given_splits(given(train), given(validation), given(test));
+  }
+  return problem;
+}
+
+// bigbatch.verify: the first update's window as the plan's micro-batches and as one batch, from
+// copies of the user's module; the differences per parameter and the verdict.
+py::dict verify_run(const OptionTexts& options, const py::object& module, const py::object& loss,
+                    bool computes_loss, const std::string& model_name, const std::string& data_name,
+                    const py::object& train) {
+  TrainConfig config = configured(options);
+  const CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name,
+                                               data_name, train, py::none(), py::none());
+  VerifyReport report;
+  {
+    py::gil_scoped_release released;
+    report = run_verify(config, /*break_normalisation_for_tests=*/false, &problem);
+  }
+  static const char* const verdicts[] = {"exact", "batch_norm", "unexpected"};
+  py::dict out;
+  out["verdict"] = verdicts[static_cast<int>(report.verdict)];
+  out["largest_relative"] = report.largest_relative;
+  py::dict tensors;
+  for (const VerifyDifference& d : report.differences) {
+    py::dict row;
+    row["gradient_max_abs"] = d.gradient_max_abs;
+    row["gradient_relative"] = d.gradient_relative;
+    row["weight_max_abs"] = d.weight_max_abs;
+    row["weight_relative"] = d.weight_relative;
+    tensors[py::str(d.name)] = row;
+  }
+  out["tensors"] = tensors;
+  out["text"] = report.text;
+  return out;
+}
+
 // bigbatch.train: the command line's training run, over the user's module (None: the model the
 // options name) and samples (None: the dataset the options name). The GIL is released while
 // the engine trains; it is taken again only to call the module.
@@ -107,17 +159,8 @@ py::dict train_run(const OptionTexts& options, const py::object& module, const p
                                                 apply_option(resumed, find_option(name), text);
                                             },
                                             /*init_weights_given=*/false, out_given);
-  CustomProblem problem;
-  if (!module.is_none()) {
-    config.model = model_name;
-    const auto shared = share_python_module({module, loss, computes_loss, model_name});
-    problem.make_model = [shared] { return python_model(*shared); };
-    problem.make_probe_model = [shared] { return python_model_copy(*shared); };
-  }
-  if (!train.is_none()) {
-    config.dataset = data_name;
-    problem.data = given_splits(given(train), given(validation), given(test));
-  }
+  CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name, data_name,
+                                         train, validation, test);
   const bool custom = !module.is_none() || !train.is_none();
   TrainResult result;
   {
@@ -232,6 +275,8 @@ PYBIND11_MODULE(_engine, m) {
   m.def("option_rows", &option_rows);
   m.def("plan_json", &plan_text_json, py::arg("options"), py::arg("dataset_size"),
         py::arg("world_size"));
+  m.def("verify", &verify_run, py::arg("options"), py::arg("module"), py::arg("loss"),
+        py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"));
   m.def("train", &train_run, py::arg("options"), py::arg("module"), py::arg("loss"),
         py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"),
         py::arg("validation"), py::arg("test"));

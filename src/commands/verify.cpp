@@ -19,6 +19,7 @@
 #include "runtime/runtime_env.h"
 #include "session/session.h"
 #include "train/accumulation_engine.h"
+#include "train/custom_problem.h"
 #include "train/run_setup.h"
 #include "train/train_step.h"
 #include "train/window_batch_norm.h"
@@ -50,9 +51,16 @@ struct Side {
 };
 
 Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan,
-               const torch::Device& device) {
+               const torch::Device& device, const CustomProblem* problem) {
   torch::manual_seed(config.seed);
-  Side side{build_model(config, train), nullptr, {}, {}};
+  Side side{torch::nn::Sequential(nullptr), nullptr, {}, {}};
+  if (problem && (problem->make_probe_model || problem->make_model)) {
+    side.model = problem->make_probe_model ? problem->make_probe_model() : problem->make_model();
+    if (UserModuleImpl* module = as_user_module(*side.model))
+      check_user_module(*module, config, train);
+  } else {
+    side.model = build_model(config, train);
+  }
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *side.model);
   side.model->to(device);
@@ -114,11 +122,14 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
     const TensorDifference g = difference(accumulated.gradients[i], whole.gradients[i]);
     const TensorDifference w = difference(accumulated.weights[i].second, whole.weights[i].second);
     worst = std::max({worst, g.relative, w.relative});
+    report.differences.push_back(
+        {whole.weights[i].first, g.max_abs, g.relative, w.max_abs, w.relative});
     std::snprintf(line, sizeof line, "%-16s %14.3g %14.3g %14.3g %14.3g%s\n",
                   whole.weights[i].first.c_str(), g.max_abs, g.relative, w.max_abs, w.relative,
                   std::max(g.relative, w.relative) > kTolerance ? "  <- differs" : "");
     report.text += line;
   }
+  report.largest_relative = worst;
   const auto batch_norm = batch_statistics_layers(*whole.model);
   if (worst <= kTolerance) {
     report.verdict = VerifyVerdict::Exact;
@@ -137,7 +148,7 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                   ", not over the " + std::to_string(window.size) + " samples";
     report.text += "verdict: differs because of BatchNorm in layers " + join(batch_norm, ", ") +
                    " (largest relative difference " + format_significant(worst) + "): " + why +
-                   (is_torchscript_model(config.model)
+                   (is_torchscript_model(config.model) || is_custom(config.model)
                         ? "; use nn.GroupNorm in the module, or --bn-mode frozen, for exact "
                           "equivalence\n"
                         : "; use cnn-gn or --norm group for exact equivalence\n");
@@ -153,12 +164,17 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
 }
 }  // namespace
 
-VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_tests) {
-  const Session session = open_session(given, SessionRequest{});
+VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_tests,
+                        const CustomProblem* problem) {
+  const bool custom_data = problem && is_custom(given.dataset);
+  SessionRequest request;
+  if (custom_data)
+    request.data = SessionData::None;
+  const Session session = open_session(given, request);
   TrainConfig config = session.config;
   config.eval_every = Interval::updates(0);  // said to be ignored: nothing of it is resolved
   const torch::Device device = session.device;
-  const DatasetSplits& data = session.data;
+  const DatasetSplits& data = custom_data ? problem->data : session.data;
   const ResolvedRun run =
       resolve_run(config, data.train.size(), /*world_size=*/1, items_per_sample(data.train));
   const auto order =
@@ -197,7 +213,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
 
   // The same initial weights twice, each with its own optimizer and engine: the plan's
   // micro-steps, and one micro-batch of the whole window.
-  Side accumulated = make_side(config, data.train, run.plan, device);
+  Side accumulated = make_side(config, data.train, run.plan, device, problem);
   {
     EngineOptions options;
     options.clip_norm = config.clip_norm;
@@ -214,7 +230,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     }
     train_side(accumulated, engine, assembler, order, window, lr, window_bn.get(), tokens);
   }
-  Side whole = make_side(config, data.train, run.plan, device);
+  Side whole = make_side(config, data.train, run.plan, device, problem);
   {
     EngineOptions options;
     options.clip_norm = config.clip_norm;

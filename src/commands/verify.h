@@ -3,6 +3,7 @@
 // micro-steps with accumulation, and as one batch of the same samples — comparing gradients and
 // the weights after the update, tensor by tensor, with a verdict. Torch-free, for the CLI.
 #include <string>
+#include <vector>
 
 #include "config/train_config.h"
 
@@ -10,13 +11,30 @@ namespace bigbatch {
 
 enum class VerifyVerdict { Exact, BatchNorm, Unexpected };
 
+// One parameter's differences between the two sides: its mean gradient and its weights after
+// the update, largest absolute and relative to the tensor's largest magnitude.
+struct VerifyDifference {
+  std::string name;
+  double gradient_max_abs = 0;
+  double gradient_relative = 0;
+  double weight_max_abs = 0;
+  double weight_relative = 0;
+};
+
 struct VerifyReport {
   std::string text;
   VerifyVerdict verdict = VerifyVerdict::Exact;
+  std::vector<VerifyDifference> differences;  // per parameter, in the model's order
+  double largest_relative = 0;
 };
 
+struct CustomProblem;  // train/custom_problem.h
+
 // `break_normalisation_for_tests` runs the accumulated side with the classic per-micro-batch
-// mean (EngineOptions::per_micro_batch_mean_for_tests), for verify's own tests.
-VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests);
+// mean (EngineOptions::per_micro_batch_mean_for_tests), for verify's own tests. `problem`: a
+// program's model (both sides are built by its make_probe_model, copies that leave the
+// program's own module alone) and, for a dataset named cpp: or python:, its data.
+VerifyReport run_verify(const TrainConfig& config, bool break_normalisation_for_tests,
+                        const CustomProblem* problem = nullptr);
 
 }  // namespace bigbatch

@@ -335,6 +335,23 @@ except KeyboardInterrupt as stopped:
                              epochs=2, out=self.out("regress"), **QUIET)
         self.assertIn("test_rmse", run.summary)
 
+    def test_verify_measures_your_module_on_copies(self):
+        data = classification_data()
+        model = mlp()
+        before = [p.detach().clone() for p in model.parameters()]
+        exact = bigbatch.verify(model, data, global_batch=32, micro_batch=8, **QUIET)
+        self.assertEqual(exact["verdict"], "exact", exact["text"])
+        self.assertLess(exact["largest_relative"], 1e-5)
+        self.assertEqual(sorted(exact["tensors"]), ["0.bias", "0.weight", "2.bias", "2.weight"])
+        for a, b in zip(before, model.parameters()):
+            self.assertTrue(torch.equal(a, b))
+        torch.manual_seed(1)
+        normed = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.BatchNorm1d(16),
+                                     torch.nn.ReLU(), torch.nn.Linear(16, 5))
+        batch_norm = bigbatch.verify(normed, data, global_batch=32, micro_batch=8, **QUIET)
+        self.assertEqual(batch_norm["verdict"], "batch_norm", batch_norm["text"])
+        self.assertIn("nn.GroupNorm", batch_norm["text"])
+
     def assert_refused(self, kind, words, call):
         out = self.out("refused")
         with self.assertRaises(bigbatch.Error) as caught:
