@@ -91,6 +91,11 @@ CustomProblem python_problem(TrainConfig& config, const py::object& module, cons
                              const py::object& validation, const py::object& test) {
   CustomProblem problem;
   if (!module.is_none()) {
+    // The device a module of Python's runs on is not yet tested: no accelerator here.
+    check_config(config.device.kind == DeviceKind::Cpu,
+                 "your module trains on the CPU in this version; device=" +
+                     config.device.to_string() + " is not yet supported from Python",
+                 "leave device unset (cpu), or train a built-in model by name");
     config.model = model_name;
     const auto shared = share_python_module({module, loss, computes_loss, model_name});
     problem.make_model = [shared] { return python_model(*shared); };
