@@ -35,7 +35,7 @@ from . import _engine  # noqa: E402  (after the version check: another torch's s
 from ._errors import Error  # noqa: E402
 from ._plan import Plan, plan  # noqa: E402
 from ._accumulator import Accumulator, Window  # noqa: E402
-from ._train import Run, train, verify  # noqa: E402
+from ._train import Run, lr_find, train, verify  # noqa: E402
 
-__all__ = ["Accumulator", "Error", "Plan", "Run", "Window", "plan", "train", "verify"]
+__all__ = ["Accumulator", "Error", "Plan", "Run", "Window", "lr_find", "plan", "train", "verify"]
 __version__ = "0.1.0"

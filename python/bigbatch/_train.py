@@ -173,3 +173,20 @@ def verify(model, data, *, loss=None, **options):
                                                    options)
     texts = option_texts("verify", options)
     return _engine.verify(texts, module, loss, computes_loss, name, "python:arrays", splits[0])
+
+
+def lr_find(model, data, *, lr_min=1e-6, lr_max=1.0, updates=100, validation=None, loss=None,
+            **options):
+    """``bigbatch lr-find`` on your module: a short run at the plan's global batch whose rate
+    rises exponentially from `lr_min` to `lr_max` over `updates` updates, trained on a copy of
+    `model` (left untouched), then the curve read. Returns what the run's lr_find.json holds —
+    ``suggested_lr`` (the smoothed loss's steepest descent, taken as tuned at ``global_batch``),
+    ``lowest_loss_lr``, ``lowest_loss_lr_over_10``, ``diverged``, ``diverged_lr``,
+    ``smoothed`` (the curve) — with ``run_dir`` and the command line's ``text``. `model`,
+    `data`, `loss` and the keywords as for :func:`train` (its lr, warmup and schedule are the
+    test's own)."""
+    module, computes_loss, name, splits = _program("lr_find", model, data, validation, None,
+                                                   loss, options)
+    texts = option_texts("lr_find", options)
+    return _engine.lr_find(texts, float(lr_min), float(lr_max), int(updates), module, loss,
+                           computes_loss, name, "python:arrays", splits[0], splits[1])

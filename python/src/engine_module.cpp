@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "commands/lr_find_command.h"
 #include "commands/plan_command.h"
 #include "commands/verify.h"
 #include "config/option_table.h"
@@ -135,6 +136,30 @@ py::dict verify_run(const OptionTexts& options, const py::object& module, const 
     tensors[py::str(d.name)] = row;
   }
   out["tensors"] = tensors;
+  out["text"] = report.text;
+  return out;
+}
+
+// bigbatch.lr_find: the range test at the plan's batch, on a copy of the user's module; what
+// lr_find.json holds, the run directory and the command line's text.
+py::dict lr_find_run(const OptionTexts& options, double lr_min, double lr_max, int64_t updates,
+                     const py::object& module, const py::object& loss, bool computes_loss,
+                     const std::string& model_name, const std::string& data_name,
+                     const py::object& train, const py::object& validation) {
+  TrainConfig config = configured(options);
+  CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name, data_name,
+                                         train, validation, py::none());
+  // The test trains at rates up to divergence: on a copy, never the user's module.
+  if (problem.make_probe_model)
+    problem.make_model = problem.make_probe_model;
+  const bool custom = !module.is_none() || !train.is_none();
+  LrFindReport report;
+  {
+    py::gil_scoped_release released;
+    report = run_lr_find(config, {lr_min, lr_max, updates}, custom ? &problem : nullptr);
+  }
+  py::dict out = py::module_::import("json").attr("loads")(report.json);
+  out["run_dir"] = report.run_dir;
   out["text"] = report.text;
   return out;
 }
@@ -282,6 +307,9 @@ PYBIND11_MODULE(_engine, m) {
         py::arg("world_size"));
   m.def("verify", &verify_run, py::arg("options"), py::arg("module"), py::arg("loss"),
         py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"));
+  m.def("lr_find", &lr_find_run, py::arg("options"), py::arg("lr_min"), py::arg("lr_max"),
+        py::arg("updates"), py::arg("module"), py::arg("loss"), py::arg("computes_loss"),
+        py::arg("model_name"), py::arg("data_name"), py::arg("train"), py::arg("validation"));
   m.def("train", &train_run, py::arg("options"), py::arg("module"), py::arg("loss"),
         py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"),
         py::arg("validation"), py::arg("test"));

@@ -92,7 +92,8 @@ std::string chart_page(const LrRangeReading& reading, const std::vector<LrRangeP
 
 }  // namespace
 
-LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options) {
+LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options,
+                         const CustomProblem* problem) {
   // The configuration is validated once, by the training run's session.
   check_owned_flags(given, options);
   TrainConfig config = given;
@@ -114,7 +115,7 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options)
   report.run_dir = config.out;
   bool diverged_run = false;
   try {
-    run_training(config);
+    run_training(config, problem);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Diverged)
       throw;

@@ -25,8 +25,13 @@ struct LrFindReport {
   std::string json;  // lr_find.json's content
 };
 
+struct CustomProblem;  // train/custom_problem.h
+
 // `config` is train's, as given (its --lr, --warmup or schedule flags are the test's own and
 // refused); Error for bad options. A range that diverges ends the run there and is read.
-LrFindReport run_lr_find(const TrainConfig& config, const LrFindOptions& options);
+// `problem`: a program's model and data, trained as run_training trains them (give a factory
+// of copies to leave the program's own module as it was).
+LrFindReport run_lr_find(const TrainConfig& config, const LrFindOptions& options,
+                         const CustomProblem* problem = nullptr);
 
 }  // namespace bigbatch

@@ -357,6 +357,21 @@ except KeyboardInterrupt as stopped:
         self.assertEqual(batch_norm["verdict"], "batch_norm", batch_norm["text"])
         self.assertIn("nn.GroupNorm", batch_norm["text"])
 
+    def test_lr_find_reads_the_range_on_a_copy(self):
+        generator = torch.Generator().manual_seed(8)
+        x = torch.randn(640, 12, generator=generator)
+        data = (x, (x[:, :5].argmax(1) + (x[:, 5] > 1).long()) % 5)
+        model = mlp()
+        before = [p.detach().clone() for p in model.parameters()]
+        found = bigbatch.lr_find(model, data, global_batch=32, micro_batch=8, updates=60,
+                                 lr_min=1e-4, lr_max=10.0, out=self.out("lr-find"), **QUIET)
+        self.assertEqual(found["global_batch"], 32)
+        self.assertTrue(1e-4 < found["suggested_lr"] < 10.0)
+        self.assertIn("suggested: --lr", found["text"])
+        self.assertTrue(os.path.exists(os.path.join(found["run_dir"], "lr_find.html")))
+        for a, b in zip(before, model.parameters()):
+            self.assertTrue(torch.equal(a, b))
+
     def assert_refused(self, kind, words, call):
         out = self.out("refused")
         with self.assertRaises(bigbatch.Error) as caught:
