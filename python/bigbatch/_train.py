@@ -135,7 +135,9 @@ def _program(function, model, data, validation, test, loss, options):
     else:
         splits = (_split(data, "training", dtype), _split(validation, "validation", dtype),
                   _split(test, "test", dtype))
-    name = "python:" + type(module).__name__ if module is not None else ""
+    # A torch.compile'd module is named after the module it compiled.
+    named = getattr(module, "_orig_mod", module)
+    name = "python:" + type(named).__name__ if module is not None else ""
     return module, computes_loss, name, splits
 
 

@@ -229,6 +229,20 @@ class TrainTest(unittest.TestCase):
             bigbatch.train(shaped, data, out=self.out(type(shaped).__name__), **options)
             self.assertLess(relative_difference(plain, shaped.net), 1e-6)
 
+    @unittest.skipIf(int(torch.__version__.split(".")[0]) < 2, "torch.compile is PyTorch 2's")
+    def test_a_torch_compiled_module_trains_as_the_eager_one(self):
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, lr=0.05, max_updates=6, epochs=3, seed=2,
+                       **QUIET)
+        eager = mlp()
+        bigbatch.train(eager, data, out=self.out("eager"), **options)
+        inner = mlp()
+        run = bigbatch.train(torch.compile(inner), data, out=self.out("compiled"), **options)
+        self.assertEqual(run["updates"], 6)
+        self.assertLess(relative_difference(eager, inner), 1e-5)
+        with open(os.path.join(run.dir, "config.toml"), encoding="utf-8") as toml:
+            self.assertIn("model = 'python:Sequential'", toml.read())
+
     def test_resume_goes_on_bit_for_bit(self):
         data = classification_data()
         options = dict(global_batch=32, micro_batch=8, optimizer="adamw", lr=3e-3,
