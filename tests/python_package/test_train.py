@@ -205,6 +205,29 @@ class TrainTest(unittest.TestCase):
             tokens = int((targets != -100).sum())
             self.assertEqual(sum(r["items"] for r in run.updates[:2]), tokens)
 
+    def test_the_same_module_through_torchscript_on_the_command_line(self):
+        # One module, two doors: scripted and trained by `bigbatch train` on .npy files, and
+        # trained from Python on the same arrays, end at the same weights.
+        x, y = classification_data()
+        folder = self.out("npy")
+        os.makedirs(folder)
+        numpy = __import__("numpy")
+        numpy.save(os.path.join(folder, "x_train.npy"), x.numpy())
+        numpy.save(os.path.join(folder, "y_train.npy"), y.numpy())
+        scripted = os.path.join(self.scratch.name, "mlp.pt")
+        torch.jit.script(mlp()).save(scripted)
+        flags = ["--global-batch", "32", "--micro-batch", "8", "--optimizer", "adamw", "--lr",
+                 "3e-3", "--epochs", "2", "--seed", "5", "--threads", "1", "--progress", "off"]
+        cli = subprocess.run([BINARY, "train", "--model", "torchscript:" + scripted, "--dataset",
+                              "npy:" + folder, "--out", self.out("cli"), *flags],
+                             capture_output=True, text=True)
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        trained = torch.jit.load(os.path.join(self.out("cli"), "model.pt"))
+        model = mlp()
+        bigbatch.train(model, (x, y), global_batch=32, micro_batch=8, optimizer="adamw", lr=3e-3,
+                       epochs=2, seed=5, out=self.out("python"), **QUIET)
+        self.assertLess(relative_difference(model, trained), 1e-6)
+
     def test_a_loss_of_your_own_and_a_module_that_computes_its_own(self):
         data = classification_data()
         options = dict(global_batch=32, micro_batch=8, lr=0.05, max_updates=6, epochs=3, seed=2)
