@@ -68,20 +68,67 @@ def _own_loss(model):
     return len(positional) == 2
 
 
-def _split(data, what, dtype):
+def _same(a, b):
+    """Whether two collated samples hold the same values (tensors compared exactly)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _read_dataset(data, what, collate):
+    """A map-style dataset read once into (inputs, targets) tensors: every sample, collated.
+    Its samples must be the same at every read — the engine holds them as arrays, and a resume
+    must see what the interrupted run saw; random augmentation is refused with the way round."""
+    if collate is None:
+        from torch.utils.data import default_collate
+        collate = default_collate
+    size = len(data)
+    if size == 0:
+        raise Error("data", f"the {what} dataset holds no samples", "give at least one sample")
+    batch = collate([data[i] for i in range(size)])
+    if isinstance(batch, dict):
+        raise Error("data", f"the {what} dataset's samples are dicts ({', '.join(batch)}); "
+                    "bigbatch.train takes (inputs, targets) samples in this version",
+                    "return (inputs, targets) from __getitem__, or train it with "
+                    "bigbatch.Accumulator (docs/python.md)")
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2
+            and all(isinstance(t, torch.Tensor) for t in batch)):
+        raise Error("data", f"the {what} dataset's samples collate to a {type(batch).__name__}, "
+                    "not (inputs, targets) tensors",
+                    "return (inputs, targets) from __getitem__ (tensors, numbers or arrays)")
+    for index in sorted({0, size // 2, size - 1}):
+        if not _same(collate([data[index]]), collate([data[index]])):
+            raise Error("data", f"sample {index} of the {what} dataset changes from one read to "
+                        "the next (random augmentation?): bigbatch.train reads a dataset once "
+                        "into memory, so every epoch and a resume would see the first read",
+                        "train it with bigbatch.Accumulator, which reads each micro-batch's "
+                        "samples when it needs them, or augment inside the module")
+    return tuple(batch)
+
+
+def _split(data, what, dtype, collate=None):
     """(inputs, targets) tensors of a split, floating-point ones in the module's dtype."""
     if data is None:
         return None
     if not (isinstance(data, (tuple, list)) and len(data) == 2
             and all(hasattr(a, "shape") for a in data)):
-        if isinstance(data, torch.utils.data.Dataset) or hasattr(data, "__getitem__"):
-            raise Error("data", f"the {what} data is a {type(data).__name__}; bigbatch.train "
-                        "takes (inputs, targets) arrays or a dataset's name in this version",
-                        "give (inputs, targets) tensors or numpy arrays, or train a map-style "
-                        "dataset with bigbatch.Accumulator (docs/python.md)")
-        raise Error("data", f"cannot read {what} samples from a {type(data).__name__}",
-                    "give (inputs, targets) tensors or numpy arrays, or a dataset's name such as "
-                    "'fashion-mnist'")
+        if isinstance(data, torch.utils.data.IterableDataset) or (
+                not hasattr(data, "__getitem__") and hasattr(data, "__iter__")):
+            raise Error("data", f"the {what} data is a {type(data).__name__}, which has no length "
+                        "and no indices: the engine picks each update's samples by index, so "
+                        "that any split of the batch and a resume see the same ones",
+                        "give a map-style dataset (__len__ and __getitem__), or (inputs, "
+                        "targets) arrays")
+        if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+            data = _read_dataset(data, what, collate)
+        else:
+            raise Error("data", f"cannot read {what} samples from a {type(data).__name__}",
+                        "give (inputs, targets) tensors or numpy arrays, a map-style dataset, or "
+                        "a dataset's name such as 'fashion-mnist'")
     inputs, targets = (a if isinstance(a, torch.Tensor) else torch.as_tensor(a) for a in data)
     if inputs.is_floating_point():
         inputs = inputs.to(dtype)
@@ -90,7 +137,7 @@ def _split(data, what, dtype):
     return inputs.detach(), targets.detach()
 
 
-def _program(function, model, data, validation, test, loss, options):
+def _program(function, model, data, validation, test, loss, options, collate=None):
     """The engine's arguments for the user's model and data: (module or None, whether it
     computes its own loss, its name, the splits); a built-in model's or a dataset's name goes
     into `options` instead."""
@@ -133,15 +180,16 @@ def _program(function, model, data, validation, test, loss, options):
             raise Error("usage", f"the dataset '{data}' brings its own held-out splits",
                         "drop validation= and test= (val_size= holds out training samples)")
     else:
-        splits = (_split(data, "training", dtype), _split(validation, "validation", dtype),
-                  _split(test, "test", dtype))
+        splits = (_split(data, "training", dtype, collate),
+                  _split(validation, "validation", dtype, collate),
+                  _split(test, "test", dtype, collate))
     # A torch.compile'd module is named after the module it compiled.
     named = getattr(module, "_orig_mod", module)
     name = "python:" + type(named).__name__ if module is not None else ""
     return module, computes_loss, name, splits
 
 
-def train(model, data, *, validation=None, test=None, loss=None, **options):
+def train(model, data, *, validation=None, test=None, loss=None, collate=None, **options):
     """Trains `model` on `data` as ``bigbatch train`` would, and returns the :class:`Run`.
 
     ``model``: any ``torch.nn.Module`` (trained in place), or a built-in model's name
@@ -150,14 +198,16 @@ def train(model, data, *, validation=None, test=None, loss=None, **options):
     per sample ``[N]`` or per position ``[N, T]`` (-100: padding), floating-point ones
     regression values — or a dataset's name as the command line takes it
     (``"fashion-mnist"``, ``"npy:DIR"``, ``"text:FILE"``); ``validation`` and ``test`` the same
-    way as arrays. ``loss``: ``fn(outputs, targets)`` returning the loss **summed** over the
+    way as arrays; or a map-style ``Dataset`` of ``(inputs, targets)`` samples with fixed values,
+    read once into memory (``collate`` as a DataLoader's ``collate_fn``; random augmentation is
+    refused: the Accumulator reads samples as it needs them). ``loss``: ``fn(outputs, targets)`` returning the loss **summed** over the
     batch's items (default: cross-entropy for labels, squared error for values); or a module
     whose ``forward(inputs, targets)`` returns ``(loss_sum, items)`` itself. Every other keyword
     is a ``bigbatch train`` option with ``-`` as ``_`` (global_batch, micro_batch, lr, epochs,
     optimizer, out, resume, ...).
     """
     module, computes_loss, name, splits = _program("train", model, data, validation, test, loss,
-                                                   options)
+                                                   options, collate)
     texts = option_texts("train", options)
     summary = _engine.train(texts, module, loss, computes_loss, name, "python:arrays", *splits)
     return Run(summary)

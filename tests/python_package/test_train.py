@@ -58,6 +58,26 @@ class Summed(torch.nn.Module):
         return F.cross_entropy(self.net(inputs), targets, reduction="sum"), targets.numel()
 
 
+class Samples(torch.utils.data.Dataset):
+    """A map-style dataset of (features, label) pairs, as numpy rows and Python ints; with
+    `augment`, each read adds fresh noise."""
+
+    def __init__(self, x, y, augment=False):
+        self.x, self.y, self.augment = x.numpy(), y.tolist(), augment
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, index):
+        row = self.x[index] + (torch.randn(12).numpy() if self.augment else 0)
+        return row, self.y[index]
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter([])
+
+
 class SlowMlp(torch.nn.Sequential):
     """An mlp that takes its time: a run of it can be interrupted half-way."""
 
@@ -366,6 +386,21 @@ except KeyboardInterrupt as stopped:
         self.assertEqual(run["updates"], 5)
         self.assertIn("test_accuracy", run.summary)
         self.assertTrue(all("val_loss" in r for r in run.epochs))
+
+    def test_a_map_style_dataset_trains_as_its_arrays_do(self):
+        data = classification_data()
+        options = dict(global_batch=32, micro_batch=8, lr=0.05, max_updates=6, epochs=3, seed=2,
+                       **QUIET)
+        arrays, dataset = mlp(), mlp()
+        bigbatch.train(arrays, data, out=self.out("arrays"), **options)
+        bigbatch.train(dataset, Samples(*data), test=Samples(*classification_data(40, seed=9)),
+                       out=self.out("dataset"), **options)
+        for a, b in zip(arrays.parameters(), dataset.parameters()):
+            self.assertTrue(torch.equal(a, b))
+        self.assert_refused("data", "changes from one read to the next", lambda out: (
+            bigbatch.train(mlp(), Samples(*data, augment=True), out=out, **options)))
+        self.assert_refused("data", "no length and no indices", lambda out: (
+            bigbatch.train(mlp(), Stream(), out=out, **options)))
 
     def test_regression_on_float_targets(self):
         generator = torch.Generator().manual_seed(1)
