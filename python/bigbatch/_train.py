@@ -90,16 +90,15 @@ def _read_dataset(data, what, collate):
     if size == 0:
         raise Error("data", f"the {what} dataset holds no samples", "give at least one sample")
     batch = collate([data[i] for i in range(size)])
-    if isinstance(batch, dict):
-        raise Error("data", f"the {what} dataset's samples are dicts ({', '.join(batch)}); "
-                    "bigbatch.train takes (inputs, targets) samples in this version",
-                    "return (inputs, targets) from __getitem__, or train it with "
-                    "bigbatch.Accumulator (docs/python.md)")
-    if not (isinstance(batch, (tuple, list)) and len(batch) == 2
-            and all(isinstance(t, torch.Tensor) for t in batch)):
-        raise Error("data", f"the {what} dataset's samples collate to a {type(batch).__name__}, "
-                    "not (inputs, targets) tensors",
-                    "return (inputs, targets) from __getitem__ (tensors, numbers or arrays)")
+    if isinstance(batch, dict) and "labels" in batch:
+        pass  # Hugging Face's samples: the dict path
+    elif not (isinstance(batch, (tuple, list)) and len(batch) == 2
+              and all(isinstance(t, torch.Tensor) for t in batch)):
+        raise Error("data", f"the {what} dataset's samples collate to a {type(batch).__name__}"
+                    + (f" of {', '.join(map(str, batch))}" if isinstance(batch, dict) else "")
+                    + ", not (inputs, targets) tensors or a dict with 'labels'",
+                    "return (inputs, targets) from __getitem__ (tensors, numbers or arrays), or "
+                    "a dict of the module's inputs and 'labels'")
     for index in sorted({0, size // 2, size - 1}):
         if not _same(collate([data[index]]), collate([data[index]])):
             raise Error("data", f"sample {index} of the {what} dataset changes from one read to "
@@ -107,28 +106,38 @@ def _read_dataset(data, what, collate):
                         "into memory, so every epoch and a resume would see the first read",
                         "train it with bigbatch.Accumulator, which reads each micro-batch's "
                         "samples when it needs them, or augment inside the module")
-    return tuple(batch)
+    return batch if isinstance(batch, dict) else tuple(batch)
 
 
-def _split(data, what, dtype, collate=None):
+def _samples(data, what, collate):
+    """`data` as arrays: a map-style dataset read (and collated) once, anything else as given."""
+    if data is None or isinstance(data, (str, dict)) or (
+            isinstance(data, (tuple, list)) and len(data) == 2
+            and all(hasattr(a, "shape") for a in data)):
+        return data
+    if isinstance(data, torch.utils.data.IterableDataset) or (
+            not hasattr(data, "__getitem__") and hasattr(data, "__iter__")):
+        raise Error("data", f"the {what} data is a {type(data).__name__}, which has no length "
+                    "and no indices: the engine picks each update's samples by index, so "
+                    "that any split of the batch and a resume see the same ones",
+                    "give a map-style dataset (__len__ and __getitem__), or (inputs, "
+                    "targets) arrays")
+    if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+        return _read_dataset(data, what, collate)
+    raise Error("data", f"cannot read {what} samples from a {type(data).__name__}",
+                "give (inputs, targets) tensors or numpy arrays, a dict of them with 'labels', "
+                "a map-style dataset, or a dataset's name such as 'fashion-mnist'")
+
+
+def _split(data, what, dtype):
     """(inputs, targets) tensors of a split, floating-point ones in the module's dtype."""
     if data is None:
         return None
     if not (isinstance(data, (tuple, list)) and len(data) == 2
             and all(hasattr(a, "shape") for a in data)):
-        if isinstance(data, torch.utils.data.IterableDataset) or (
-                not hasattr(data, "__getitem__") and hasattr(data, "__iter__")):
-            raise Error("data", f"the {what} data is a {type(data).__name__}, which has no length "
-                        "and no indices: the engine picks each update's samples by index, so "
-                        "that any split of the batch and a resume see the same ones",
-                        "give a map-style dataset (__len__ and __getitem__), or (inputs, "
-                        "targets) arrays")
-        if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
-            data = _read_dataset(data, what, collate)
-        else:
-            raise Error("data", f"cannot read {what} samples from a {type(data).__name__}",
-                        "give (inputs, targets) tensors or numpy arrays, a map-style dataset, or "
-                        "a dataset's name such as 'fashion-mnist'")
+        raise Error("data", f"the {what} samples are a {type(data).__name__}, not "
+                    "(inputs, targets) like the training samples",
+                    "give every split in the same form")
     inputs, targets = (a if isinstance(a, torch.Tensor) else torch.as_tensor(a) for a in data)
     if inputs.is_floating_point():
         inputs = inputs.to(dtype)
@@ -137,10 +146,52 @@ def _split(data, what, dtype, collate=None):
     return inputs.detach(), targets.detach()
 
 
+class _Program:
+    """What the engine is handed of the user's program (python/src/engine_module.cpp reads these
+    attributes): the module (None: a built-in model named in the options), its loss, whether its
+    forward computes the loss itself, its name, the splits as (inputs, targets) tensors (None: a
+    dataset named in the options) and, for dict samples, inputs_of(indices) -> the batch."""
+
+    def __init__(self, module, loss, computes_loss, name, splits, inputs_of):
+        self.module, self.loss, self.computes_loss, self.name = module, loss, computes_loss, name
+        self.train, self.validation, self.test = splits
+        self.data_name = "python:arrays"
+        self.inputs_of = inputs_of
+
+
+def _dict_split(data, what, number, dtype):
+    """Dict samples ({"input_ids": ..., "attention_mask": ..., "labels": ...}, Hugging Face's
+    shape): the engine holds each sample's (split, index) as its inputs and the labels as its
+    targets; the other arrays stay here, gathered by inputs_of for each micro-batch."""
+    if not isinstance(data, dict) or "labels" not in data:
+        raise Error("data", f"the {what} samples are "
+                    + (f"a dict of {', '.join(map(str, data))} without 'labels'"
+                       if isinstance(data, dict) else f"a {type(data).__name__}, not a dict like "
+                       "the training samples"),
+                    "give the targets under 'labels' (per sample [N] or per position [N, T], "
+                    "-100 on padding), the module's inputs under its forward's argument names")
+    tensors = {k: (v if isinstance(v, torch.Tensor) else torch.as_tensor(v)).detach()
+               for k, v in data.items()}
+    targets = tensors.pop("labels")
+    if not tensors:
+        raise Error("data", f"the {what} dict holds only 'labels'",
+                    "give the module's inputs beside them, under its forward's argument names")
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    size = len(targets)
+    uneven = [k for k, v in tensors.items() if len(v) != size]
+    if uneven:
+        raise Error("data", f"the {what} dict's '{uneven[0]}' holds {len(tensors[uneven[0]])} "
+                    f"samples, its 'labels' {size}", "give every array one row per sample")
+    if targets.is_floating_point():
+        targets = targets.to(dtype)
+    indices = torch.stack([torch.full((size,), number, dtype=torch.int64),
+                           torch.arange(size, dtype=torch.int64)], 1)
+    return indices, targets, tensors
+
+
 def _program(function, model, data, validation, test, loss, options, collate=None):
-    """The engine's arguments for the user's model and data: (module or None, whether it
-    computes its own loss, its name, the splits); a built-in model's or a dataset's name goes
-    into `options` instead."""
+    """The engine's _Program for the user's model and data; a built-in model's or a dataset's
+    name goes into `options` instead."""
     module = None
     if isinstance(model, str):
         options["model"] = model
@@ -163,12 +214,6 @@ def _program(function, model, data, validation, test, loss, options, collate=Non
     else:
         raise TypeError(f"{function}(model, data): model must be a torch.nn.Module or a built-in "
                         f"model's name, got {type(model).__name__}")
-    computes_loss = module is not None and _own_loss(module)
-    if computes_loss and loss is not None:
-        raise Error("usage", f"{type(module).__name__}.forward(inputs, targets) computes its "
-                    "own loss, and loss= gives another",
-                    "keep one: forward(inputs) with loss=fn, or forward(inputs, targets) "
-                    "returning (loss_sum, items)")
     if loss is not None and not callable(loss):
         raise TypeError(f"{function}(): loss must be callable, got {type(loss).__name__}")
 
@@ -179,14 +224,42 @@ def _program(function, model, data, validation, test, loss, options, collate=Non
         if validation is not None or test is not None:
             raise Error("usage", f"the dataset '{data}' brings its own held-out splits",
                         "drop validation= and test= (val_size= holds out training samples)")
-    else:
-        splits = (_split(data, "training", dtype, collate),
-                  _split(validation, "validation", dtype, collate),
-                  _split(test, "test", dtype, collate))
+    data, validation, test = (_samples(split, what, collate) for split, what in
+                              ((data, "training"), (validation, "validation"), (test, "test")))
+    # Dict samples go to forward(**batch), which returns outputs; otherwise forward(inputs,
+    # targets) computes the loss itself.
+    computes_loss = module is not None and not isinstance(data, dict) and _own_loss(module)
+    if computes_loss and loss is not None:
+        raise Error("usage", f"{type(module).__name__}.forward(inputs, targets) computes its "
+                    "own loss, and loss= gives another",
+                    "keep one: forward(inputs) with loss=fn, or forward(inputs, targets) "
+                    "returning (loss_sum, items)")
+    inputs_of = None
+    if isinstance(data, dict):
+        if module is None:
+            raise Error("usage", "dict samples are passed to a module's forward(**batch), and a "
+                        "built-in model takes one tensor", "give (inputs, targets) arrays")
+        splits, lookup = [], {}
+        for number, (split, what) in enumerate(((data, "training"), (validation, "validation"),
+                                                (test, "test"))):
+            if split is None:
+                splits.append(None)
+                continue
+            indices, targets, lookup[number] = _dict_split(split, what, number, dtype)
+            splits.append((indices, targets))
+        splits = tuple(splits)
+
+        def inputs_of(index):
+            """A micro-batch's arrays by its samples' (split, row): all of one split."""
+            rows = index[:, 1]
+            return {key: value[rows] for key, value in lookup[int(index[0, 0])].items()}
+    elif not isinstance(data, str):
+        splits = (_split(data, "training", dtype), _split(validation, "validation", dtype),
+                  _split(test, "test", dtype))
     # A torch.compile'd module is named after the module it compiled.
     named = getattr(module, "_orig_mod", module)
     name = "python:" + type(named).__name__ if module is not None else ""
-    return module, computes_loss, name, splits
+    return _Program(module, loss, computes_loss, name, splits, inputs_of)
 
 
 def train(model, data, *, validation=None, test=None, loss=None, collate=None, **options):
@@ -206,11 +279,8 @@ def train(model, data, *, validation=None, test=None, loss=None, collate=None, *
     is a ``bigbatch train`` option with ``-`` as ``_`` (global_batch, micro_batch, lr, epochs,
     optimizer, out, resume, ...).
     """
-    module, computes_loss, name, splits = _program("train", model, data, validation, test, loss,
-                                                   options, collate)
-    texts = option_texts("train", options)
-    summary = _engine.train(texts, module, loss, computes_loss, name, "python:arrays", *splits)
-    return Run(summary)
+    program = _program("train", model, data, validation, test, loss, options, collate)
+    return Run(_engine.train(option_texts("train", options), program))
 
 
 def verify(model, data, *, loss=None, **options):
@@ -221,10 +291,8 @@ def verify(model, data, *, loss=None, **options):
     parameter: ``gradient_max_abs``, ``gradient_relative``, ``weight_max_abs``,
     ``weight_relative``) and the command line's ``text``. `model`, `data`, `loss` and the
     keywords as for :func:`train`."""
-    module, computes_loss, name, splits = _program("verify", model, data, None, None, loss,
-                                                   options)
-    texts = option_texts("verify", options)
-    return _engine.verify(texts, module, loss, computes_loss, name, "python:arrays", splits[0])
+    program = _program("verify", model, data, None, None, loss, options)
+    return _engine.verify(option_texts("verify", options), program)
 
 
 def lr_find(model, data, *, lr_min=1e-6, lr_max=1.0, updates=100, validation=None, loss=None,
@@ -237,8 +305,6 @@ def lr_find(model, data, *, lr_min=1e-6, lr_max=1.0, updates=100, validation=Non
     ``smoothed`` (the curve) — with ``run_dir`` and the command line's ``text``. `model`,
     `data`, `loss` and the keywords as for :func:`train` (its lr, warmup and schedule are the
     test's own)."""
-    module, computes_loss, name, splits = _program("lr_find", model, data, validation, None,
-                                                   loss, options)
-    texts = option_texts("lr_find", options)
-    return _engine.lr_find(texts, float(lr_min), float(lr_max), int(updates), module, loss,
-                           computes_loss, name, "python:arrays", splits[0], splits[1])
+    program = _program("lr_find", model, data, validation, None, loss, options)
+    return _engine.lr_find(option_texts("lr_find", options), program, float(lr_min),
+                           float(lr_max), int(updates))

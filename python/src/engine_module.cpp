@@ -84,39 +84,50 @@ GivenSplit given(const py::object& split) {
   return {pair[0].cast<torch::Tensor>(), pair[1].cast<torch::Tensor>()};
 }
 
-// The user's module (None: the model the options name) and samples (None: the dataset the
-// options name) as the engine takes a program's own, named in `config`.
-CustomProblem python_problem(TrainConfig& config, const py::object& module, const py::object& loss,
-                             bool computes_loss, const std::string& model_name,
-                             const std::string& data_name, const py::object& train,
-                             const py::object& validation, const py::object& test) {
+// The user's program as the engine takes a program's own, named in `config`: `program` is the
+// package's (python/bigbatch/_train.py, _Program): its module (None: the model the options
+// name), loss, computes_loss, name, inputs_of, and its splits (None: the dataset the options
+// name).
+CustomProblem python_problem(TrainConfig& config, const py::object& program) {
   CustomProblem problem;
+  const py::object module = program.attr("module");
   if (!module.is_none()) {
     // The device a module of Python's runs on is not yet tested: no accelerator here.
     check_config(config.device.kind == DeviceKind::Cpu,
                  "your module trains on the CPU in this version; device=" +
                      config.device.to_string() + " is not yet supported from Python",
                  "leave device unset (cpu), or train a built-in model by name");
-    config.model = model_name;
-    const auto shared = share_python_module({module, loss, computes_loss, model_name});
+    const std::string name = program.attr("name").cast<std::string>();
+    config.model = name;
+    PythonModule python;
+    python.module = module;
+    python.loss = program.attr("loss");
+    python.computes_loss = program.attr("computes_loss").cast<bool>();
+    python.name = name;
+    python.inputs_of = program.attr("inputs_of");
+    const auto shared = share_python_module(std::move(python));
     problem.make_model = [shared] { return python_model(*shared); };
     problem.make_probe_model = [shared] { return python_model_copy(*shared); };
   }
+  const py::object train = program.attr("train");
   if (!train.is_none()) {
-    config.dataset = data_name;
-    problem.data = given_splits(given(train), given(validation), given(test));
+    config.dataset = program.attr("data_name").cast<std::string>();
+    problem.data =
+        given_splits(given(train), given(program.attr("validation")), given(program.attr("test")));
   }
   return problem;
 }
 
+// Whether the program brings a model or data of its own.
+bool brings_its_own(const py::object& program) {
+  return !program.attr("module").is_none() || !program.attr("train").is_none();
+}
+
 // bigbatch.verify: the first update's window as the plan's micro-batches and as one batch, from
 // copies of the user's module; the differences per parameter and the verdict.
-py::dict verify_run(const OptionTexts& options, const py::object& module, const py::object& loss,
-                    bool computes_loss, const std::string& model_name, const std::string& data_name,
-                    const py::object& train) {
+py::dict verify_run(const OptionTexts& options, const py::object& program) {
   TrainConfig config = configured(options);
-  const CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name,
-                                               data_name, train, py::none(), py::none());
+  const CustomProblem problem = python_problem(config, program);
   VerifyReport report;
   {
     py::gil_scoped_release released;
@@ -142,17 +153,14 @@ py::dict verify_run(const OptionTexts& options, const py::object& module, const 
 
 // bigbatch.lr_find: the range test at the plan's batch, on a copy of the user's module; what
 // lr_find.json holds, the run directory and the command line's text.
-py::dict lr_find_run(const OptionTexts& options, double lr_min, double lr_max, int64_t updates,
-                     const py::object& module, const py::object& loss, bool computes_loss,
-                     const std::string& model_name, const std::string& data_name,
-                     const py::object& train, const py::object& validation) {
+py::dict lr_find_run(const OptionTexts& options, const py::object& program, double lr_min,
+                     double lr_max, int64_t updates) {
   TrainConfig config = configured(options);
-  CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name, data_name,
-                                         train, validation, py::none());
+  CustomProblem problem = python_problem(config, program);
   // The test trains at rates up to divergence: on a copy, never the user's module.
   if (problem.make_probe_model)
     problem.make_model = problem.make_probe_model;
-  const bool custom = !module.is_none() || !train.is_none();
+  const bool custom = brings_its_own(program);
   LrFindReport report;
   {
     py::gil_scoped_release released;
@@ -167,9 +175,7 @@ py::dict lr_find_run(const OptionTexts& options, double lr_min, double lr_max, i
 // bigbatch.train: the command line's training run, over the user's module (None: the model the
 // options name) and samples (None: the dataset the options name). The GIL is released while
 // the engine trains; it is taken again only to call the module.
-py::dict train_run(const OptionTexts& options, const py::object& module, const py::object& loss,
-                   bool computes_loss, const std::string& model_name, const std::string& data_name,
-                   const py::object& train, const py::object& validation, const py::object& test) {
+py::dict train_run(const OptionTexts& options, const py::object& program) {
   // resume=RUN_DIR: the run's config.toml under the other keywords, as --resume reads it.
   std::string resume;
   bool out_given = false;
@@ -189,9 +195,8 @@ py::dict train_run(const OptionTexts& options, const py::object& module, const p
                                                 apply_option(resumed, find_option(name), text);
                                             },
                                             /*init_weights_given=*/false, out_given);
-  CustomProblem problem = python_problem(config, module, loss, computes_loss, model_name, data_name,
-                                         train, validation, test);
-  const bool custom = !module.is_none() || !train.is_none();
+  CustomProblem problem = python_problem(config, program);
+  const bool custom = brings_its_own(program);
   TrainResult result;
   {
     py::gil_scoped_release released;
@@ -305,14 +310,10 @@ PYBIND11_MODULE(_engine, m) {
   m.def("option_rows", &option_rows);
   m.def("plan_json", &plan_text_json, py::arg("options"), py::arg("dataset_size"),
         py::arg("world_size"));
-  m.def("verify", &verify_run, py::arg("options"), py::arg("module"), py::arg("loss"),
-        py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"));
-  m.def("lr_find", &lr_find_run, py::arg("options"), py::arg("lr_min"), py::arg("lr_max"),
-        py::arg("updates"), py::arg("module"), py::arg("loss"), py::arg("computes_loss"),
-        py::arg("model_name"), py::arg("data_name"), py::arg("train"), py::arg("validation"));
-  m.def("train", &train_run, py::arg("options"), py::arg("module"), py::arg("loss"),
-        py::arg("computes_loss"), py::arg("model_name"), py::arg("data_name"), py::arg("train"),
-        py::arg("validation"), py::arg("test"));
+  m.def("verify", &verify_run, py::arg("options"), py::arg("program"));
+  m.def("lr_find", &lr_find_run, py::arg("options"), py::arg("program"), py::arg("lr_min"),
+        py::arg("lr_max"), py::arg("updates"));
+  m.def("train", &train_run, py::arg("options"), py::arg("program"));
   py::class_<PyLoop>(m, "Loop")
       // Over ranks, the constructor waits for the others (rendezvous, agreement, rank 0's
       // weights): without the GIL.

@@ -63,12 +63,12 @@ class PythonForwardImpl : public torch::nn::Module {
                   "predicting and sampling need a module whose forward(inputs) returns outputs "
                   "(its loss can be given beside it: loss=fn)");
     }
-    return call("forward()", inputs, [&] { return logits_of(module_->module(inputs)); });
+    return call("forward()", inputs, [&] { return logits_of(run_module(inputs)); });
   }
 
   ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
     py::gil_scoped_acquire gil;
-    const py::object outputs = call("forward()", inputs, [&] { return module_->module(inputs); });
+    const py::object outputs = call("forward()", inputs, [&] { return run_module(inputs); });
     ScoredLoss scored;
     scored.logits = call("forward()", inputs, [&] { return logits_of(outputs); });
     const py::object loss =
@@ -146,6 +146,17 @@ class PythonForwardImpl : public torch::nn::Module {
         layers.append(layer);
     }
     return layers;
+  }
+
+  // The module on a batch's inputs: itself, or what inputs_of gathers for them (a dict as
+  // keyword arguments).
+  py::object run_module(const torch::Tensor& inputs) const {
+    if (module_->inputs_of.is_none())
+      return module_->module(inputs);
+    const py::object batch = module_->inputs_of(inputs);
+    if (py::isinstance<py::dict>(batch))
+      return module_->module(**batch);
+    return module_->module(batch);
   }
 
   // The outputs the task scores in what forward returned: a tensor, the first element of a tuple

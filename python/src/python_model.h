@@ -29,6 +29,10 @@ struct PythonModule {
   pybind11::object loss;    // loss(outputs, targets) -> summed loss, or None
   // forward(inputs, targets) returns (loss_sum, items) itself.
   bool computes_loss = false;
+  // None, or inputs_of(inputs) -> the batch the module takes, as a dict passed as
+  // forward(**batch) (Hugging Face's way) or one object: the engine's inputs are then the
+  // samples' indices, and the package gathers their tensors.
+  pybind11::object inputs_of = pybind11::none();
   std::string name;  // "python:Net", for messages and the run's config.toml
 };
 

@@ -73,6 +73,19 @@ class Samples(torch.utils.data.Dataset):
         return row, self.y[index]
 
 
+class HuggingFaceLm(torch.nn.Module):
+    """A language model as Hugging Face writes them: forward(input_ids, attention_mask) returns
+    an output with .logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm = TinyLm()
+
+    def forward(self, input_ids, attention_mask):
+        logits = self.lm(input_ids)
+        return types.SimpleNamespace(logits=logits * attention_mask.unsqueeze(-1).to(logits.dtype))
+
+
 class Stream(torch.utils.data.IterableDataset):
     def __iter__(self):
         return iter([])
@@ -247,6 +260,26 @@ class TrainTest(unittest.TestCase):
         bigbatch.train(model, (x, y), global_batch=32, micro_batch=8, optimizer="adamw", lr=3e-3,
                        epochs=2, seed=5, out=self.out("python"), **QUIET)
         self.assertLess(relative_difference(model, trained), 1e-6)
+
+    def test_dict_samples_go_to_forward_as_keywords(self):
+        # Hugging Face's shape: a dict of arrays with 'labels', forward(**batch) -> .logits. The
+        # mask is 1 on every labelled position, so the run is the plain transformer's.
+        inputs, targets = pad(documents())
+        mask = (inputs != 0).long()
+        mask[:, 0] = 1
+        options = dict(global_batch=32, micro_batch=8, optimizer="adamw", lr=1e-3, max_updates=4,
+                       epochs=2, seed=1, **QUIET)
+        plain = TinyLm()
+        bigbatch.train(plain, (inputs, targets), out=self.out("plain"), **options)
+        shaped = HuggingFaceLm()
+        held_out = {"input_ids": inputs[:10], "attention_mask": mask[:10], "labels": targets[:10]}
+        run = bigbatch.train(shaped, {"input_ids": inputs, "attention_mask": mask,
+                                      "labels": targets}, test=held_out,
+                             out=self.out("dict"), **options)
+        self.assertLess(relative_difference(plain, shaped.lm), 1e-6)
+        self.assertIn("test_loss", run.summary)
+        self.assert_refused("data", "without 'labels'", lambda out: bigbatch.train(
+            HuggingFaceLm(), {"input_ids": inputs, "attention_mask": mask}, out=out, **options))
 
     def test_a_loss_of_your_own_and_a_module_that_computes_its_own(self):
         data = classification_data()
