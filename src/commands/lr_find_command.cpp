@@ -157,10 +157,11 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options,
       {"diverged_lr", diverged ? nlohmann::json(diverged_lr) : nlohmann::json(nullptr)},
       {"smoothed", points_json}};
   report.json = json.dump(2);
-  atomic_write_file(config.out + "/lr_find.json", report.json + "\n");
+  atomic_write_file(config.out + "/lr_find.json", report.json + "\n", Links::Replace);
   const std::string title = "lr-find: " + std::to_string(points.size()) +
                             " updates at global batch " + std::to_string(global_batch);
-  atomic_write_file(config.out + "/lr_find.html", chart_page(reading, points, title));
+  atomic_write_file(config.out + "/lr_find.html", chart_page(reading, points, title),
+                    Links::Replace);
 
   const std::string given_flags =
       flags_set_in(given, {"out", "progress"});  // the test's own run directory

@@ -16,7 +16,9 @@ AppendFile::AppendFile(const std::string& path, std::string what, Start start)
     : path_(path),
       what_(std::move(what)),
       fd_(::open(path.c_str(),
-                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (start == Start::Empty ? O_TRUNC : 0),
+                 // A link in the run directory is not followed: the run's records stay in it.
+                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
+                     (start == Start::Empty ? O_TRUNC : 0),
                  0644)),
       last_flush_(std::chrono::steady_clock::now()) {
   if (fd_ < 0) {

@@ -129,12 +129,19 @@ void check_output_file(const std::string& path, const std::string& what,
   }
 }
 
-void atomic_write_file(const std::string& requested, const std::string& content) {
-  // Through a symbolic link to the file it names: the link stays, its target is replaced.
-  const std::string path = write_target(requested);
-  refuse_irregular_target(requested, path, "output file");
+void atomic_write_file(const std::string& requested, const std::string& content, Links links) {
+  // Follow: through a symbolic link to the file it names, the link stays and its target is
+  // replaced. Replace: the rename replaces the link itself.
+  const std::string path = links == Links::Follow ? write_target(requested) : requested;
+  struct stat here {};
+  const bool link = ::lstat(path.c_str(), &here) == 0 && S_ISLNK(here.st_mode);
+  if (!link)
+    refuse_irregular_target(requested, path, "output file");
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A new file of its own, never one found under the temporary name (a link, a stale file).
+  ::unlink(temporary.c_str());
+  const int fd =
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0)
     io_error("cannot create", temporary, errno);
   write_all(fd, content, temporary);

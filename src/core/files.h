@@ -1,10 +1,10 @@
 #pragma once
 // File-system helpers with the guarantees the run directory needs: a file is either the old
 // version or the complete new one, never half-written (write to a temporary name, fsync,
-// rename, fsync the directory); through a symbolic link its target is written, and a device,
-// pipe or socket is never replaced. Failures are bigbatch::Error (Io) naming the path and cause.
+// rename, fsync the directory); a device, pipe or socket is never replaced. Failures are
+// bigbatch::Error (Io) naming the path and cause.
 //
-//   atomic_write_file(run_dir + "/config.toml", text);
+//   atomic_write_file(run_dir + "/config.toml", text, Links::Replace);
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -13,7 +13,14 @@
 
 namespace bigbatch {
 
-void atomic_write_file(const std::string& path, const std::string& content);
+// What a write does with a symbolic link at its path. Follow: the file the user named may be a
+// link they made (--save-weights onto a link): its target is replaced, the link stays. Replace:
+// a file a command owns inside its output directory (a run's config.toml, report.html, weights)
+// replaces a link found there, so a link planted in a run directory cannot redirect the run's
+// writes to a file outside it.
+enum class Links { Follow, Replace };
+void atomic_write_file(const std::string& path, const std::string& content,
+                       Links links = Links::Follow);
 void ensure_directory(const std::string& path);
 bool path_exists(const std::string& path);
 // The whole file; it must be a regular file, of at most `max_bytes` when that is positive.

@@ -83,7 +83,7 @@ NamedTensors model_state(torch::nn::Module& model) {
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, Links links) {
   std::vector<TensorEntry> entries;
   std::vector<torch::Tensor> contiguous;
   for (const auto& [name, tensor] : tensors) {
@@ -100,7 +100,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   for (const auto& t : contiguous) {
     content.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
   }
-  atomic_write_file(path, content);
+  atomic_write_file(path, content, links);
 }
 
 NamedTensors load_safetensors(const std::string& path,
@@ -125,8 +125,8 @@ NamedTensors load_safetensors(const std::string& path,
 }
 
 void save_weights(const std::string& path, torch::nn::Module& model,
-                  const std::map<std::string, std::string>& metadata) {
-  save_safetensors(path, model_state(model), metadata);
+                  const std::map<std::string, std::string>& metadata, Links links) {
+  save_safetensors(path, model_state(model), metadata, links);
 }
 
 void load_weights(const std::string& path, torch::nn::Module& model) {

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/files.h"
+
 namespace bigbatch {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -20,13 +22,15 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // Parameters then buffers, in module order.
 NamedTensors model_state(torch::nn::Module& model);
 
+// `links`: as core/files.h's atomic_write_file (Replace for a run directory's own files).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata);
+                      const std::map<std::string, std::string>& metadata,
+                      Links links = Links::Follow);
 NamedTensors load_safetensors(const std::string& path,
                               std::map<std::string, std::string>* metadata = nullptr);
 
 void save_weights(const std::string& path, torch::nn::Module& model,
-                  const std::map<std::string, std::string>& metadata);
+                  const std::map<std::string, std::string>& metadata, Links links = Links::Follow);
 void load_weights(const std::string& path, torch::nn::Module& model);
 
 }  // namespace bigbatch

@@ -215,7 +215,7 @@ void ScriptedModelImpl::freeze_batch_norm() {
 void ScriptedModelImpl::save_module(const std::string& path) const {
   std::ostringstream bytes;
   module_->save(bytes);
-  atomic_write_file(path, bytes.str());
+  atomic_write_file(path, bytes.str(), Links::Replace);  // the run directory's model.pt
 }
 
 std::shared_ptr<torch::nn::Module> ScriptedModelImpl::clone(

@@ -416,7 +416,7 @@ std::string render_run_report(const std::string& run_dir) {
 
 std::string write_run_report(const std::string& run_dir) {
   const std::string path = run_dir + "/report.html";
-  atomic_write_file(path, render_run_report(run_dir));
+  atomic_write_file(path, render_run_report(run_dir), Links::Replace);
   return path;
 }
 

@@ -114,11 +114,12 @@ void write_summaries(const SweepOptions& o, const std::vector<SweepCell>& cells,
         f != failures.end() && results.back().status != "diverged")
       results.back().status = "failed (exit " + std::to_string(f->second) + ")";
   }
-  atomic_write_file(o.out + "/summary.csv", summary_csv(results));
+  atomic_write_file(o.out + "/summary.csv", summary_csv(results), Links::Replace);
   const std::string markdown = summary_markdown(results, o.target);
-  atomic_write_file(o.out + "/summary.md", markdown);
+  atomic_write_file(o.out + "/summary.md", markdown, Links::Replace);
   atomic_write_file(o.out + "/report.html",
-                    sweep_report_html(results, o.target, "bigbatch sweep: " + o.out));
+                    sweep_report_html(results, o.target, "bigbatch sweep: " + o.out),
+                    Links::Replace);
   std::printf("%s", markdown.c_str());
   std::printf("sweep: wrote %s/summary.csv, summary.md and report.html\n", o.out.c_str());
 }
@@ -268,8 +269,8 @@ int run_sweep(const SweepOptions& o) {
   ensure_directory(o.out + "/logs");
   // The cells of a sweep share one base configuration (check_rerun_is_the_same_sweep has
   // refused another).
-  atomic_write_file(o.out + "/base.toml", o.base_config);
-  atomic_write_file(o.out + "/sweep.json", grid_json(o));
+  atomic_write_file(o.out + "/base.toml", o.base_config, Links::Replace);
+  atomic_write_file(o.out + "/sweep.json", grid_json(o), Links::Replace);
 
   const std::vector<SweepCell> cells = o.grid.cells();
   std::vector<size_t> pending;

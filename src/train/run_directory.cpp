@@ -45,7 +45,7 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
   if (progress.metrics_bytes >= 0 && length <= text.size() &&
       (length == 0 || text[length - 1] == '\n')) {
     if (length < text.size())
-      atomic_write_file(path, text.substr(0, length));
+      atomic_write_file(path, text.substr(0, length), Links::Replace);
     return true;
   }
   std::string kept;
@@ -62,7 +62,7 @@ bool keep_metrics_of_checkpoint(const std::string& path, const TrainingProgress&
       continue;
     kept += line + "\n";
   }
-  atomic_write_file(path, kept);
+  atomic_write_file(path, kept, Links::Replace);
   return false;
 }
 

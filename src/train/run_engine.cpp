@@ -157,7 +157,7 @@ void tune_threads(TrainingRun& r, Console& console) {
   r.config.threads = r.threads;
   if (r.job.is_main())
     atomic_write_file(r.run_dir + "/config.toml",
-                      render_toml_config(r.config.with_absolute_paths()));
+                      render_toml_config(r.config.with_absolute_paths()), Links::Replace);
 }
 
 }  // namespace bigbatch

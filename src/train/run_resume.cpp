@@ -119,7 +119,7 @@ void restore_best_weights(TrainingRun& r, Console& console) {
   }
   std::error_code ignored;
   if (!saved.empty() && matches(saved)) {
-    atomic_write_file(path, read_text_file(saved));
+    atomic_write_file(path, read_text_file(saved), Links::Replace);
     console.say("restored " + path + " (update " + std::to_string(watch.best_step) +
                 ", the best the checkpoint knew of) from the checkpoint");
     return;

@@ -269,7 +269,9 @@ void TrainingRun::save_model_weights(const std::string& path, int64_t step,
   meta.merge(sample_layout(data.train));
   for (const auto& [key, value] : extra)
     meta[key] = value;
-  save_weights(path, *model.ptr(), meta);  // reads the weights; the holder is const
+  // The run directory's own files replace a link found there; --save-weights may be one.
+  const Links links = path.rfind(run_dir + "/", 0) == 0 ? Links::Replace : Links::Follow;
+  save_weights(path, *model.ptr(), meta, links);  // reads the weights; the holder is const
 }
 
 ResolvedRun TrainingRun::resolved_now() const {
@@ -331,8 +333,9 @@ std::string TrainingRun::set_failed_run_aside() {
 
 void TrainingRun::write_description() const {
   // Absolute paths: evaluate, predict, sample and --resume then work from any directory.
-  atomic_write_file(run_dir + "/config.toml", render_toml_config(config.with_absolute_paths()));
-  atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved_now()));
+  atomic_write_file(run_dir + "/config.toml", render_toml_config(config.with_absolute_paths()),
+                    Links::Replace);
+  atomic_write_file(run_dir + "/plan.txt", format_plan_text(resolved_now()), Links::Replace);
 }
 
 SessionRequest training_session_request(bool custom_data) {

@@ -503,6 +503,24 @@ class BadInputCorpus(CliTestCase):
         os.symlink("/dev/zero", os.path.join(run_dir, "metrics.jsonl"))
         self.expect(["report", run_dir], "io", "is a device, not a regular file")
 
+    def test_links_in_a_run_directory_are_replaced_not_followed(self):
+        # Links planted in a new run's directory: the run's own files replace the links, and the
+        # files they point at are left as they were.
+        outside = {name: os.path.join(self.dir, "outside-" + name)
+                   for name in ("report.html", "plan.txt")}
+        os.makedirs(self.out)
+        for name, target in outside.items():
+            with open(target, "w") as f:
+                f.write("precious\n")
+            os.symlink(target, os.path.join(self.out, name))
+        result = e2e_common.run(*self.train(), timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for name, target in outside.items():
+            self.assertEqual(e2e_common.read(target), "precious\n",
+                             name + " was written through its link")
+            self.assertFalse(os.path.islink(os.path.join(self.out, name)), name)
+        self.assertIn("global batch", e2e_common.read(os.path.join(self.out, "plan.txt")))
+
     def test_weights_missing_file(self):
         self.expect(self.train("--init-weights", os.path.join(self.dir, "none.safetensors")), "format", "does not exist")
 
