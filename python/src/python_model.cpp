@@ -24,8 +24,10 @@ std::string first_line(const py::error_already_set& e) {
 }
 
 // The state_dict's tensors (keep_vars: the module's own), parameters apart from buffers, each
-// under every name it has (a tied weight twice).
-std::pair<NamedTensorList, NamedTensorList> module_state(const py::object& module) {
+// under every name it has (a tied weight twice). A torch.compile'd module's are those of the
+// module it compiled (the same tensors), named as that module names them, without "_orig_mod.".
+std::pair<NamedTensorList, NamedTensorList> module_state(const py::object& compiled_or_not) {
+  const py::object module = py::getattr(compiled_or_not, "_orig_mod", compiled_or_not);
   const py::object parameter_type = py::module_::import("torch.nn").attr("Parameter");
   const py::object tensor_type = py::module_::import("torch").attr("Tensor");
   NamedTensorList parameters, buffers;

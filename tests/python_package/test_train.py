@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -318,6 +319,11 @@ class TrainTest(unittest.TestCase):
         self.assertLess(relative_difference(eager, inner), 1e-5)
         with open(os.path.join(run.dir, "config.toml"), encoding="utf-8") as toml:
             self.assertIn("model = 'python:Sequential'", toml.read())
+        # The weights file names the module's own keys, as the eager module's state_dict.
+        with open(os.path.join(run.dir, "weights.safetensors"), "rb") as weights:
+            header = json.loads(weights.read(struct.unpack("<Q", weights.read(8))[0]))
+        self.assertEqual(sorted(k for k in header if k != "__metadata__"),
+                         sorted(inner.state_dict()))
 
     def test_resume_goes_on_bit_for_bit(self):
         data = classification_data()
