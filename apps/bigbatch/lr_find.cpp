@@ -28,12 +28,22 @@ class LrFindCommand final : public Subcommand {
 
   int run() override {
     const LrFindReport report =
-        run_lr_find(configured(config_path_, kTrainCommand, flags_), options_);
+        run_lr_find(configured(config_path_, kTrainCommand, flags_), with_given(options_));
     std::cout << (json_ ? report.json + "\n" : report.text);
     return kExitOk;
   }
 
  private:
+  // The options with the flags given on the command line named: those the test owns are refused
+  // at any value.
+  LrFindOptions with_given(LrFindOptions options) const {
+    for (const auto& [name, handle] : flags_.handles) {
+      if (flags_.given(name))
+        options.given.push_back(name);
+    }
+    return options;
+  }
+
   FlagValues flags_;
   std::string config_path_;
   LrFindOptions options_;

@@ -164,7 +164,10 @@ py::dict lr_find_run(const OptionTexts& options, const py::object& program, doub
   LrFindReport report;
   {
     py::gil_scoped_release released;
-    report = run_lr_find(config, {lr_min, lr_max, updates}, custom ? &problem : nullptr);
+    LrFindOptions test{lr_min, lr_max, updates, {}};
+    for (const auto& [name, text] : options)
+      test.given.push_back(name);  // a keyword the test owns is refused at any value
+    report = run_lr_find(config, test, custom ? &problem : nullptr);
   }
   py::dict out = py::module_::import("json").attr("loads")(report.json);
   out["run_dir"] = report.run_dir;

@@ -26,8 +26,10 @@ void check_owned_flags(const TrainConfig& config, const LrFindOptions& options) 
   const std::string hint =
       "the range test sets the rate itself: give its range with --lr-min "
       "and --lr-max, and its length with --updates";
-  auto refuse_if = [&](bool given, const std::string& flag) {
-    check_config(!given, "bigbatch lr-find does not take " + flag, hint);
+  auto refuse_if = [&](bool set, const std::string& flag) {
+    const bool named = std::find(options.given.begin(), options.given.end(), flag.substr(2)) !=
+                       options.given.end();
+    check_config(!set && !named, "bigbatch lr-find does not take " + flag, hint);
   };
   refuse_if(config.lr.has_value(), "--lr");
   refuse_if(config.lr_ref_batch.has_value(), "--lr-ref-batch");

@@ -8,6 +8,7 @@
 // lr_find.html (the loss against the rate, the suggestion marked).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/train_config.h"
 
@@ -17,6 +18,9 @@ struct LrFindOptions {
   double lr_min = 1e-6;
   double lr_max = 1.0;
   int64_t updates = 100;
+  // The options the user gave by name (flags, or the Python package's keywords): one the test
+  // sets itself is refused even at its default value (--schedule cosine).
+  std::vector<std::string> given{};
 };
 
 struct LrFindReport {

@@ -111,6 +111,8 @@ class LrFindTest(CliTestCase):
         for extra, fragments in [
             (["--lr", "0.1"], ("does not take --lr", "--lr-min and --lr-max")),
             (["--warmup", "2e"], ("does not take --warmup",)),
+            # At its default value too: the test owns the schedule.
+            (["--schedule", "cosine"], ("does not take --schedule",)),
             (["--max-updates", "5"], ("does not take --max-updates", "--updates")),
             (["--lr-min", "1", "--lr-max", "0.1"], ("--lr-min below --lr-max",)),
             (["--updates", "5"], ("--updates must be from 10",)),

@@ -482,6 +482,9 @@ except KeyboardInterrupt as stopped:
         self.assertTrue(os.path.exists(os.path.join(found["run_dir"], "lr_find.html")))
         for a, b in zip(before, model.parameters()):
             self.assertTrue(torch.equal(a, b))
+        with self.assertRaises(bigbatch.Error) as caught:  # the test owns the schedule
+            bigbatch.lr_find(model, data, global_batch=32, schedule="cosine", **QUIET)
+        self.assertIn("does not take schedule", str(caught.exception))
 
     def assert_refused(self, kind, words, call):
         out = self.out("refused")
