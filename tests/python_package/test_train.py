@@ -93,10 +93,13 @@ class Stream(torch.utils.data.IterableDataset):
 
 
 class SlowMlp(torch.nn.Sequential):
-    """An mlp that takes its time: a run of it can be interrupted half-way."""
+    """An mlp that takes its time (`pause` seconds a micro-batch): a run of it lasts several of
+    the records' once-a-second flushes, so it can be interrupted half-way."""
+
+    pause = 0.02
 
     def forward(self, inputs):
-        time.sleep(0.005)
+        time.sleep(self.pause)
         return super().forward(inputs)
 
 
@@ -374,6 +377,8 @@ except KeyboardInterrupt as stopped:
         self.assertIn("KeyboardInterrupt:", stdout)
         self.assertTrue(os.listdir(os.path.join(out, "checkpoints")))
 
+        SlowMlp.pause = 0  # the runs compared with it need not wait
+        self.addCleanup(setattr, SlowMlp, "pause", 0.02)
         straight = SlowMlp(*mlp())
         bigbatch.train(straight, classification_data(), out=self.out("straight"), **options)
         resumed = SlowMlp(*mlp(seed=99))
