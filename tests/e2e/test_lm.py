@@ -601,6 +601,8 @@ class TokenFilesTest(LmTestCase):
         self.assert_one_line_error(train("--dataset", f"tokens:{self.path('odd.bin')}", "--token-dtype", "uint16"),
                                    "data", "not a whole number of uint16 tokens")
         self.assert_one_line_error(train("--dataset", f"tokens:{self.path('none')}"), "data", "does not exist")
+        self.assert_one_line_error(train("--dataset", "tokens:/dev/zero"), "data",
+                                   "'/dev/zero' is not a regular file")
         os.mkdir(self.path("empty"))
         self.assert_one_line_error(train("--dataset", f"tokens:{self.path('empty')}"), "data",
                                    "holds no .bin token files")
