@@ -480,12 +480,12 @@ TokenFiles read_token_files(const std::string& path, TokenDtype dtype) {
     // Something is there but is no file to read (a device such as /dev/zero, a FIFO, a socket):
     // said as what it is, not as missing.
     const bool there = fs::exists(given, error);
-    throw Error(ErrorKind::Data,
-                "token file '" + path + "' " +
-                    (there ? "is not a regular file (a device, a FIFO or a socket)"
-                           : "does not exist"),
-                "point --dataset tokens:PATH at a .bin file, a Megatron prefix (PREFIX.bin and "
-                "PREFIX.idx) or a directory of .bin shards");
+    throw Error(
+        ErrorKind::Data,
+        "token file '" + path + "' " +
+            (there ? "is not a regular file (a device, a FIFO or a socket)" : "does not exist"),
+        "point --dataset tokens:PATH at a .bin file, a Megatron prefix (PREFIX.bin and "
+        "PREFIX.idx) or a directory of .bin shards");
   }
   TokenFiles out;
   for (const auto& file : files)
