@@ -54,8 +54,8 @@ TensorDataset TensorDataset::select(const std::vector<int64_t>& index) const {
   const auto picked = torch::tensor(index, torch::kInt64);
   TensorDataset out{
       inputs.index_select(0, picked), targets.index_select(0, picked), {}, {}, classes, vocabulary};
-  for (const int64_t row : index) {
-    if (!target_items.empty())
+  if (!target_items.empty()) {
+    for (const int64_t row : index)
       out.target_items.push_back(target_items[size_t(row)]);
   }
   return out;
