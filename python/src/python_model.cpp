@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "memory/tracking_allocator.h"
+#include "models/user_forward_layer.h"
 
 namespace py = pybind11;
 
@@ -51,7 +52,7 @@ std::shared_ptr<PythonModule> share_python_module(PythonModule module) {
 }
 
 // The layer of the Sequential: calls the user's module in Python.
-class PythonForwardImpl : public torch::nn::Module {
+class PythonForwardImpl : public UserForwardLayer {
  public:
   explicit PythonForwardImpl(std::shared_ptr<PythonModule> module) : module_(std::move(module)) {}
 
@@ -105,20 +106,11 @@ class PythonForwardImpl : public torch::nn::Module {
     return checked_own_loss(module_->name, returned);
   }
 
-  void train(bool on) override {
-    {
-      py::gil_scoped_acquire gil;
-      module_->module.attr("train")(on);
-    }
-    torch::nn::Module::train(on);
-    if (batch_norm_frozen_)
-      freeze_batch_norm();
+  void set_module_mode(bool training) override {
+    py::gil_scoped_acquire gil;
+    module_->module.attr("train")(training);
   }
-
-  // Frozen BatchNorm layers stay in eval mode whatever train() says (after an evaluation too).
-  bool batch_norm_frozen() const { return batch_norm_frozen_; }
-  void freeze_batch_norm() {
-    batch_norm_frozen_ = true;
+  void put_batch_norm_in_eval() override {
     py::gil_scoped_acquire gil;
     for (const py::handle layer : batch_norm_modules())
       layer.attr("eval")();
@@ -209,7 +201,6 @@ class PythonForwardImpl : public torch::nn::Module {
   }
 
   std::shared_ptr<PythonModule> module_;
-  bool batch_norm_frozen_ = false;
 };
 
 PythonModelImpl::PythonModelImpl(PythonModule module, const NamedTensorList& parameters,

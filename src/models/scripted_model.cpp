@@ -10,6 +10,7 @@
 #include "core/files.h"
 #include "io/zip_archive.h"
 #include "memory/tracking_allocator.h"
+#include "models/user_forward_layer.h"
 
 namespace bigbatch {
 
@@ -47,7 +48,7 @@ constexpr const char* kForwardLayer = "torchscript-forward";
 }  // namespace
 
 // The layer of the Sequential: runs the module's forward() on the inputs.
-class ScriptedForwardImpl : public torch::nn::Module {
+class ScriptedForwardImpl : public UserForwardLayer {
  public:
   ScriptedForwardImpl(std::shared_ptr<torch::jit::Module> module, std::string path)
       : module_(std::move(module)), path_(std::move(path)) {}
@@ -96,17 +97,8 @@ class ScriptedForwardImpl : public torch::nn::Module {
 
   void set_computes_loss(bool on) { computes_loss_ = on; }
 
-  void train(bool on) override {
-    module_->train(on);
-    torch::nn::Module::train(on);
-    if (batch_norm_frozen_)
-      freeze_batch_norm();
-  }
-
-  // Frozen BatchNorm layers stay in eval mode whatever train() says (after an evaluation too).
-  bool batch_norm_frozen() const { return batch_norm_frozen_; }
-  void freeze_batch_norm() {
-    batch_norm_frozen_ = true;
+  void set_module_mode(bool training) override { module_->train(training); }
+  void put_batch_norm_in_eval() override {
     for (const auto& item : module_->named_modules()) {
       if (is_batch_norm_type(item.value))
         torch::jit::Module(item.value).eval();
@@ -161,7 +153,6 @@ class ScriptedForwardImpl : public torch::nn::Module {
 
   std::shared_ptr<torch::jit::Module> module_;
   std::string path_;
-  bool batch_norm_frozen_ = false;
   bool computes_loss_ = false;
 };
 
