@@ -83,6 +83,9 @@ if [ -z "$pytorch" ]; then
   cmake --build build
   echo "setup: built build/bigbatch"
   install_python_package "$venv/bin/python" build
+  # The recipes call `bigbatch`: say how to reach it (a script cannot change its caller's PATH).
+  command -v bigbatch >/dev/null ||
+    echo "setup: the README's recipes call bigbatch: export PATH=\"$PWD/build:\$PATH\" (or call build/bigbatch)"
   exit 0
 fi
 

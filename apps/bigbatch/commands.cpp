@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "models/models.h"
 #include "subcommand.h"
 
 namespace bigbatch::cli {
@@ -205,7 +206,7 @@ int run(int argc, char** argv) {
   // A single-value flag given twice takes its last value, as in most command lines (a script's
   // `$BASE --lr X` overrides), and says so: warn_about_repeated_flags.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_version_flag("--version", "bigbatch 0.1.0");
+  app.set_version_flag("--version", "bigbatch 0.1.0 (" + libtorch_description() + ")");
 
   // The worker command after `--` is the launcher's, verbatim: it never reaches CLI11, which
   // would otherwise match its words against bigbatch's own subcommands.

@@ -1,6 +1,8 @@
 // `bigbatch report`: RUN_DIR/report.html, rebuilt from the run directory's files; with several
 // run directories, one page that overlays them.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
@@ -41,11 +43,19 @@ class ReportCommand final : public Subcommand {
       // A sweep's directory: its summaries and report, rebuilt from its cells.
       if (rewrite_sweep_report(run_dirs_[0]))
         return kExitOk;
-      std::printf("%s\n", write_run_report(run_dirs_[0]).c_str());
+      std::vector<std::string> skipped;
+      const std::string page = write_run_report(run_dirs_[0], &skipped);
+      for (const std::string& line : skipped) {
+        std::fprintf(stderr,
+                     "report: warning: %s/metrics.jsonl %s; skipped it (restore the file, or "
+                     "delete that line)\n",
+                     run_dirs_[0].c_str(), line.c_str());
+      }
+      std::printf("%s\n", page.c_str());
       return kExitOk;
     }
     const std::string out = out_.empty() ? "compare.html" : out_;
-    check_output_file(out, "--out");
+    check_output_file(out, "--out", {}, "compare.html");
     write_comparison_report(run_dirs_, out);
     std::printf("%s\n", out.c_str());
     return kExitOk;

@@ -300,7 +300,8 @@ def lr_find(model, data, *, lr_min=1e-6, lr_max=1.0, updates=100, validation=Non
     """``bigbatch lr-find`` on your module: a short run at the plan's global batch whose rate
     rises exponentially from `lr_min` to `lr_max` over `updates` updates, trained on a copy of
     `model` (left untouched), then the curve read. Returns what the run's lr_find.json holds —
-    ``suggested_lr`` (the smoothed loss's steepest descent, taken as tuned at ``global_batch``),
+    ``suggested_lr`` (the smoothed loss's steepest descent, taken as tuned at ``global_batch``;
+    None when the loss fell by less than 10%: ``fall``, ``fell_clearly``),
     ``lowest_loss_lr``, ``lowest_loss_lr_over_10``, ``diverged``, ``diverged_lr``,
     ``smoothed`` (the curve) — with ``run_dir`` and the command line's ``text``. `model`,
     `data`, `loss` and the keywords as for :func:`train` (its lr, warmup and schedule are the

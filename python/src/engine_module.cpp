@@ -144,9 +144,14 @@ py::dict verify_run(const OptionTexts& options, const py::object& program) {
     row["gradient_relative"] = d.gradient_relative;
     row["weight_max_abs"] = d.weight_max_abs;
     row["weight_relative"] = d.weight_relative;
+    row["accumulated_vs_float64"] =
+        d.accumulated_vs_float64 ? py::object(py::float_(*d.accumulated_vs_float64)) : py::none();
+    row["whole_vs_float64"] =
+        d.whole_vs_float64 ? py::object(py::float_(*d.whole_vs_float64)) : py::none();
     tensors[py::str(d.name)] = row;
   }
   out["tensors"] = tensors;
+  out["dropout_off"] = report.dropout_off;
   out["text"] = report.text;
   return out;
 }

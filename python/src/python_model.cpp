@@ -110,36 +110,40 @@ class PythonForwardImpl : public UserForwardLayer {
     py::gil_scoped_acquire gil;
     module_->module.attr("train")(training);
   }
-  void put_batch_norm_in_eval() override {
+  void put_in_eval(LayerKind kind) override {
     py::gil_scoped_acquire gil;
-    for (const py::handle layer : batch_norm_modules())
-      layer.attr("eval")();
+    for (const py::handle item : module_->module.attr("named_modules")()) {
+      const py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
+      if (is_layer_of(pair[1], kind))
+        pair[1].attr("eval")();
+    }
   }
 
-  std::vector<std::string> batch_norm_layers(bool training_only) const {
+  std::vector<std::string> layers_of(LayerKind kind, bool training_only) const {
     py::gil_scoped_acquire gil;
-    const py::object batch_norm =
-        py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm");
     std::vector<std::string> names;
     for (const py::handle item : module_->module.attr("named_modules")()) {
       const py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
-      if (py::isinstance(pair[1], batch_norm) &&
-          (!training_only || pair[1].attr("training").cast<bool>()))
+      if (is_layer_of(pair[1], kind) && (!training_only || pair[1].attr("training").cast<bool>()))
         names.push_back(pair[0].cast<std::string>());
     }
     return names;
   }
 
  private:
-  py::list batch_norm_modules() const {
-    const py::object batch_norm =
-        py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm");
-    py::list layers;
-    for (const py::handle layer : module_->module.attr("modules")()) {
-      if (py::isinstance(layer, batch_norm))
-        layers.append(layer);
+  // By torch.nn's base classes: _BatchNorm (BatchNorm1d/2d/3d, SyncBatchNorm) and _DropoutNd
+  // (every dropout), the latter only where its p is above 0.
+  static bool is_layer_of(const py::handle layer, LayerKind kind) {
+    switch (kind) {
+      case LayerKind::BatchNorm:
+        return py::isinstance(layer,
+                              py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm"));
+      case LayerKind::Dropout:
+        return py::isinstance(layer,
+                              py::module_::import("torch.nn.modules.dropout").attr("_DropoutNd")) &&
+               layer.attr("p").cast<double>() > 0;
     }
-    return layers;
+    return false;
   }
 
   // The module on a batch's inputs: itself, or what inputs_of gathers for them (a dict as
@@ -240,12 +244,12 @@ ScoredLoss PythonModelImpl::forward_and_loss(const torch::Tensor& inputs,
   return forward_->forward_and_loss(inputs, targets);
 }
 
-std::vector<std::string> PythonModelImpl::batch_norm_layers(bool training_only) const {
-  return forward_->batch_norm_layers(training_only);
+std::vector<std::string> PythonModelImpl::layers_of(LayerKind kind, bool training_only) const {
+  return forward_->layers_of(kind, training_only);
 }
 
-void PythonModelImpl::freeze_batch_norm() {
-  forward_->freeze_batch_norm();
+void PythonModelImpl::freeze(LayerKind kind) {
+  forward_->freeze(kind);
 }
 
 std::shared_ptr<torch::nn::Module> PythonModelImpl::clone(
@@ -263,8 +267,8 @@ std::shared_ptr<torch::nn::Module> PythonModelImpl::clone(
   copy.module.attr("train")(is_training());
   const auto [parameters, buffers] = module_state(copy.module);
   auto model = std::make_shared<PythonModelImpl>(std::move(copy), parameters, buffers);
-  if (forward_->batch_norm_frozen())
-    model->freeze_batch_norm();
+  for (const LayerKind kind : forward_->frozen())
+    model->freeze(kind);
   return model;
 }
 

@@ -56,8 +56,8 @@ class PythonModelImpl : public UserModuleImpl {
   ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets) override;
   bool has_loss_method() const override;
   ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets) override;
-  std::vector<std::string> batch_norm_layers(bool training_only) const override;
-  void freeze_batch_norm() override;
+  std::vector<std::string> layers_of(LayerKind kind, bool training_only) const override;
+  void freeze(LayerKind kind) override;
 
   // A deep copy of the Python module (copy.deepcopy, without gradient tracking), for probes
   // that must not touch the user's weights.

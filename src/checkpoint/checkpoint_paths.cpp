@@ -130,4 +130,40 @@ std::string run_directory_of_checkpoint(const std::string& checkpoint_dir) {
   return p.parent_path().parent_path().string();
 }
 
+RunWeights find_run_weights(const std::string& path) {
+  RunWeights found;
+  const bool checkpoint = path_exists(path + "/state.json");
+  found.run_dir = checkpoint ? run_directory_of_checkpoint(path) : path;
+  if (!path_exists(found.run_dir + "/config.toml")) {
+    throw Error(ErrorKind::Io,
+                checkpoint ? "checkpoint '" + path + "' is not inside a run directory (no '" +
+                                 found.run_dir + "/config.toml')"
+                           : "'" + path + "' is not a run directory (no config.toml)",
+                "give the directory a bigbatch train run wrote, or one of its checkpoints");
+  }
+  if (checkpoint) {
+    found.weights = path + "/weights.safetensors";
+    found.note = "the weights of checkpoint '" + path + "'";
+    return found;
+  }
+  if (path_exists(path + "/weights.safetensors")) {
+    found.weights = path + "/weights.safetensors";
+    return found;
+  }
+  const auto all = list_checkpoints(path);
+  if (all.empty()) {
+    throw Error(ErrorKind::Io,
+                "run '" + path +
+                    "' has no weights.safetensors (it did not finish) and no complete checkpoint",
+                "resume it to its end with bigbatch train --resume " + path +
+                    ", or give a run that finished");
+  }
+  found.weights = all.back().second + "/weights.safetensors";
+  found.note = "run '" + path +
+               "' did not finish (no weights.safetensors): using its newest "
+               "checkpoint, '" +
+               all.back().second + "'";
+  return found;
+}
+
 }  // namespace bigbatch

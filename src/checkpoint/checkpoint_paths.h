@@ -41,4 +41,17 @@ std::string set_checkpoints_aside(const std::string& run_dir,
 // RUN/checkpoints/step_N -> RUN.
 std::string run_directory_of_checkpoint(const std::string& checkpoint_dir);
 
+// Where a run's weights are read from by the commands that use a trained run (evaluate, predict,
+// sample): `path` is a run directory or one of its checkpoints. A finished run's
+// weights.safetensors; a run stopped before its end (Ctrl-C, kill -9) has none, and its newest
+// complete checkpoint's weights are taken; a checkpoint directory gives its own. `note` says
+// which checkpoint was taken ("" for the final weights). Error (Io) when the run directory has
+// no config.toml, or neither weights nor a complete checkpoint.
+struct RunWeights {
+  std::string run_dir;
+  std::string weights;
+  std::string note;
+};
+RunWeights find_run_weights(const std::string& path);
+
 }  // namespace bigbatch

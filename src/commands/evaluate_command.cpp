@@ -58,7 +58,7 @@ bool is_weights_file(const std::string& path) {
 }
 
 // The configuration that rebuilds the model, and the weights that fill it.
-TrainConfig source_config(const EvaluateOptions& options, std::string& weights) {
+TrainConfig source_config(const EvaluateOptions& options, std::string& weights, std::string& note) {
   if (options.source.empty())
     throw Error(ErrorKind::Usage, "no run directory or weights file given", "e.g. runs/a");
   TrainConfig config;
@@ -104,24 +104,28 @@ TrainConfig source_config(const EvaluateOptions& options, std::string& weights) 
     }
     weights = options.source;
   } else {
-    const std::string config_path = options.source + "/config.toml";
-    if (!path_exists(config_path)) {
+    if (!path_exists(options.source + "/config.toml") &&
+        !path_exists(options.source + "/state.json")) {
       throw Error(ErrorKind::Io,
                   "'" + options.source +
                       "' is neither a run directory (no config.toml) nor a "
                       ".safetensors file",
                   "give the directory a bigbatch train run wrote, or its weights file");
     }
-    load_toml_config(config, config_path);
-    weights = options.source + "/weights.safetensors";
+    // A run stopped before its end is read from its newest checkpoint, said on the way.
+    const RunWeights found = find_run_weights(options.source);
+    if (!found.note.empty())
+      note = found.note;
+    load_toml_config(config, found.run_dir + "/config.toml");
+    weights = found.weights;
     // The module as the run wrote it back, not the file it started from: that file may have
     // moved, or been replaced by another valid module that would evaluate other code.
-    const std::string written = options.source + "/model.pt";
+    const std::string written = found.run_dir + "/model.pt";
     if (is_torchscript_model(config.model)) {
       if (path_exists(written))
         config.model = "torchscript:" + written;
       else
-        check_module_is_the_runs(options.source, torchscript_path(config.model));
+        check_module_is_the_runs(found.run_dir, torchscript_path(config.model));
     }
   }
   config.complete_older_run();  // the run's own normalisation, never a new measurement
@@ -209,9 +213,14 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   // The device first: what cannot work is said before anything loads. A run's own device is
   // where it trained; where it is evaluated is this command's choice.
   const DeviceChoice device_choice = DeviceChoice::parse(options.device);
-  std::string weights;
-  TrainConfig source = source_config(options, weights);
+  std::string weights, note;
+  TrainConfig source = source_config(options, weights, note);
   source.device = device_choice;
+  // The weights, read once: their file checked, their record of the run's tokenizer compared
+  // with the .model file before any text is tokenized by it.
+  std::map<std::string, std::string> metadata;
+  load_safetensors(weights, &metadata);
+  check_tokenizer_of_weights(metadata, source.sentencepiece_model(), options.source);
   const Session session = open_session(source, SessionRequest{});
   const TrainConfig& config = session.config;
   const torch::Device device = session.device;
@@ -219,7 +228,7 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
   const TensorDataset& split = chosen_split(data, options.split, config.dataset);
   // The model as the run built it, where its weights record how; data it cannot take is said
   // as such, not as weights of another model.
-  const std::optional<TensorDataset> trained = trained_samples(weights);
+  const std::optional<TensorDataset> trained = blank_samples(metadata);
   if (trained)
     check_data_fits_the_model(*trained, data.train, config.dataset);
   torch::manual_seed(config.seed);
@@ -257,6 +266,10 @@ EvaluateReport run_evaluate(const EvaluateOptions& options) {
         (result.has_accuracy ? ", accuracy " + format_fixed(100 * result.accuracy, 2) + "%" : "") +
         (result.is_regression ? ", RMSE " + format_significant(result.rmse) : "") + "\n";
   }
+  if (!note.empty()) {
+    json["note"] = note;
+    text = "evaluate: " + note + "\n" + text;
+  }
   return {text, json.dump(2) + "\n"};
 }
 
@@ -265,8 +278,8 @@ std::string run_predict(const PredictOptions& options) {
   EvaluateOptions source;
   source.source = options.source;
   source.weights = options.weights;
-  std::string weights;
-  TrainConfig run_config = source_config(source, weights);
+  std::string weights, note;
+  TrainConfig run_config = source_config(source, weights, note);
   run_config.device = device_choice;
   SessionRequest request;
   request.data = SessionData::None;  // the samples are --input's
@@ -282,7 +295,7 @@ std::string run_predict(const PredictOptions& options) {
   if (options.input.empty() || options.output.empty())
     throw Error(ErrorKind::Usage, "predict needs --input X.npy and --output Y.npy",
                 "e.g. --input x_new.npy --output probabilities.npy");
-  check_output_file(options.output, "--output", {options.input});
+  check_output_file(options.output, "--output", {options.input}, "predictions.npy");
   // numpy.load reads the array under any name, but a name of another format misleads whoever
   // opens it next (a .safetensors that is a .npy).
   const std::string suffix = std::filesystem::path(options.output).extension().string();
@@ -346,13 +359,14 @@ std::string run_predict(const PredictOptions& options) {
   out.shape = all.sizes().vec();
   out.data.assign(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
   atomic_write_file(options.output, encode_npy(out));
+  const std::string said = note.empty() ? "" : "predict: " + note + "\n";
   if (regression) {
-    return "predict: predicted values of " + std::to_string(out.shape[0]) + " samples" +
+    return said + "predict: predicted values of " + std::to_string(out.shape[0]) + " samples" +
            (out.shape.size() > 1 ? " x " + std::to_string(out.shape[1]) + " targets" : "") +
            " written to " + options.output + " (computed on " + device.str() + ")\n";
   }
-  return "predict: " + std::string(options.logits ? "logits" : "class probabilities") + " of " +
-         std::to_string(out.shape[0]) + " samples x " + std::to_string(out.shape[1]) +
+  return said + "predict: " + std::string(options.logits ? "logits" : "class probabilities") +
+         " of " + std::to_string(out.shape[0]) + " samples x " + std::to_string(out.shape[1]) +
          " classes written to " + options.output + " (computed on " + device.str() + ")\n";
 }
 

@@ -85,8 +85,10 @@ std::string chart_page(const LrRangeReading& reading, const std::vector<LrRangeP
   for (size_t i = 0; i < reading.end; ++i)
     smooth.points.push_back({reading.smoothed[i].lr, reading.smoothed[i].loss});
   chart.series = {measured, smooth};
-  chart.x_markers = {{reading.suggested_lr, "suggested " + chart_number(reading.suggested_lr)},
-                     {reading.smoothed[reading.lowest].lr, "lowest loss"}};
+  if (reading.fell_clearly)
+    chart.x_markers.push_back(
+        {reading.suggested_lr, "suggested " + chart_number(reading.suggested_lr)});
+  chart.x_markers.push_back({reading.smoothed[reading.lowest].lr, "lowest loss"});
   std::string page = html_page_start(title) + "<h1>" + xml_escape(title) + "</h1>\n" +
                      render_svg(chart) + "\n</body></html>\n";
   return page;
@@ -141,6 +143,10 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options,
                              : diverged_run   ? points.back().lr
                                               : 0.0;
 
+  // A curve that did not clearly fall is no reading: its rates are null, not numbers to use.
+  const auto suggested = [&](double lr) {
+    return reading.fell_clearly ? nlohmann::json(lr) : nlohmann::json(nullptr);
+  };
   nlohmann::json points_json = nlohmann::json::array();
   for (size_t i = 0; i < reading.smoothed.size(); ++i)
     points_json.push_back(
@@ -151,10 +157,14 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options,
       {"lr_min", options.lr_min},
       {"lr_max", options.lr_max},
       {"updates", points.size()},
-      {"suggested_lr", reading.suggested_lr},
+      {"suggested_lr", suggested(reading.suggested_lr)},
       {"rule", "steepest descent of the smoothed loss against log(lr)"},
       {"lowest_loss_lr", reading.smoothed[reading.lowest].lr},
-      {"lowest_loss_lr_over_10", reading.lowest_lr_over_10},
+      {"lowest_loss_lr_over_10", suggested(reading.lowest_lr_over_10)},
+      {"start_loss", reading.start_loss},
+      {"lowest_loss", reading.smoothed[reading.lowest].loss},
+      {"fall", reading.fall},
+      {"fell_clearly", reading.fell_clearly},
       {"diverged", diverged},
       {"diverged_lr", diverged ? nlohmann::json(diverged_lr) : nlohmann::json(nullptr)},
       {"smoothed", points_json}};
@@ -167,21 +177,40 @@ LrFindReport run_lr_find(const TrainConfig& given, const LrFindOptions& options,
 
   const std::string given_flags =
       flags_set_in(given, {"out", "progress"});  // the test's own run directory
-  report.text =
-      "lr-find: " + std::to_string(points.size()) + " updates at global batch " +
-      std::to_string(global_batch) + " (micro-batch " + std::to_string(micro_batch) +
-      "), the rate rising from " + format_significant(options.lr_min) + " to " +
-      format_significant(options.lr_max) + "\nthe smoothed loss fell fastest at lr " +
-      format_significant(reading.suggested_lr, 3) + " and was lowest at " +
-      format_significant(reading.smoothed[reading.lowest].lr, 3) +
-      (diverged ? "; it diverged past " + format_significant(diverged_lr, 3)
-                : std::string("; it did not diverge below --lr-max")) +
-      "\nsuggested: --lr " + format_significant(reading.suggested_lr, 2) +
-      " (the steepest descent, as Lightning's lr_find; fastai's lowest-loss rate / 10: " +
-      format_significant(reading.lowest_lr_over_10, 2) + ")\ntrain with it: bigbatch train" +
-      given_flags + " --lr " + format_significant(reading.suggested_lr, 2) +
-      " (taken as tuned at this global batch; add --lr-ref-batch " + std::to_string(global_batch) +
-      " to scale it to another)\nreport: " + config.out + "/lr_find.html\n";
+  const std::string heading = "lr-find: " + std::to_string(points.size()) +
+                              " updates at global batch " + std::to_string(global_batch) +
+                              " (micro-batch " + std::to_string(micro_batch) +
+                              "), the rate rising from " + format_significant(options.lr_min) +
+                              " to " + format_significant(options.lr_max) + "\n";
+  const std::string divergence = diverged
+                                     ? "; it diverged past " + format_significant(diverged_lr, 3)
+                                     : std::string("; it did not diverge below --lr-max");
+  const std::string chart_line = "report: " + config.out + "/lr_find.html\n";
+  if (!reading.fell_clearly) {
+    report.text =
+        heading + "the smoothed loss fell only " + format_significant(100 * reading.fall, 2) +
+        "% (from " + format_significant(reading.start_loss, 4) + " to " +
+        format_significant(reading.smoothed[reading.lowest].loss, 4) + ", lowest at lr " +
+        format_significant(reading.smoothed[reading.lowest].lr, 3) + ")" + divergence +
+        "\nno rate suggested: a curve that falls less than " +
+        format_significant(100 * kClearFall, 2) +
+        "% has no steepest descent to read, only noise; run longer (--updates " +
+        std::to_string(std::max<int64_t>(2 * options.updates, 200)) +
+        "), widen the range (--lr-min " + format_significant(options.lr_min / 100, 2) +
+        " --lr-max " + format_significant(options.lr_max * 10, 2) +
+        "), or check that the model learns at all (its inputs, targets and loss)\n" + chart_line;
+    return report;
+  }
+  report.text = heading + "the smoothed loss fell fastest at lr " +
+                format_significant(reading.suggested_lr, 3) + " and was lowest at " +
+                format_significant(reading.smoothed[reading.lowest].lr, 3) + divergence +
+                "\nsuggested: --lr " + format_significant(reading.suggested_lr, 2) +
+                " (the steepest descent, as Lightning's lr_find; fastai's lowest-loss rate / 10: " +
+                format_significant(reading.lowest_lr_over_10, 2) +
+                ")\ntrain with it: bigbatch train" + given_flags + " --lr " +
+                format_significant(reading.suggested_lr, 2) +
+                " (taken as tuned at this global batch; add --lr-ref-batch " +
+                std::to_string(global_batch) + " to scale it to another)\n" + chart_line;
   return report;
 }
 

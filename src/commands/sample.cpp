@@ -4,9 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 
+#include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -17,6 +19,7 @@
 #include "models/models.h"
 #include "models/scripted_model.h"
 #include "session/session.h"
+#include "train/run_setup.h"
 
 namespace bigbatch {
 
@@ -27,17 +30,13 @@ SampleResult sample_text(const SampleOptions& options) {
   check_config(options.top_k >= 0, "--top-k must be zero (all tokens) or positive",
                "e.g. --top-k 40");
   const DeviceChoice device_choice = DeviceChoice::parse(options.device);
-  const std::string config_path = options.run_dir + "/config.toml";
-  const std::string weights_path = options.run_dir + "/weights.safetensors";
-  if (!path_exists(config_path) || !path_exists(weights_path)) {
-    throw Error(ErrorKind::Io,
-                "'" + options.run_dir +
-                    "' is not a finished run directory (no config.toml and "
-                    "weights.safetensors)",
-                "give the directory a bigbatch train run wrote");
-  }
+  // A run stopped before its end (Ctrl-C) samples from its newest checkpoint, said on stderr.
+  const RunWeights found = find_run_weights(options.run_dir);
+  if (!found.note.empty())
+    std::fprintf(stderr, "sample: %s\n", found.note.c_str());
+  const std::string& weights_path = found.weights;
   TrainConfig run_config;
-  load_toml_config(run_config, config_path);
+  load_toml_config(run_config, found.run_dir + "/config.toml");
   run_config.device = device_choice;  // where it samples is this command's choice
   run_config.resume.clear();          // the run's own resume and output settings do not apply
   run_config.out.clear();
@@ -66,22 +65,14 @@ SampleResult sample_text(const SampleOptions& options) {
   const auto tokenizer = make_tokenizer(config.tokenizer);
   std::map<std::string, std::string> metadata;
   load_safetensors(weights_path, &metadata);
-  if (const auto digest = metadata.find("tokenizer_digest"); digest != metadata.end()) {
-    const std::string model = config.sentencepiece_model();
-    if (file_digest(model) != digest->second) {
-      throw Error(ErrorKind::Data,
-                  "sentencepiece model '" + model + "' is not the one run '" + options.run_dir +
-                      "' trained with (its CRC-32 or size differs from the weights' record)",
-                  "restore the .model file the run trained with");
-    }
-  }
+  check_tokenizer_of_weights(metadata, config.sentencepiece_model(), options.run_dir);
   const int64_t vocabulary = tokenizer->vocabulary();
   const int32_t end_of_text = tokenizer->end_of_text();
   torch::NoGradGuard no_grad;
   torch::nn::Sequential model{nullptr};
   if (scripted) {
     // The module as the run wrote it back, else the file it trained.
-    const std::string written = options.run_dir + "/model.pt";
+    const std::string written = found.run_dir + "/model.pt";
     model = torch::nn::Sequential(std::shared_ptr<torch::nn::SequentialImpl>(
         load_scripted_model(path_exists(written) ? written : torchscript_path(config.model))));
   } else {

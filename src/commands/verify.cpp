@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "batching/batch_plan.h"
 #include "batching/token_packing.h"
@@ -48,12 +49,16 @@ struct Side {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> gradients;  // the update's mean gradient, per parameter
   std::vector<std::pair<std::string, torch::Tensor>> weights;  // after the update
+  std::vector<std::string> dropout_off;                        // the dropout layers turned off
 };
 
+// Dropout is turned off: its masks are random draws, which micro-batches draw in another order
+// than one batch, so no split could equal one batch with it on.
 Side make_side(const TrainConfig& config, const TensorDataset& train, const BatchPlan& plan,
-               const torch::Device& device, const CustomProblem* problem) {
+               const torch::Device& device, const CustomProblem* problem,
+               torch::Dtype dtype = torch::kFloat32) {
   torch::manual_seed(config.seed);
-  Side side{torch::nn::Sequential(nullptr), nullptr, {}, {}};
+  Side side{torch::nn::Sequential(nullptr), nullptr, {}, {}, {}};
   if (problem && (problem->make_probe_model || problem->make_model)) {
     side.model = problem->make_probe_model ? problem->make_probe_model() : problem->make_model();
     if (UserModuleImpl* module = as_user_module(*side.model))
@@ -64,7 +69,11 @@ Side make_side(const TrainConfig& config, const TensorDataset& train, const Batc
   if (!config.init_weights.empty())
     load_weights(config.init_weights, *side.model);
   side.model->to(device);
+  if (dtype != torch::kFloat32)
+    side.model->to(dtype);
   prepare_for_training(side.model, config, plan.accumulation_steps);
+  side.dropout_off = dropout_layers(*side.model);
+  turn_off_dropout(*side.model);
   side.optimizer = make_optimizer(OptimizerSettings::from(config), side.model->parameters());
   return side;
 }
@@ -87,6 +96,48 @@ void train_side(Side& side, AccumulationEngine& engine, BatchAssembler& assemble
     side.weights.emplace_back(named.key(), named.value().detach().clone());
 }
 
+// The window as one batch in float64, from the same initial weights: the mathematics both fp32
+// sides round, so it says which of them rounds closer (libtorch's convolution backward, for
+// one, sums a whole micro-batch's terms in one fp32 run, and a longer run rounds further).
+struct Float64Reference {
+  std::vector<torch::Tensor> gradients;  // per parameter; empty when it could not run
+  std::string failure;                   // why not
+};
+
+Float64Reference float64_reference(const TrainConfig& config, const TensorDataset& train,
+                                   const BatchPlan& plan, const torch::Device& device,
+                                   const CustomProblem* problem, const std::vector<int64_t>& order,
+                                   const UpdateWindow& window, double lr) {
+  const auto first = order.begin() + window.rank_begin;
+  TensorDataset samples = train.select(std::vector<int64_t>(first, first + window.rank_size));
+  if (samples.inputs.defined() && samples.inputs.is_floating_point())
+    samples.inputs = samples.inputs.to(torch::kFloat64);
+  if (samples.is_regression())
+    samples.targets = samples.targets.to(torch::kFloat64);
+  try {
+    Side side = make_side(config, train, plan, device, problem, torch::kFloat64);
+    EngineOptions options;
+    options.clip_norm = config.clip_norm;
+    options.measure_noise = false;
+    options.task = Task::of(*side.model, samples);
+    LocalReducer reducer;
+    AccumulationEngine engine(side.model, *side.optimizer, reducer, options);
+    BatchAssembler assembler(samples, samples.size());
+    std::vector<int64_t> in_order(static_cast<size_t>(samples.size()));
+    std::iota(in_order.begin(), in_order.end(), int64_t{0});
+    UpdateWindow one;
+    one.size = one.rank_size = samples.size();
+    one.micro_batch_sizes = {samples.size()};
+    train_side(side, engine, assembler, in_order, one, lr, nullptr, /*micro_batch_tokens=*/0);
+    return {side.gradients, ""};
+  } catch (const Error& e) {
+    return {{}, e.problem()};
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    return {{}, what.substr(0, what.find('\n'))};
+  }
+}
+
 // --micro-batch-tokens on token rows: the budget and how many micro-batches it cut the first
 // window into (the budget 0: the plan's own micro-batches).
 struct TokenCut {
@@ -97,7 +148,8 @@ struct TokenCut {
 // Per tensor, and a verdict that tells fp32 reassociation from BatchNorm from anything else.
 VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                            const UpdateWindow& window, double lr, const Side& accumulated,
-                           Side& whole, const TokenCut& token_cut) {
+                           Side& whole, const Float64Reference& reference,
+                           const std::vector<std::string>& dropout_off, const TokenCut& token_cut) {
   // fp32: a sum of a few hundred terms in another order differs in the last bits, which
   // convolutions and normalisation layers amplify to up to ~5e-5 of a small tensor's norm
   // (cnn-gn's biases); BatchNorm's per-micro-batch statistics and a per-micro-batch mean are
@@ -114,6 +166,13 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                      : plan.describe()) +
                 " against one batch of the same " + std::to_string(window.size) +
                 " samples, at lr " + format_significant(lr) + "\n";
+  report.dropout_off = dropout_off;
+  if (!dropout_off.empty()) {
+    report.text += "dropout turned off on both sides (" + join(dropout_off, ", ") +
+                   "): its masks are random draws, which micro-batches draw in another order "
+                   "than one batch, so with it on no split could equal one batch; training keeps "
+                   "it on\n";
+  }
   std::snprintf(line, sizeof line, "%-16s %14s %14s %14s %14s\n", "tensor", "grad max abs",
                 "grad relative", "weight max abs", "weight relative");
   report.text += line;
@@ -123,13 +182,43 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
     const TensorDifference w = difference(accumulated.weights[i].second, whole.weights[i].second);
     worst = std::max({worst, g.relative, w.relative});
     report.differences.push_back(
-        {whole.weights[i].first, g.max_abs, g.relative, w.max_abs, w.relative});
+        {whole.weights[i].first, g.max_abs, g.relative, w.max_abs, w.relative, {}, {}});
+    if (!reference.gradients.empty()) {
+      const torch::Tensor exact = reference.gradients[i];
+      report.differences.back().accumulated_vs_float64 =
+          difference(accumulated.gradients[i].to(torch::kFloat64), exact).relative;
+      report.differences.back().whole_vs_float64 =
+          difference(whole.gradients[i].to(torch::kFloat64), exact).relative;
+    }
     std::snprintf(line, sizeof line, "%-16s %14.3g %14.3g %14.3g %14.3g%s\n",
                   whole.weights[i].first.c_str(), g.max_abs, g.relative, w.max_abs, w.relative,
                   std::max(g.relative, w.relative) > kTolerance ? "  <- differs" : "");
     report.text += line;
   }
   report.largest_relative = worst;
+  if (reference.gradients.empty()) {
+    report.no_float64_reason = reference.failure;
+    report.text +=
+        "float64 reference: not computed (the model did not run in float64: " + reference.failure +
+        ")\n";
+  } else {
+    double accumulated_error = 0;
+    double whole_error = 0;
+    for (const VerifyDifference& d : report.differences) {
+      accumulated_error = std::max(accumulated_error, *d.accumulated_vs_float64);
+      whole_error = std::max(whole_error, *d.whole_vs_float64);
+    }
+    const char* closer = accumulated_error < whole_error   ? "the micro-steps round closer"
+                         : whole_error < accumulated_error ? "one batch rounds closer"
+                                                           : "both round alike";
+    report.text +=
+        "float64 reference (the same samples as one batch in float64): gradients of "
+        "the micro-steps within " +
+        format_significant(accumulated_error, 2) + " of it, of one fp32 batch within " +
+        format_significant(whole_error, 2) + ": " + closer +
+        " (fp32 sums in another order round differently; a longer sum, as one large "
+        "batch makes in a convolution's backward, rounds further)\n";
+  }
   const auto batch_norm = batch_statistics_layers(*whole.model);
   if (worst <= kTolerance) {
     report.verdict = VerifyVerdict::Exact;
@@ -158,7 +247,8 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                    format_significant(worst) +
                    "): the model has no batch statistics, so micro-steps should equal one batch; "
                    "look for a loss averaged per micro-batch, a layer that sees the batch, or "
-                   "randomness in the forward pass\n";
+                   "randomness in the forward pass (dropout called as a function rather than "
+                   "as a layer)\n";
   }
   return report;
 }
@@ -242,7 +332,10 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
     one.micro_batch_sizes = {window.size};
     train_side(whole, engine, assembler, order, one, lr, nullptr, /*micro_batch_tokens=*/0);
   }
-  return compare_sides(config, run.plan, window, lr, accumulated, whole, token_cut);
+  const Float64Reference reference =
+      float64_reference(config, data.train, run.plan, device, problem, order, window, lr);
+  return compare_sides(config, run.plan, window, lr, accumulated, whole, reference,
+                       accumulated.dropout_off, token_cut);
 }
 
 }  // namespace bigbatch

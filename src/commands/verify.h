@@ -1,7 +1,11 @@
 #pragma once
 // `bigbatch verify`: the first update's window run twice from the same weights — as the plan's
 // micro-steps with accumulation, and as one batch of the same samples — comparing gradients and
-// the weights after the update, tensor by tensor, with a verdict. Torch-free, for the CLI.
+// the weights after the update, tensor by tensor, with a verdict. A third run of the window as
+// one batch in float64 says which fp32 side rounds closer to the mathematics both compute.
+// Dropout is turned off on every side (its masks are random draws, which a split draws in
+// another order), and the report says so. Torch-free, for the CLI.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,9 @@ struct VerifyDifference {
   double gradient_relative = 0;
   double weight_max_abs = 0;
   double weight_relative = 0;
+  // Each fp32 side's mean gradient against the float64 one (relative), when it was computed.
+  std::optional<double> accumulated_vs_float64;
+  std::optional<double> whole_vs_float64;
 };
 
 struct VerifyReport {
@@ -26,6 +33,10 @@ struct VerifyReport {
   VerifyVerdict verdict = VerifyVerdict::Exact;
   std::vector<VerifyDifference> differences;  // per parameter, in the model's order
   double largest_relative = 0;
+  std::vector<std::string> dropout_off;  // dropout layers turned off for the comparison
+  // Why there is no float64 reference (a module that does not run in float64); empty when
+  // there is one.
+  std::string no_float64_reason;
 };
 
 struct CustomProblem;  // train/custom_problem.h

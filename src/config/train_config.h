@@ -187,7 +187,10 @@ struct TrainConfig {
   uint64_t seed = 42;
   bool shuffle = true;
   int64_t threads = 0;  // 0: auto
-  std::string out;      // empty: runs/<timestamp>
+  // Not an option: a resumed run's thread count is its config.toml's (measured or set when it
+  // started), not a flag of this command; what the start's "threads:" line names.
+  bool threads_from_run = false;
+  std::string out;  // empty: runs/<timestamp>
   std::string init_weights;
   std::string save_weights;
   ProgressMode progress = ProgressMode::Auto;

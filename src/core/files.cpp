@@ -74,13 +74,15 @@ const char* file_kind(const struct stat& info) {
 // A file is replaced by renaming a complete new one onto it: right for a regular file, wrong
 // for a device, a pipe or a socket (renaming onto /dev/null would replace the system's).
 void refuse_irregular_target(const std::string& path, const std::string& target,
-                             const std::string& what) {
+                             const std::string& what, const std::string& example_name) {
   struct stat info {};
   if (::stat(target.c_str(), &info) != 0 || S_ISREG(info.st_mode))
     return;
   if (S_ISDIR(info.st_mode)) {
     throw Error(ErrorKind::Io, what + " '" + path + "' is a directory",
-                "give a file name, e.g. " + path + "/weights.safetensors");
+                example_name.empty() ? std::string("give the path of a file")
+                                     : "give a file name, e.g. " +
+                                           (std::filesystem::path(path) / example_name).string());
   }
   throw Error(ErrorKind::Io,
               what + " '" + path + "' is " + file_kind(info) + ", not a regular file",
@@ -105,7 +107,7 @@ std::string write_target(const std::string& path) {
 }
 
 void check_output_file(const std::string& path, const std::string& what,
-                       const std::vector<std::string>& inputs) {
+                       const std::vector<std::string>& inputs, const std::string& example_name) {
   const std::string target = write_target(path);
   const std::string dir = parent_directory(target);
   const std::string shown =
@@ -119,7 +121,7 @@ void check_output_file(const std::string& path, const std::string& what,
     throw Error(ErrorKind::Io, what + " " + shown + ": the directory '" + dir + "' is not writable",
                 "choose a directory you can write to");
   }
-  refuse_irregular_target(path, target, what);
+  refuse_irregular_target(path, target, what, example_name);
   for (const std::string& input : inputs) {
     std::error_code error;
     if (!input.empty() && std::filesystem::equivalent(target, input, error) && !error) {
@@ -136,7 +138,7 @@ void atomic_write_file(const std::string& requested, const std::string& content,
   struct stat here {};
   const bool link = ::lstat(path.c_str(), &here) == 0 && S_ISLNK(here.st_mode);
   if (!link)
-    refuse_irregular_target(requested, path, "output file");
+    refuse_irregular_target(requested, path, "output file", "");
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   // A new file of its own, never one found under the temporary name (a link, a stale file).
   ::unlink(temporary.c_str());

@@ -74,8 +74,10 @@ std::string write_target(const std::string& path);
 // Refuses, before any work is done for it, an output file that could not or must not be
 // written: its directory missing, not a directory or not writable; the path a directory, a
 // device, a pipe or a socket (a rename would replace it); or the same file as one of `inputs`.
-// `what` names it in the error ("--save-weights").
+// `what` names it in the error ("--save-weights"); a directory given for it is answered with
+// `example_name` inside it ("DIR/weights.safetensors").
 void check_output_file(const std::string& path, const std::string& what,
-                       const std::vector<std::string>& inputs = {});
+                       const std::vector<std::string>& inputs = {},
+                       const std::string& example_name = "weights.safetensors");
 
 }  // namespace bigbatch

@@ -42,7 +42,8 @@ void GptBlockImpl::reset() {
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   // Dropout only when asked for: at p = 0 it would still cost a pass per call.
-  const bool dropout_due = options.dropout > 0 && is_training();
+  // The dropout layer's own mode: verify turns it off alone (models.h, turn_off_dropout).
+  const bool dropout_due = options.dropout > 0 && dropout->is_training();
   const auto drop = [&](const torch::Tensor& t) { return dropout_due ? dropout(t) : t; };
   // Causal self-attention: position t attends to positions <= t (models/causal_attention.h).
   const auto mixed = causal_attention(qkv(ln1(x)), options.heads, dropout_due, drop);

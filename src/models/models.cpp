@@ -1,5 +1,7 @@
 #include "models/models.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -85,9 +87,19 @@ torch::nn::Sequential make_model(const ModelSpec& spec) {
   return nullptr;
 }
 
+std::string libtorch_description() {
+#ifdef BIGBATCH_WITH_CUDA
+  const char* cuda = " with CUDA";
+#else
+  const char* cuda = "";
+#endif
+  return "libtorch " + std::to_string(TORCH_VERSION_MAJOR) + "." +
+         std::to_string(TORCH_VERSION_MINOR) + "." + std::to_string(TORCH_VERSION_PATCH) + cuda;
+}
+
 std::vector<std::string> batch_statistics_layers(torch::nn::Module& model) {
   if (auto* module = as_user_module(model))
-    return module->batch_norm_layers(/*training_only=*/true);
+    return module->layers_of(LayerKind::BatchNorm, /*training_only=*/true);
   std::vector<std::string> names;
   for (const auto& item : model.named_modules()) {
     const auto& module = item.value();
@@ -112,11 +124,48 @@ bool is_batch_norm(const std::shared_ptr<torch::nn::Module>& module) {
 }
 }  // namespace
 
+namespace {
+// Dropout that draws masks: libtorch's dropout modules with p > 0.
+bool is_live_dropout(const torch::nn::Module& module) {
+  if (const auto* d = module.as<torch::nn::Dropout>())
+    return d->options.p() > 0;
+  if (const auto* d = module.as<torch::nn::Dropout2d>())
+    return d->options.p() > 0;
+  if (const auto* d = module.as<torch::nn::Dropout3d>())
+    return d->options.p() > 0;
+  if (const auto* d = module.as<torch::nn::AlphaDropout>())
+    return d->options.p() > 0;
+  if (const auto* d = module.as<torch::nn::FeatureAlphaDropout>())
+    return d->options.p() > 0;
+  return false;
+}
+}  // namespace
+
+std::vector<std::string> dropout_layers(torch::nn::Module& model) {
+  if (auto* module = as_user_module(model))
+    return module->layers_of(LayerKind::Dropout, /*training_only=*/true);
+  std::vector<std::string> names;
+  for (const auto& item : model.named_modules()) {
+    if (is_live_dropout(*item.value()) && item.value()->is_training())
+      names.push_back(item.key());
+  }
+  return names;
+}
+
+void turn_off_dropout(torch::nn::Module& model) {
+  if (auto* module = as_user_module(model))
+    module->freeze(LayerKind::Dropout);
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (is_live_dropout(*module))
+      module->eval();
+  }
+}
+
 void apply_batch_norm_mode(torch::nn::Module& model, BatchNormMode mode) {
   if (mode != BatchNormMode::Frozen)
     return;
   if (auto* module = as_user_module(model))
-    module->freeze_batch_norm();
+    module->freeze(LayerKind::BatchNorm);
   for (const auto& module : model.modules(/*include_self=*/true)) {
     if (is_batch_norm(module))
       module->eval();

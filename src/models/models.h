@@ -35,8 +35,19 @@ torch::nn::Sequential make_model(const ModelSpec& spec);
 bool uses_batch_statistics(torch::nn::Module& model);
 // The names of those layers ("1", "5" in a Sequential), as in the weights files.
 std::vector<std::string> batch_statistics_layers(torch::nn::Module& model);
+// Dropout layers that draw masks in training (p > 0, training mode), by name: a split of a
+// batch draws their random numbers in another order, so it cannot equal one batch exactly.
+std::vector<std::string> dropout_layers(torch::nn::Module& model);
+// Those layers into eval mode (they pass their inputs through), and in a user's module kept
+// there through train(): what `verify` compares the arithmetic of accumulation without.
+void turn_off_dropout(torch::nn::Module& model);
 
 int64_t parameter_count(torch::nn::Module& model);
+
+// The libtorch this binary is built against: "libtorch 1.13.0", or "libtorch 2.15.0 with CUDA"
+// (what `--version` and the start of a run say; TorchScript files of a newer PyTorch may use
+// operators it does not know).
+std::string libtorch_description();
 
 // Where a model lives: its parameters' device (its buffers' for a model without parameters;
 // the CPU for one with neither). The engine, evaluation and checkpoints follow it.

@@ -4,12 +4,15 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "io/zip_archive.h"
 #include "memory/tracking_allocator.h"
+#include "models/models.h"
 #include "models/user_forward_layer.h"
 
 namespace bigbatch {
@@ -30,15 +33,56 @@ std::string error_summary(const std::exception& e) {
       message = message.substr(9);
     return message;
   }
-  return message.substr(0, message.find('\n'));
+  // The loader's own reason: its first line with words in it (an unknown operator's message
+  // starts with a blank line).
+  for (const std::string& line : split(message, '\n')) {
+    if (!trim(line).empty())
+      return trim(line);
+  }
+  return "no reason given";
 }
 
-bool is_batch_norm_type(const torch::jit::Module& module) {
+// A loader error of a file that uses what this libtorch does not have: an operator, a schema or
+// a type that a newer PyTorch added.
+bool unknown_to_this_libtorch(const std::string& reason) {
+  for (const char* sign : {"Unknown builtin op", "Unknown type name", "Unknown type constructor",
+                           "Arguments for call are not valid"}) {
+    if (reason.find(sign) != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+std::string type_name(const torch::jit::Module& module) {
   const auto name = module.type()->name();
-  if (!name)
-    return false;
-  const std::string type = name->name();  // "BatchNorm2d" from __torch__...batchnorm.BatchNorm2d
-  return type.rfind("BatchNorm", 0) == 0 || type == "SyncBatchNorm";
+  return name ? name->name() : "";  // "BatchNorm2d" from __torch__...batchnorm.BatchNorm2d
+}
+
+// A scripted module's float `p`: an attribute, or a constant (nn.Dropout declares it one).
+std::optional<double> probability_of(const torch::jit::Module& module) {
+  if (module.hasattr("p") && module.attr("p").isDouble())
+    return module.attr("p").toDouble();
+  const auto& type = module.type();
+  if (type->hasConstant("p") && type->getConstant("p").isDouble())
+    return type->getConstant("p").toDouble();
+  return std::nullopt;
+}
+
+bool is_layer_of(const torch::jit::Module& module, LayerKind kind) {
+  const std::string type = type_name(module);
+  switch (kind) {
+    case LayerKind::BatchNorm:
+      return type.rfind("BatchNorm", 0) == 0 || type == "SyncBatchNorm";
+    case LayerKind::Dropout: {
+      // Dropout, Dropout1d/2d/3d, AlphaDropout, FeatureAlphaDropout; one whose p is 0 draws
+      // nothing.
+      if (type.find("Dropout") == std::string::npos)
+        return false;
+      const std::optional<double> p = probability_of(module);
+      return !p || *p > 0;
+    }
+  }
+  return false;
 }
 
 // The layer name inside the Sequential that runs forward(): not a Python identifier, so no
@@ -98,9 +142,9 @@ class ScriptedForwardImpl : public UserForwardLayer {
   void set_computes_loss(bool on) { computes_loss_ = on; }
 
   void set_module_mode(bool training) override { module_->train(training); }
-  void put_batch_norm_in_eval() override {
+  void put_in_eval(LayerKind kind) override {
     for (const auto& item : module_->named_modules()) {
-      if (is_batch_norm_type(item.value))
+      if (is_layer_of(item.value, kind))
         torch::jit::Module(item.value).eval();
     }
   }
@@ -180,10 +224,10 @@ void ScriptedModelImpl::register_scripted_state() {
   UserModuleImpl::register_state(parameters, buffers);
 }
 
-std::vector<std::string> ScriptedModelImpl::batch_norm_layers(bool training_only) const {
+std::vector<std::string> ScriptedModelImpl::layers_of(LayerKind kind, bool training_only) const {
   std::vector<std::string> names;
   for (const auto& item : module_->named_modules()) {
-    if (is_batch_norm_type(item.value) && (!training_only || item.value.is_training()))
+    if (is_layer_of(item.value, kind) && (!training_only || item.value.is_training()))
       names.push_back(item.name);
   }
   return names;
@@ -199,8 +243,8 @@ ScoredLoss ScriptedModelImpl::forward_and_loss(const torch::Tensor& inputs,
   return forward_->forward_and_loss(inputs, targets);
 }
 
-void ScriptedModelImpl::freeze_batch_norm() {
-  forward_->freeze_batch_norm();
+void ScriptedModelImpl::freeze(LayerKind kind) {
+  forward_->freeze(kind);
 }
 
 void ScriptedModelImpl::save_module(const std::string& path) const {
@@ -228,8 +272,8 @@ std::shared_ptr<torch::nn::Module> ScriptedModelImpl::clone(
     copy.to(*device);
   copy.train(is_training());
   auto model = std::make_shared<ScriptedModelImpl>(std::move(copy), path_);
-  if (forward_->batch_norm_frozen())
-    model->freeze_batch_norm();
+  for (const LayerKind kind : forward_->frozen())
+    model->freeze(kind);
   return model;
 }
 
@@ -266,8 +310,18 @@ std::shared_ptr<ScriptedModelImpl> load_scripted_model(const std::string& path) 
   try {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
+    const std::string reason = error_summary(e);
+    if (unknown_to_this_libtorch(reason)) {
+      throw Error(ErrorKind::Model,
+                  "model file '" + path + "' does not load in bigbatch's " +
+                      libtorch_description() + " (" + reason +
+                      "): it was likely written by a newer PyTorch",
+                  "build bigbatch against the PyTorch that saved it: scripts/setup.sh --pytorch "
+                  "python3 (docs/your-model.md), or bigbatch from Python (docs/python.md)");
+    }
     throw Error(ErrorKind::Model,
-                "model file '" + path + "' is not a TorchScript module (" + error_summary(e) + ")",
+                "model file '" + path + "' is not a TorchScript module that " +
+                    libtorch_description() + " loads (" + reason + ")",
                 "save it in Python with torch.jit.script(model).save(...); a state_dict or a "
                 "pickled model cannot be trained without its code");
   }

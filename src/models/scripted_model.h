@@ -38,9 +38,9 @@ class ScriptedModelImpl : public UserModuleImpl {
   ModuleLoss forward_loss(const torch::Tensor& inputs, const torch::Tensor& targets) override;
   bool has_loss_method() const override { return has_loss_method_; }
   ScoredLoss forward_and_loss(const torch::Tensor& inputs, const torch::Tensor& targets) override;
-  std::vector<std::string> batch_norm_layers(bool training_only) const override;
-  // (The running statistics' momentum is a TorchScript constant.)
-  void freeze_batch_norm() override;
+  std::vector<std::string> layers_of(LayerKind kind, bool training_only) const override;
+  // (BatchNorm's running statistics' momentum is a TorchScript constant.)
+  void freeze(LayerKind kind) override;
 
   // Writes the module with its current weights (torch.jit.load reads it back), atomically.
   void save_module(const std::string& path) const;

@@ -9,7 +9,7 @@
 //
 // What the task (task/task.h) asks of it beyond forward(): whether it computes its own loss
 // (forward(inputs, targets) -> (loss_sum, items)) or gives one beside its logits
-// (loss(outputs, targets) -> loss_sum), and where its BatchNorm layers are.
+// (loss(outputs, targets) -> loss_sum), and where its BatchNorm and dropout layers are.
 //
 //   if (UserModuleImpl* module = as_user_module(*model))
 //     if (module->computes_loss()) ...            // no logits: nothing to score
@@ -39,6 +39,10 @@ struct ScoredLoss {
 
 using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// Layers whose arithmetic in training depends on more than the sample: BatchNorm normalises
+// over the batch, dropout draws random masks (a split of a batch draws them in another order).
+enum class LayerKind { BatchNorm, Dropout };
+
 class UserModuleImpl : public torch::nn::SequentialImpl {
  public:
   // How messages name the module: its file, or its Python class.
@@ -56,12 +60,13 @@ class UserModuleImpl : public torch::nn::SequentialImpl {
   virtual ScoredLoss forward_and_loss(const torch::Tensor& inputs,
                                       const torch::Tensor& targets) = 0;
 
-  // BatchNorm inside the module (found by the submodules' types): their names, those still
-  // normalising over the batch (training mode) only when `training_only`.
-  virtual std::vector<std::string> batch_norm_layers(bool training_only) const = 0;
-  // Running statistics normalise in training too. (Their momentum is the module's own,
-  // uncorrected for accumulation.)
-  virtual void freeze_batch_norm() = 0;
+  // The module's layers of a kind (found by the submodules' types; dropout only where its
+  // probability is above 0): their names, only those in training mode when `training_only`.
+  virtual std::vector<std::string> layers_of(LayerKind kind, bool training_only) const = 0;
+  // The kind's layers kept in eval mode whatever train() says: BatchNorm's running statistics
+  // normalise in training too (their momentum is the module's own, uncorrected for
+  // accumulation); dropout passes its inputs through.
+  virtual void freeze(LayerKind kind) = 0;
 
   // The second names of tied weights, each with the parameter it aliases.
   const std::vector<std::pair<std::string, std::string>>& aliases() const { return aliases_; }

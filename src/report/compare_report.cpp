@@ -20,7 +20,26 @@ struct ComparedRun {
   RunRecords records;
   std::vector<nlohmann::json> held_out;
   bool tokens = false;  // a language model: its curves are against tokens
+  std::string model;    // as its config.toml names it; "-" when not known
 };
+
+// The model a run's config.toml names ("cnn", "torchscript:lm.pt"), read as the line TOML
+// writes; "-" without one.
+std::string model_of_run(const std::string& dir) {
+  const std::string path = dir + "/config.toml";
+  if (!path_exists(path))
+    return "-";
+  for (const std::string& line : split(read_text_file(path), '\n')) {
+    const std::string prefix = "model = ";
+    if (line.rfind(prefix, 0) == 0) {
+      std::string value = trim(line.substr(prefix.size()));
+      if (value.size() >= 2 && (value.front() == '\'' || value.front() == '"'))
+        value = value.substr(1, value.size() - 2);
+      return value.empty() ? "-" : value;
+    }
+  }
+  return "-";
+}
 
 // The best of `key` over the held-out records (the lowest, or the highest when `rises`).
 std::optional<double> best_of(const std::vector<nlohmann::json>& records, const char* key,
@@ -42,7 +61,7 @@ std::string cell(const std::optional<double>& value, bool percent = false) {
 
 std::string table(const std::vector<ComparedRun>& runs) {
   std::string html =
-      "<table class=\"summary\"><tr><th>run</th><th>global batch</th><th>updates</th>"
+      "<table class=\"summary\"><tr><th>run</th><th>model</th><th>global batch</th><th>updates</th>"
       "<th>samples</th><th>final train loss (smoothed)</th><th>best validation loss</th>"
       "<th>best validation accuracy</th><th>test accuracy (last)</th><th>training time</th>"
       "<th>samples/s (over the run)</th></tr>";
@@ -70,9 +89,10 @@ std::string table(const std::vector<ComparedRun>& runs) {
         throughput = *samples / *seconds;
     }
     html += "<tr><td><span style=\"color:" + std::string(chart_colour(i)) + "\">&#9632;</span> " +
-            xml_escape(run.dir) + "</td><td>" + cell(global_batch) + "</td><td>" + cell(steps) +
-            "</td><td>" + (samples ? human_count(*samples) : "-") + "</td><td>" + cell(final_loss) +
-            "</td><td>" + cell(best_of(run.held_out, "val_loss", false)) + "</td><td>" +
+            xml_escape(run.dir) + "</td><td>" + xml_escape(run.model) + "</td><td>" +
+            cell(global_batch) + "</td><td>" + cell(steps) + "</td><td>" +
+            (samples ? human_count(*samples) : "-") + "</td><td>" + cell(final_loss) + "</td><td>" +
+            cell(best_of(run.held_out, "val_loss", false)) + "</td><td>" +
             cell(best_of(run.held_out, "val_accuracy", true), true) + "</td><td>" +
             cell(test_accuracy, true) + "</td><td>" + (seconds ? human_duration(*seconds) : "-") +
             "</td><td>" + (throughput ? human_count(*throughput) : "-") + "</td></tr>";
@@ -91,7 +111,7 @@ std::string render_comparison_report(const std::vector<std::string>& run_dirs) {
                   "'" + dir + "' has no metrics.jsonl, so there is nothing to compare",
                   "give run directories written by bigbatch train");
     }
-    ComparedRun run{dir, read_run_records(metrics), {}, false};
+    ComparedRun run{dir, read_run_records(metrics), {}, false, model_of_run(dir)};
     run.held_out = run.records.held_out();
     run.tokens = std::any_of(run.records.updates.begin(), run.records.updates.end(),
                              [](const nlohmann::json& u) { return u.contains("tokens_per_s"); });

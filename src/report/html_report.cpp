@@ -67,8 +67,18 @@ std::string summary(const RunRecords& r) {
     if (last.contains("global_batch"))
       row("global batch (samples per update)",
           std::to_string(last.value("global_batch", int64_t{0})));
+    // An epoch's short last window trains fewer samples than the global batch: said beside its
+    // count, which would otherwise read as a contradiction of the row above.
+    const int64_t before = r.updates.size() > 1
+                               ? r.updates[r.updates.size() - 2].value("samples_seen", int64_t{0})
+                               : 0;
+    const int64_t window = last.value("samples_seen", int64_t{0}) - before;
+    const int64_t global = last.value("global_batch", int64_t{0});
     row(tokens ? "target tokens (last update)" : "items (last update)",
-        std::to_string(last.value("items", int64_t{0})));
+        std::to_string(last.value("items", int64_t{0})) +
+            (window > 0 && global > 0 && window < global
+                 ? " (a short last window of " + std::to_string(window) + " samples)"
+                 : std::string()));
     if (last.contains("micro_batch"))
       row("micro-batch (last update)", std::to_string(last.value("micro_batch", int64_t{0})));
   }
@@ -218,15 +228,34 @@ std::string configuration(const std::string& path) {
     if (const std::string key = key_of(line); !key.empty())
       defaults[key] = line;
   }
+  const std::vector<std::string> lines = split(read_text_file(path), '\n');
+  std::string optimizer;
+  for (const auto& line : lines) {
+    if (key_of(line) == "optimizer")
+      optimizer = line.substr(line.find(" = ") + 3);  // 'sgd', quoted as TOML writes it
+  }
+  // Another optimizer's settings (an SGD run's adam-*) say nothing of this run: left out.
+  const auto used = [&](const std::string& key) {
+    if (optimizer.empty())
+      return true;
+    if (key.rfind("adam-", 0) == 0)
+      return optimizer == "'adamw'" || optimizer == "'lamb'";
+    if (key == "lars-trust")
+      return optimizer == "'lars'" || optimizer == "'lamb'";
+    if (key == "momentum" || key == "nesterov")
+      return optimizer == "'sgd'" || optimizer == "'lars'";
+    return true;
+  };
   std::string changed, same;
-  for (const auto& line : split(read_text_file(path), '\n')) {
+  for (const auto& line : lines) {
     const std::string key = key_of(line);
-    if (key.empty())
+    if (key.empty() || !used(key))
       continue;
     const auto d = defaults.find(key);
     (d != defaults.end() && d->second == line ? same : changed) += line + "\n";
   }
-  return "<p>Set for this run (differs from the defaults, or resolved from the data):</p><pre>" +
+  return "<p>Set for this run (differs from the defaults, or resolved from the data; other "
+         "optimizers' settings left out):</p><pre>" +
          xml_escape(changed.empty() ? "(nothing: the defaults)\n" : changed) +
          "</pre><details><summary>the defaults it kept</summary><pre>" + xml_escape(same) +
          "</pre></details>";
@@ -280,7 +309,7 @@ void add_growth_chart(const RunRecords& r, Add add) {
 
 }  // namespace
 
-std::string render_run_report(const std::string& run_dir) {
+std::string render_run_report(const std::string& run_dir, std::vector<std::string>* skipped_lines) {
   const std::string metrics_path = run_dir + "/metrics.jsonl";
   if (!path_exists(metrics_path)) {
     throw Error(ErrorKind::Io,
@@ -405,6 +434,16 @@ std::string render_run_report(const std::string& run_dir) {
 
   std::string html = html_page_start("bigbatch run " + run_dir);
   html += "<h1>bigbatch run: " + xml_escape(run_dir) + "</h1>\n";
+  if (!r.skipped.empty()) {
+    std::string items;
+    for (const std::string& line : r.skipped)
+      items += "<li>" + xml_escape(line) + "</li>";
+    html += "<p>metrics.jsonl: " + std::to_string(r.skipped.size()) +
+            " line(s) skipped, being no record (changed by hand or by another program):</p><ul>" +
+            items + "</ul>\n";
+  }
+  if (skipped_lines)
+    *skipped_lines = r.skipped;
   html += section("summary", summary(r));
   html += section("training", "<div class=\"charts\">" + charts + "</div>");
   html +=
@@ -414,9 +453,9 @@ std::string render_run_report(const std::string& run_dir) {
   return html;
 }
 
-std::string write_run_report(const std::string& run_dir) {
+std::string write_run_report(const std::string& run_dir, std::vector<std::string>* skipped_lines) {
   const std::string path = run_dir + "/report.html";
-  atomic_write_file(path, render_run_report(run_dir), Links::Replace);
+  atomic_write_file(path, render_run_report(run_dir, skipped_lines), Links::Replace);
   return path;
 }
 

@@ -6,13 +6,18 @@
 //
 //   write_run_report("runs/20261130-101500");   // -> runs/20261130-101500/report.html
 #include <string>
+#include <vector>
 
 namespace bigbatch {
 
-// The page's HTML. Throws bigbatch::Error (Io) when the directory holds no metrics.jsonl.
-std::string render_run_report(const std::string& run_dir);
+// The page's HTML. Throws bigbatch::Error (Io) when the directory holds no metrics.jsonl. Lines
+// of metrics.jsonl that are no record are skipped, listed on the page and, when asked, in
+// `skipped_lines` ("line 7: not JSON: ...").
+std::string render_run_report(const std::string& run_dir,
+                              std::vector<std::string>* skipped_lines = nullptr);
 
 // Writes run_dir/report.html atomically and returns its path.
-std::string write_run_report(const std::string& run_dir);
+std::string write_run_report(const std::string& run_dir,
+                             std::vector<std::string>* skipped_lines = nullptr);
 
 }  // namespace bigbatch

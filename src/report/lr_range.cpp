@@ -76,6 +76,10 @@ LrRangeReading read_lr_range(const std::vector<LrRangePoint>& points) {
   }
   reading.suggested_lr = curve[reading.steepest].lr;
   reading.lowest_lr_over_10 = curve[reading.lowest].lr / 10;
+  reading.start_loss = curve[0].loss;
+  const double scale = std::abs(reading.start_loss);
+  reading.fall = scale > 0 ? (reading.start_loss - curve[reading.lowest].loss) / scale : 0.0;
+  reading.fell_clearly = reading.fall >= kClearFall;
   return reading;
 }
 

@@ -10,11 +10,15 @@
 
 namespace bigbatch {
 
-void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
-                          size_t line) {
-  // Names (strings) under these keys, and numbers (or null) under the keys the report, the
-  // resume and the sweep read. Any other key is ignored whatever it holds: a newer version's
-  // field must not make an older bigbatch refuse the file.
+namespace {
+
+// Why a parsed line is no record: a JSON value other than an object, or a field bigbatch reads
+// holding another type. Names (strings) under these keys, and numbers (or null) under the keys
+// the report, the resume and the sweep read. Any other key is ignored whatever it holds: a newer
+// version's field must not make an older bigbatch refuse the file.
+std::string record_problem(const nlohmann::json& record) {
+  if (!record.is_object())
+    return std::string("a JSON ") + record.type_name() + ", not a record";
   static const char* const kTextKeys[] = {"event",     "metric", "error",
                                           "condition", "device", "reason"};
   static const char* const kNumberKeys[] = {"step",     "samples_seen", "epoch",
@@ -29,13 +33,48 @@ void check_metrics_record(const nlohmann::json& record, const std::string& metri
     if ((text_key && value.is_string()) || (number_key && (value.is_number() || value.is_null())) ||
         (!text_key && !number_key))
       continue;
-    throw Error(ErrorKind::Format,
-                "metrics file '" + metrics_path + "' line " + std::to_string(line) + ": \"" + key +
-                    "\" is " + (value.is_string() ? "a string" : value.type_name()) +
-                    (text_key ? ", not a name" : ", not a number"),
-                "the file was changed by hand or by another program: restore it, or delete "
-                "that line");
+    return "\"" + key + "\" is " + (value.is_string() ? "a string" : value.type_name()) +
+           (text_key ? ", not a name" : ", not a number");
   }
+  return "";
+}
+
+// Why a line is not JSON, in the parser's words without its prefix ("[json.exception...] parse
+// error at line 1, column 22: syntax error while parsing value - invalid string: ill-formed
+// UTF-8 byte; last read: ..."), said plainly where the cause is a known one.
+std::string json_problem(const std::string& line) {
+  try {
+    (void)nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for 1e400
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);
+    const size_t reason = what.find(" - ");
+    if (reason != std::string::npos)
+      what = what.substr(reason + 3);
+    const size_t read = what.find("; last read:");
+    if (read != std::string::npos)
+      what = what.substr(0, read);
+    if (line.find("NaN") != std::string::npos || line.find("Infinity") != std::string::npos)
+      what += " (NaN and Infinity are not JSON numbers)";
+    else if (what.find("number overflow") != std::string::npos)
+      what += " (a number beyond a double's range)";
+    return "not JSON: " + what;
+  }
+  return "not JSON";
+}
+
+}  // namespace
+
+void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
+                          size_t line) {
+  const std::string problem = record_problem(record);
+  if (problem.empty())
+    return;
+  throw Error(ErrorKind::Format,
+              "metrics file '" + metrics_path + "' line " + std::to_string(line) + ": " + problem,
+              "the file was changed by hand or by another program: restore it, or delete "
+              "that line");
 }
 
 RunRecords read_run_records(const std::string& metrics_path) {
@@ -52,17 +91,11 @@ RunRecords read_run_records(const std::string& metrics_path) {
     auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded() && number == last)
       continue;  // the last line, cut short by a crash
-    if (record.is_discarded() || !record.is_object()) {
-      throw Error(ErrorKind::Format,
-                  "metrics file '" + metrics_path + "' line " + std::to_string(number) + " is " +
-                      (record.is_discarded() ? std::string("not JSON (NaN and Infinity are not "
-                                                           "JSON numbers)")
-                                             : std::string("a JSON ") + record.type_name()) +
-                      ", not a record",
-                  "the file was changed by hand or by another program: restore it, or delete "
-                  "that line");
+    const std::string problem = record.is_discarded() ? json_problem(line) : record_problem(record);
+    if (!problem.empty()) {
+      records.skipped.push_back("line " + std::to_string(number) + ": " + problem);
+      continue;
     }
-    check_metrics_record(record, metrics_path, number);
     if (record.contains("event")) {
       if (record["event"] == "evaluation")
         records.evaluations.push_back(record);

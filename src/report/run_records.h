@@ -1,8 +1,9 @@
 #pragma once
 // A run's metrics.jsonl read back, sorted by kind of line: what the run report and the sweep
-// summary are built from. The last line, when a crash cut it short, is skipped; any other line
-// that is not a JSON object is refused. Fields bigbatch does not know are ignored (a newer
-// version's records).
+// summary are built from. The last line, when a crash cut it short, is skipped silently; any
+// other line that is no record (not JSON, not an object, a field bigbatch reads holding another
+// type) is skipped and listed with its reason, for the reader to say. Fields bigbatch does not
+// know are ignored (a newer version's records).
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -20,14 +21,15 @@ struct RunRecords {
   std::vector<nlohmann::json> evaluations;
   // Every record with held-out figures, by step: the epochs' and the intervals'.
   std::vector<nlohmann::json> held_out() const;
+  // Lines that were no record, each "line 7: not JSON: invalid string: ill-formed UTF-8 byte"
+  // (not the last line a crash cut short).
+  std::vector<std::string> skipped;
 };
 
-// Throws bigbatch::Error (Format) naming the file and the line when a line other than the last
-// is not a JSON object (an array, NaN), and the field when one bigbatch reads holds a value of
-// another type (a string step, an object as a loss).
 RunRecords read_run_records(const std::string& metrics_path);
 
-// The check read_run_records makes of each line (`line` counts from 1).
+// The check read_run_records makes of each parsed line, as an error (Format) naming the file,
+// the line (from 1) and the field: for readers that must not carry on past a bad record.
 void check_metrics_record(const nlohmann::json& record, const std::string& metrics_path,
                           size_t line);
 

@@ -82,6 +82,14 @@ std::vector<std::string> run_start_lines(const RunStart& start) {
                     std::to_string(run.ramp->phases.size()) + " steps, " +
                     std::to_string(run.total_updates) + " updates; " +
                     rate_with_the_batch(config, run));
+  } else if (run.schedule.config().kind == ScheduleKind::RangeTest) {
+    const LrScheduleConfig& schedule = run.schedule.config();
+    lines.push_back("lr rising exponentially from " +
+                    format_significant(schedule.base_lr * schedule.min_lr_factor) + " to " +
+                    format_significant(schedule.base_lr) + " over " +
+                    count_of(schedule.total_updates, "update") + " at global batch " +
+                    std::to_string(run.plan.global_batch_size) +
+                    " (the range test: no scaling, warmup or schedule)");
   } else {
     const int64_t schedule_updates = run.schedule.config().total_updates;
     lines.push_back(run.schedule.describe_scaling() + ", warmup " +

@@ -13,6 +13,8 @@ namespace {
 constexpr size_t kMaxPointsPerSeries = 1500;
 constexpr int kLeft = 64, kRight = 16, kTitle = 30, kBottom = 44;
 constexpr int kLegendRow = 14;
+// A 10px label's average character width, for keeping marker labels apart.
+constexpr double kMarkerCharWidth = 6;
 
 }  // namespace
 
@@ -278,13 +280,28 @@ std::string render_svg(const LineChart& chart) {
          ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">" +
          xml_escape(chart.y_label + (chart.log_y ? " (log)" : "")) + "</text>";
 
+  // A marker's label starts at its line; labels that would overlap an earlier one go a row down.
+  std::vector<std::vector<std::pair<double, double>>> label_rows;  // taken [from, to] per row
   for (const auto& [value, label] : chart.x_markers) {
     if (!usable(value, chart.log_x) || value < x.low || value > x.high)
       continue;
-    const std::string px = coordinate(x.to_pixel(value));
+    const double from = x.to_pixel(value);
+    const double to = from + kMarkerCharWidth * double(label.size());
+    size_t row = 0;
+    for (; row < label_rows.size(); ++row) {
+      bool free = true;
+      for (const auto& [a, b] : label_rows[row])
+        free = free && (to < a || from > b);
+      if (free)
+        break;
+    }
+    if (row == label_rows.size())
+      label_rows.emplace_back();
+    label_rows[row].push_back({from, to});
+    const std::string px = coordinate(from);
     svg += "<line x1=\"" + px + "\" x2=\"" + px + "\" y1=\"" + std::to_string(kTop) + "\" y2=\"" +
            std::to_string(h - kBottom) + "\" class=\"marker\"/>";
-    svg += "<text x=\"" + px + "\" y=\"" + std::to_string(kTop + 12) +
+    svg += "<text x=\"" + px + "\" y=\"" + std::to_string(kTop + 12 + 14 * int(row)) +
            "\" class=\"marker-label\">" + xml_escape(label) + "</text>";
   }
 

@@ -212,16 +212,22 @@ TensorBoardLog::TensorBoardLog(const std::string& run_dir, const std::string& me
   }
   // The records of the older files are all in this one now (those past the checkpoint are
   // gone from metrics.jsonl too).
-  remove_event_files(run_dir, std::filesystem::path(file_.path()).filename());
+  remove_event_files(run_dir, std::filesystem::path(file_.path()).filename(), &not_removed_);
 }
 
-int64_t remove_event_files(const std::string& run_dir, const std::string& keep) {
+int64_t remove_event_files(const std::string& run_dir, const std::string& keep,
+                           std::vector<std::string>* not_removed) {
   int64_t removed = 0;
   std::error_code ignored;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir, ignored)) {
     const std::string name = entry.path().filename();
-    if (name != keep && is_bigbatch_event_file(name) && entry.is_regular_file(ignored))
-      removed += std::filesystem::remove(entry.path(), ignored) ? 1 : 0;
+    if (name == keep || !is_bigbatch_event_file(name) || !entry.is_regular_file(ignored))
+      continue;
+    std::error_code error;
+    if (std::filesystem::remove(entry.path(), error))
+      ++removed;
+    else if (error && not_removed)
+      not_removed->push_back(entry.path().string() + " (" + error.message() + ")");
   }
   return removed;
 }

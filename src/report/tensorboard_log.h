@@ -58,6 +58,10 @@ class TensorBoardLog {
   // exist); then the directory's older bigbatch event files are removed.
   TensorBoardLog(const std::string& run_dir, const std::string& metrics_path);
 
+  // Older event files that could not be removed ("NAME (Operation not permitted)"): TensorBoard
+  // reads them beside the new one and shows their updates twice, which the run must say.
+  const std::vector<std::string>& not_removed() const { return not_removed_; }
+
   // A record as metrics.jsonl holds it: its "time" is the events' wall time.
   void write(const nlohmann::json& record);
   void flush() { file_.flush(); }
@@ -65,6 +69,7 @@ class TensorBoardLog {
 
  private:
   AppendFile file_;
+  std::vector<std::string> not_removed_;
 };
 
 // Whether `name` is an event file TensorBoardLog writes ("events.out.tfevents.*.bigbatch").
@@ -72,6 +77,7 @@ bool is_bigbatch_event_file(const std::string& name);
 // Removes the event files TensorBoardLog wrote into `run_dir`, but `keep` (a file name); returns
 // how many. A resume under --no-tensorboard removes them all: they may show updates past its
 // checkpoint.
-int64_t remove_event_files(const std::string& run_dir, const std::string& keep = "");
+int64_t remove_event_files(const std::string& run_dir, const std::string& keep = "",
+                           std::vector<std::string>* not_removed = nullptr);
 
 }  // namespace bigbatch

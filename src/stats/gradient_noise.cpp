@@ -138,10 +138,12 @@ const char* verdict_words(BatchVerdict v) {
                                       : "far above";
 }
 
-// "over the last ~100 of 235 updates", or "over all 40 updates" (the EMA's memory is ~100).
+// "over the last ~100 of 235 measured updates", or "over all 40 measured updates" (the EMA's
+// memory is ~100). Measured: an update of one micro-batch (an epoch's short last window) has no
+// smaller batch inside it, so a run's count can be below its updates.
 std::string averaged_over(int64_t updates) {
-  return updates <= 100 ? "over all " + std::to_string(updates) + " updates"
-                        : "over the last ~100 of " + std::to_string(updates) + " updates";
+  return updates <= 100 ? "over all " + std::to_string(updates) + " measured updates"
+                        : "over the last ~100 of " + std::to_string(updates) + " measured updates";
 }
 
 // "210-390 samples within two standard errors" or "at least 70 samples (|G|^2 is within two

@@ -457,8 +457,15 @@ void FitLoop::finish() {
   }
   if (!run_.config.noise_scale)
     return;  // --no-noise-scale (and lr-find): nothing measured, nothing to judge
-  const std::string verdict = batch_size_verdict(noise_, state_.schedule->plan().global_batch_size,
-                                                 state_.schedule->epoch().items_per_sample);
+  std::string verdict = batch_size_verdict(noise_, state_.schedule->plan().global_batch_size,
+                                           state_.schedule->epoch().items_per_sample);
+  // The verdict counts updates and samples, not what an update costs; the automatic batch
+  // weighed both, and its line above may keep a batch this one calls small: one reading.
+  if (!verdict.empty() && run_.resolved.auto_batch && noise_.summary()) {
+    verdict +=
+        "; that counts updates, not their cost: the automatic batch above weighed an "
+        "update's cost against its samples to decide";
+  }
   if (!verdict.empty())
     console_.say(verdict);
 }

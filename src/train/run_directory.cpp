@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "checkpoint/checkpoint_paths.h"
 #include "config/option_table.h"
@@ -19,20 +22,66 @@ std::string default_run_timestamp() {
   return stamp;
 }
 
+namespace {
+
+constexpr const char* kRunFiles[] = {"metrics.jsonl", "weights.safetensors", "config.toml"};
+
+// A run that stopped (killed, or its machine lost) before anything was written to continue
+// from: its records but neither a finished run's weights.safetensors nor a complete
+// checkpoint. --resume has nothing to resume, and its records would refuse a new run forever.
+bool stopped_before_a_checkpoint(const std::string& dir) {
+  return !path_exists(dir + "/weights.safetensors") && list_checkpoints(dir).empty();
+}
+
+// Moves such a run's records (not the lock, not earlier abandoned ones, not files of others)
+// to RUN/abandoned/stopped-before-a-checkpoint-<time>/ and returns that directory.
+std::string set_stopped_run_aside(const std::string& dir) {
+  remove_checkpoint_leftovers(dir);
+  std::error_code ignored;
+  std::filesystem::remove(std::filesystem::path(dir) / "checkpoints", ignored);  // when empty
+  std::vector<std::string> records;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    const std::string name = entry.path().filename().string();
+    static const char* const kRecords[] = {"metrics.jsonl", "config.toml", "plan.txt",
+                                           "report.html", "best.safetensors"};
+    const bool record =
+        std::find(std::begin(kRecords), std::end(kRecords), name) != std::end(kRecords) ||
+        name.rfind("events.out.tfevents.", 0) == 0;
+    if (record)
+      records.push_back(entry.path().string());
+  }
+  std::sort(records.begin(), records.end());
+  return set_checkpoints_aside(dir, records,
+                               "stopped-before-a-checkpoint-" + default_run_timestamp());
+}
+
+}  // namespace
+
 void refuse_used_run_directory(const std::string& dir, LockHeld held) {
-  for (const char* file : {"metrics.jsonl", "weights.safetensors", "config.toml"}) {
+  for (const char* file : kRunFiles) {
     if (path_exists(dir + "/" + file)) {
       if (held == LockHeld::No)
         DirectoryLock::refuse_if_held(dir);
+      if (held == LockHeld::No && stopped_before_a_checkpoint(dir))
+        return;  // set aside once the new run holds the lock (prepare_run_directory)
       throw Error(ErrorKind::Io, "run directory '" + dir + "' already holds a run (" + file + ")",
                   "choose another --out, or delete that directory");
     }
   }
 }
 
-std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir) {
+std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir,
+                                                     std::string* set_aside) {
   ensure_directory(dir);
   auto lock = std::make_unique<DirectoryLock>(dir);
+  const bool holds_a_run =
+      std::any_of(std::begin(kRunFiles), std::end(kRunFiles),
+                  [&](const char* file) { return path_exists(dir + "/" + file); });
+  if (holds_a_run && stopped_before_a_checkpoint(dir)) {
+    const std::string aside = set_stopped_run_aside(dir);
+    if (set_aside)
+      *set_aside = aside;
+  }
   refuse_used_run_directory(dir, LockHeld::Yes);
   return lock;
 }
@@ -89,8 +138,10 @@ TrainConfig resume_configuration(const std::string& path,
     load_toml_config(config, run_dir + "/config.toml");
     config.complete_older_run();  // the images as the run normalised them
   }
+  const int64_t run_threads = config.threads;
   if (overrides)
     overrides(config);
+  config.threads_from_run = run_threads != 0 && config.threads == run_threads;
   if (out_given && config.out != run_dir) {
     throw Error(ErrorKind::Usage,
                 "--out cannot move a resumed run (it continues in '" + run_dir + "')",

@@ -24,13 +24,18 @@ std::string default_run_directory(const std::string& prefix = "");
 // Whether this process holds the directory's lock already.
 enum class LockHeld { No, Yes };
 // A run directory holding a run is refused. Unless this process holds its lock, a run training
-// there is named first (DirectoryLock says by which process), then a run that ended there.
+// there is named first (DirectoryLock says by which process), then a run that ended there. A
+// run that stopped before its first checkpoint (records, no weights, no complete checkpoint:
+// nothing can resume it) is let through: prepare_run_directory sets it aside.
 void refuse_used_run_directory(const std::string& dir, LockHeld held);
 
 // A run directory is never reused: a finished run's files are worth more than a typo in --out.
 // Creates the directory of a new run and locks it; the check that it holds no run comes after
-// the lock, so two runs started into one directory at once cannot both pass it.
-std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir);
+// the lock, so two runs started into one directory at once cannot both pass it. The records of
+// a run that stopped before its first checkpoint are moved to RUN/abandoned/stopped-before-a-
+// checkpoint-<time>/ first, that directory returned in `set_aside`.
+std::unique_ptr<DirectoryLock> prepare_run_directory(const std::string& dir,
+                                                     std::string* set_aside = nullptr);
 
 // What a resumed run trains with (`bigbatch train --resume PATH`, bigbatch.train(resume=PATH)):
 // the run's own config.toml, then `overrides` (--config and the flags; the Python keywords),

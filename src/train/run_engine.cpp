@@ -111,7 +111,11 @@ void build_engine(TrainingRun& r, const PartialWindow& partial, Console& console
 
 void tune_threads(TrainingRun& r, Console& console) {
   if (r.config.threads != 0) {
-    console.say("threads: " + std::to_string(r.threads) + " (--threads)");
+    console.say("threads: " + std::to_string(r.threads) +
+                (r.config.threads_from_run
+                     ? " (the run's own, from its config.toml: a resume keeps the count it "
+                       "started with, which keeps it bit for bit; --threads 0 measures again)"
+                     : " (--threads)"));
     return;
   }
   if (r.device.is_cuda()) {

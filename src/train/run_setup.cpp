@@ -7,6 +7,7 @@
 #include "batching/batch_plan.h"
 #include "config/resolved_run.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "data/sampler.h"
 #include "data/text_corpus.h"
@@ -208,6 +209,20 @@ void check_user_module(UserModuleImpl& model, const TrainConfig& config,
                "drop " + stop_target_flag(config) +
                    " (or stop on val_loss<=X), or let "
                    "forward(inputs) return outputs");
+}
+
+void check_tokenizer_of_weights(const std::map<std::string, std::string>& metadata,
+                                const std::string& sentencepiece_model, const std::string& source) {
+  const auto digest = metadata.find(kTokenizerDigestKey);
+  // A missing file is the tokenizer's own error to say, where it loads.
+  if (digest == metadata.end() || sentencepiece_model.empty() || !path_exists(sentencepiece_model))
+    return;
+  if (file_digest(sentencepiece_model) != digest->second) {
+    throw Error(ErrorKind::Data,
+                "sentencepiece model '" + sentencepiece_model + "' is not the one '" + source +
+                    "' trained with (its CRC-32 or size differs from the weights' record)",
+                "restore the .model file the run trained with");
+  }
 }
 
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data) {

@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "config/train_config.h"
 #include "data/dataset.h"
@@ -18,6 +20,15 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data);
 
 // The configured model for this data: make_model, then --norm group's rewrite.
 torch::nn::Sequential build_model(const TrainConfig& config, const TensorDataset& data);
+
+// The weights' record of the sentencepiece model their token ids mean something in (its digest).
+inline constexpr const char* kTokenizerDigestKey = "tokenizer_digest";
+// Refuses weights (their metadata) trained with another sentencepiece model than the one
+// `sentencepiece_model` names now, replaced under its name: its ids would decode into other
+// pieces (sample) and be scored as other tokens (evaluate). Weights without the record (bytes,
+// token files) pass. `source` names the run or the file in the message.
+void check_tokenizer_of_weights(const std::map<std::string, std::string>& metadata,
+                                const std::string& sentencepiece_model, const std::string& source);
 
 // A user's module (models/user_module.h) meets the data before anything trains or is written:
 // some parameter trains; one forward pass on two samples (in eval mode: no dropout, no random

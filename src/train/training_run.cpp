@@ -95,7 +95,7 @@ void announce_run(const TrainingRun& r, bool flushing_denormals, Console& consol
   if (r.job.env)
     start.ranks_source = r.job.env->source;
   start.device = describe_device(r.device);
-  start.cpu = runtime_environment_summary() +
+  start.cpu = libtorch_description() + ", " + runtime_environment_summary() +
               (flushing_denormals ? ", denormals flushed to zero" : ", denormals kept");
   start.data_description = r.data.description;
   start.class_warnings = class_coverage_warnings(r.data);
@@ -142,7 +142,9 @@ void announce_batch_norm(TrainingRun& r, double bn_momentum, Console& console) {
   } else if (config.bn_mode == BatchNormMode::Frozen && config.norm == NormKind::Batch &&
              (has_batch_norm_layers(config.model) ||
               (as_user_module(*r.model) &&
-               !as_user_module(*r.model)->batch_norm_layers(/*training_only=*/false).empty()))) {
+               !as_user_module(*r.model)
+                    ->layers_of(LayerKind::BatchNorm, /*training_only=*/false)
+                    .empty()))) {
     console.say(
         "note: BatchNorm frozen: its running statistics normalise in training too, so "
         "accumulation equals one batch; from scratch they are the identity (mean 0, "
@@ -217,12 +219,20 @@ void finish_set_up(TrainingRun& r, const RankDescription& data_digests, Console&
   }
   if (r.job.is_main()) {
     // The events start from what metrics.jsonl kept (a resume has cut it back by now).
+    std::vector<std::string> not_removed;
     if (config.tensorboard) {
       r.tensorboard = std::make_unique<TensorBoardLog>(r.run_dir, r.run_dir + "/metrics.jsonl");
-    } else if (const int64_t removed = r.resuming ? remove_event_files(r.run_dir) : 0) {
+      not_removed = r.tensorboard->not_removed();
+    } else if (const int64_t removed =
+                   r.resuming ? remove_event_files(r.run_dir, "", &not_removed) : 0) {
       console.say("--no-tensorboard: removed the run's " +
                   count_of(removed, "TensorBoard event file") +
                   " (they may show updates past the checkpoint)");
+    }
+    for (const std::string& file : not_removed) {
+      console.say("warning: could not remove the older TensorBoard event file " + file +
+                  ": TensorBoard reads it beside the new one and shows its updates twice (and "
+                  "any past the checkpoint); remove it by hand");
     }
     r.metrics = std::make_unique<MetricsWriter>(r.run_dir + "/metrics.jsonl");
   }
@@ -246,12 +256,15 @@ std::map<std::string, std::string> weights_metadata(const TrainConfig& config, i
   std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                  {"producer", "bigbatch"},
                                                  {"model", config.model},
-                                                 {"hidden", join(hidden, ",")},
                                                  {"step", std::to_string(step)},
                                                  {"inputs", inputs}};
-  // The sentencepiece model the ids mean something in: sample refuses another under its name.
+  // The mlp's widths (what rebuilds it); other models' shapes are not --hidden's.
+  if (config.model == "mlp")
+    metadata["hidden"] = join(hidden, ",");
+  // The sentencepiece model the ids mean something in: sample and evaluate refuse another under
+  // its name (check_tokenizer_of_weights).
   if (const std::string model = config.sentencepiece_model(); !model.empty())
-    metadata["tokenizer_digest"] = file_digest(model);
+    metadata[kTokenizerDigestKey] = file_digest(model);
   if (config.pixel_std > 0) {
     // Exact (shortest round-trip), for a user who wants the very inputs of training.
     metadata["pixel_mean"] = format_double(config.pixel_mean);
@@ -447,7 +460,14 @@ TrainingRun set_up_training(Session session, Console& console, const CustomProbl
   // rewrites its description only once the checkpoint has been accepted.
   if (r.job.is_main() && !r.resuming) {
     r.made_run_dir = !path_exists(r.run_dir);
-    r.directory_lock = prepare_run_directory(r.run_dir);
+    std::string set_aside;
+    r.directory_lock = prepare_run_directory(r.run_dir, &set_aside);
+    if (!set_aside.empty()) {
+      console.say(
+          "moved the records of a run that stopped before its first checkpoint (nothing "
+          "could resume it) to " +
+          set_aside + "; this run starts afresh in " + r.run_dir);
+    }
   }
   try {
     if (r.directory_lock && !r.resuming)

@@ -338,12 +338,27 @@ class BadInputCorpus(CliTestCase):
         for width in ("20000000", "99999999999"):
             self.expect(self.train("--hidden", width), "memory", "this machine could not give", code=5)
 
-    def test_report_on_metrics_with_string_steps(self):
+    def test_report_skips_the_lines_that_are_no_record_and_says_why(self):
+        # Issue 59 item 17: a string step, invalid UTF-8 and a loss of 1e400 each skip their own
+        # line with its own reason; the report is written from the rest.
         run_dir = os.path.join(self.dir, "edited-run")
         os.makedirs(run_dir)
-        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
-            f.write('{"step": 1, "loss": 2.0}\n{"step": "two", "loss": 1.0}\n')
-        self.expect(["report", run_dir], "format", "line 2: \"step\" is a string, not a number")
+        with open(os.path.join(run_dir, "metrics.jsonl"), "wb") as f:
+            f.write(b'{"step": 1, "loss": 2.0}\n{"step": "two", "loss": 1.0}\n{"step": 3, "loss": 1e400}\n'
+                    b'{"step": 4, "loss": 1.5, "event": "\xff"}\n{"step": 5, "loss": 1.2}\n')
+        result = e2e_common.run("report", run_dir, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, os.path.join(run_dir, "report.html") + "\n")
+        warnings = result.stderr.splitlines()
+        self.assertEqual(len(warnings), 3, result.stderr)
+        self.assertIn("report: warning: " + run_dir + "/metrics.jsonl line 2: \"step\" is a string, not a number; "
+                      "skipped it (restore the file, or delete that line)", warnings[0])
+        self.assertIn("line 3: not JSON: number overflow", warnings[1])
+        self.assertNotIn("NaN", warnings[1])
+        self.assertIn("line 4: not JSON: ", warnings[2])
+        self.assertIn("UTF-8", warnings[2])
+        with open(os.path.join(run_dir, "report.html")) as f:
+            self.assertIn("3 line(s) skipped", f.read())
 
     def test_config_missing_file(self):
         self.expect(self.train("--config", os.path.join(self.dir, "none.toml")), "config", "does not exist")

@@ -103,6 +103,44 @@ class CheckpointTest(CliTestCase):
         result = run("train", "--resume", run_dir, timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assert_same_as_reference(run_dir)
+        # Issue 59 item 12: the count is the run's own, not a flag this command was given.
+        self.assertIn("threads: 1 (the run's own, from its config.toml: a resume keeps the count it started with",
+                      result.stderr)
+
+    def test_a_run_killed_before_its_first_checkpoint_is_set_aside_by_the_same_command(self):
+        # Issue 59 item 18: killed after metrics.jsonl was written but before any checkpoint, it
+        # could be neither resumed (nothing to resume) nor restarted ("already holds a run").
+        run_dir = self.path("early")
+        args = [*RUN, "--checkpoint-every", "1000u", "--out", run_dir]
+        first = start("train", *args)
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        deadline = time.time() + 120
+        while time.time() < deadline and first.poll() is None:
+            if os.path.exists(metrics) and '"loss"' in read(metrics):
+                break
+            time.sleep(0.05)
+        first.kill()
+        first.communicate()
+        self.assertEqual(first.returncode, -signal.SIGKILL)
+        self.assertIn('"loss"', read(metrics))
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "weights.safetensors")))
+        resumed = run("train", "--resume", run_dir, timeout=120)
+        self.assertEqual(resumed.returncode, 2, resumed.stderr)
+        again = run("train", *args, timeout=300)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        aside = os.path.join(run_dir, "abandoned")
+        (name,) = os.listdir(aside)
+        self.assertTrue(name.startswith("stopped-before-a-checkpoint-"), name)
+        self.assertIn(f"moved the records of a run that stopped before its first checkpoint (nothing could resume "
+                      f"it) to {os.path.join(aside, name)}; this run starts afresh in {run_dir}", again.stderr)
+        self.assertTrue(os.path.exists(os.path.join(aside, name, "metrics.jsonl")))
+        self.assertTrue(os.path.exists(os.path.join(aside, name, "config.toml")))
+        self.assertEqual(read(os.path.join(run_dir, "weights.safetensors"), "rb"),
+                         read(os.path.join(self.reference, "weights.safetensors"), "rb"))
+        # A finished run is still refused.
+        refused = run("train", *args, timeout=120)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn("already holds a run", refused.stderr)
 
     def test_resume_removes_what_interrupted_writes_and_prunings_left(self):
         run_dir = self.path("leftovers")

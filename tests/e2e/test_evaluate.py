@@ -52,6 +52,41 @@ class EvaluateTest(CliTestCase):
         self.assertEqual(other.returncode, 0, other.stderr)
         self.assertEqual(json.loads(other.stdout)["accuracy"], json.loads(from_run.stdout)["accuracy"])
 
+    def test_a_run_stopped_before_its_end_is_read_from_its_newest_checkpoint(self):
+        # Issue 59 item 10: after Ctrl-C a run has checkpoints but no weights.safetensors; evaluate
+        # and predict used to refuse it ("not a finished run directory"), and a checkpoint too.
+        stopped = os.path.join(self.dir, "stopped")
+        result = run("train", "--model", "mlp", "--hidden", "32", "--train-subset", "1000", "--global-batch", "100",
+                     "--epochs", "1", "--threads", "1", "--progress", "off", "--checkpoint-every", "4u",
+                     "--out", stopped)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        os.remove(os.path.join(stopped, "weights.safetensors"))  # as a run stopped before its end
+        newest = os.path.join(stopped, "checkpoints", sorted(os.listdir(os.path.join(stopped, "checkpoints")))[-1])
+        evaluated = run("evaluate", stopped, "--json")
+        self.assertEqual(evaluated.returncode, 0, evaluated.stderr)
+        report = json.loads(evaluated.stdout)
+        self.assertEqual(report["weights"], os.path.join(newest, "weights.safetensors"))
+        self.assertEqual(report["note"], f"run '{stopped}' did not finish (no weights.safetensors): using its newest "
+                                         f"checkpoint, '{newest}'")
+        text = run("evaluate", stopped)
+        self.assertTrue(text.stdout.startswith(f"evaluate: run '{stopped}' did not finish"), text.stdout)
+        # A checkpoint directory itself, and the same figures through --weights.
+        direct = run("evaluate", newest, "--json")
+        self.assertEqual(direct.returncode, 0, direct.stderr)
+        self.assertEqual(json.loads(direct.stdout)["accuracy"], report["accuracy"])
+        by_weights = run("evaluate", stopped, "--weights", os.path.join(newest, "weights.safetensors"), "--json")
+        self.assertEqual(json.loads(by_weights.stdout)["accuracy"], report["accuracy"])
+        import numpy as np
+        x = os.path.join(self.dir, "x_stopped.npy")
+        np.save(x, np.zeros((3, 28, 28), dtype=np.uint8))
+        predicted = run("predict", stopped, "--input", x, "--output", os.path.join(self.dir, "p_stopped.npy"))
+        self.assertEqual(predicted.returncode, 0, predicted.stderr)
+        self.assertIn(f"predict: run '{stopped}' did not finish", predicted.stderr)
+        # No weights and no checkpoint: what to do about it.
+        shutil.rmtree(os.path.join(stopped, "checkpoints"))
+        self.assert_one_line_error(run("evaluate", stopped), "io", "has no weights.safetensors (it did not finish) "
+                                   "and no complete checkpoint", f"bigbatch train --resume {stopped}")
+
     def test_another_dataset_the_model_cannot_take_is_named_not_its_weights(self):
         # Issue 36: labels past the run's classes were "weights file ... gives tensor '3.weight'
         # shape [10, 32], the model needs [12, 32]"; the run's --train-subset 1000 was applied to
@@ -116,6 +151,9 @@ class EvaluateTest(CliTestCase):
         os.mkfifo(pipe)
         self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", pipe), "io",
                                    "is a named pipe")
+        # Issue 59 item 20: a directory is answered with a file of what predict writes.
+        self.assert_one_line_error(run("predict", self.run_dir, "--input", x, "--output", self.dir), "io",
+                                   "is a directory", f"e.g. {os.path.join(self.dir, 'predictions.npy')}")
         np.save(x, images[:100])
         target = os.path.join(self.dir, "target.npy")
         link = os.path.join(self.dir, "link.npy")

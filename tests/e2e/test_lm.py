@@ -74,7 +74,7 @@ class TrainLmTest(LmTestCase):
                          first.stdout)
         greedy = run("sample", out, "--prompt", "the", "--top-k", "1", "--tokens", "20")
         self.assertEqual(greedy.returncode, 0, greedy.stderr)
-        self.assert_one_line_error(run("sample", self.path("nowhere")), "io", "not a finished run directory")
+        self.assert_one_line_error(run("sample", self.path("nowhere")), "io", "is not a run directory (no config.toml)")
         self.assert_one_line_error(run("sample", out, "--temperature", "0"), "config",
                                    "--temperature must be positive")
         for seed in ("-1", "18446744073709551616", "x"):
@@ -259,6 +259,23 @@ class TrainLmTest(LmTestCase):
         broken = run(*args, env=dict(os.environ, BIGBATCH_VERIFY_BREAK_NORMALISATION_FOR_TESTS="1"))
         self.assertEqual(broken.returncode, 7, broken.stdout + broken.stderr)
         self.assertIn("look for a loss averaged per micro-batch", broken.stdout)
+
+    def test_verify_turns_dropout_off_and_says_so(self):
+        # Issue 59 item 3: dropout's masks differ between the splits by construction; the
+        # arithmetic of accumulation is verified with it off, not reported as "differs
+        # unexpectedly" (exit 7).
+        args = ["verify", "--dataset", f"text:{self.corpus}", *TINY_GPT, "--global-batch", "16", "--micro-batch", "4",
+                "--dropout", "0.1"]
+        result = run(*args)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("dropout turned off on both sides (0.blocks.0.dropout, 0.dropout): its masks are random draws",
+                      result.stdout)
+        self.assertIn("verdict: exact to fp32 tolerance", result.stdout)
+        self.assertRegex(result.stdout, r"float64 reference \(the same samples as one batch in float64\): gradients of "
+                                        r"the micro-steps within [0-9.e-]+ of it, of one fp32 batch within [0-9.e-]+")
+        plain = run(*args[:-2])
+        self.assertEqual(plain.returncode, 0, plain.stdout + plain.stderr)
+        self.assertNotIn("dropout turned off", plain.stdout)
 
     def test_verify_cuts_the_window_by_tokens_as_training_does(self):
         # Issue 36: "the plan ... has no accumulation to verify" although the budget cut it.
@@ -675,6 +692,10 @@ class SentencePieceTest(LmTestCase):
         self.assertEqual(retrained.returncode, 0, retrained.stderr)
         self.assert_one_line_error(run("sample", self.path("spm"), "--prompt", "the quick"), "data",
                                    f"sentencepiece model '{self.model}' is not the one", "restore")
+        # evaluate too (issue 59 item 16): it scored the other tokenizer's figures with exit 0.
+        self.assert_one_line_error(run("evaluate", self.path("spm")), "data",
+                                   f"sentencepiece model '{self.model}' is not the one '{self.path('spm')}' "
+                                   "trained with", "restore")
         # A prompt that is not UTF-8 is told to be typed in UTF-8, not to convert a corpus.
         shutil.copy(self.path("spm-model-copy"), self.model)
         latin1 = run("sample", self.path("spm"), "--prompt", "caf\udce9", "--tokens", "2")

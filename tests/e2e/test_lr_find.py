@@ -73,6 +73,9 @@ class LrFindTest(CliTestCase):
         self.assertAlmostEqual(found["lowest_loss_lr_over_10"] / (lowest / 10), 1.0, places=12)
         self.assertEqual(found["global_batch"], 128)
         self.assertTrue(1e-6 <= found["suggested_lr"] <= 1.0)
+        self.assertTrue(found["fell_clearly"])
+        self.assertAlmostEqual(found["fall"], (found["start_loss"] - found["lowest_loss"]) / found["start_loss"],
+                               places=12)
         with open(os.path.join(out, "lr_find.html")) as f:
             page = f.read()
         self.assertIn("<svg", page)
@@ -94,6 +97,29 @@ class LrFindTest(CliTestCase):
         planned = run("plan", *words[1:])
         self.assertEqual(planned.returncode, 0, planned.stderr)
         self.assertIn(f"lr {suggested} @ 128 (--lr taken as tuned at this batch", planned.stdout)
+
+    def test_a_curve_that_barely_falls_suggests_no_rate(self):
+        # Issue 59 item 4: rates far too low to learn in 30 updates; the curve's steepest point is
+        # noise, so nothing is suggested and no command printed.
+        out = self.path("flat")
+        result = run("lr-find", *ARGS, "--lr-min", "1e-8", "--lr-max", "1e-5", "--updates", "30", "--out", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("lr rising exponentially from 1e-08 to 1e-05 over 30 updates at global batch 128 (the range "
+                      "test: no scaling, warmup or schedule)", result.stderr)
+        self.assertNotIn("(none)", result.stderr)
+        self.assertRegex(result.stdout, r"the smoothed loss fell only [0-9.]+% \(from [0-9.]+ to [0-9.]+, lowest at lr ")
+        self.assertIn("no rate suggested: a curve that falls less than 10% has no steepest descent to read", result.stdout)
+        self.assertIn("run longer (--updates 200), widen the range (--lr-min 1e-10 --lr-max 0.0001)", result.stdout)
+        self.assertNotIn("suggested: --lr", result.stdout)
+        self.assertNotIn("train with it", result.stdout)
+        with open(os.path.join(out, "lr_find.json")) as f:
+            found = json.load(f)
+        self.assertFalse(found["fell_clearly"])
+        self.assertLess(found["fall"], 0.1)
+        self.assertIsNone(found["suggested_lr"])
+        self.assertIsNone(found["lowest_loss_lr_over_10"])
+        with open(os.path.join(out, "lr_find.html")) as f:
+            self.assertNotIn(">suggested ", f.read())
 
     def test_a_range_that_diverges_is_read_up_to_there(self):
         out = self.path("diverges")

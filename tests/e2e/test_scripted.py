@@ -280,6 +280,21 @@ class ScriptedTrainTest(ScriptedTestCase):
         result = run("verify", "--model", module("mlp.pt"), "--global-batch", "64", "--micro-batch", "16")
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertIn("exact to fp32 tolerance", result.stdout)
+        self.assertIn("float64 reference (the same samples as one batch in float64)", result.stdout)
+
+    def test_verify_turns_a_modules_dropout_off(self):
+        # Issue 59 item 3: nn.Dropout found by its type (p = 0 draws nothing and is left alone),
+        # turned off on both sides and named; not "differs unexpectedly" (exit 7).
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 32), torch.nn.Dropout(0.3),
+                                  torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(32, 10))
+        path = self.path("dropout.pt")
+        torch.jit.script(net).save(path)
+        result = run("verify", "--model", f"torchscript:{path}", "--global-batch", "64", "--micro-batch", "16",
+                     "--train-subset", "600", "--threads", "1")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("dropout turned off on both sides (2): its masks are random draws", result.stdout)
+        self.assertIn("exact to fp32 tolerance", result.stdout)
 
 
 class RunDirectoryTest(ScriptedTestCase):
@@ -331,6 +346,26 @@ class RunDirectoryTest(ScriptedTestCase):
 class BadModelTest(ScriptedTestCase):
     def train(self, *args):
         return run("train", *images("--micro-batch", "16", "--max-updates", "2"), "--out", self.path("bad"), *args)
+
+    def test_a_module_using_an_operator_this_libtorch_lacks_is_said_to_be_from_a_newer_pytorch(self):
+        # Issue 59 item 1: a module scripted by PyTorch 2.x with attention met libtorch 1.13's
+        # "Unknown builtin op" (after a blank first line) as "is not a TorchScript module ()".
+        # An operator no libtorch has stands in for one a newer PyTorch added.
+        plain = self.path("plain.pt")
+        torch.jit.script(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))).save(plain)
+        newer = self.path("newer.pt")
+        with zipfile.ZipFile(plain) as source, zipfile.ZipFile(newer, "w", zipfile.ZIP_STORED) as out:
+            for name in source.namelist():
+                data = source.read(name)
+                if name.endswith("code/__torch__/torch/nn/modules/container.py"):
+                    data = data.replace(b"return (_1).forward(input0, )",
+                                        b"return torch.bigbatch_future_op((_1).forward(input0, ))")
+                out.writestr(name, data)
+        result = self.train("--model", f"torchscript:{newer}")
+        self.assert_one_line_error(result, "model", f"model file '{newer}' does not load in bigbatch's libtorch ",
+                                   "(Unknown builtin op: aten::bigbatch_future_op.): it was likely written by a newer "
+                                   "PyTorch", "scripts/setup.sh --pytorch python3")
+        self.assertNotIn("()", result.stderr)
 
     def test_broken_modules_are_one_line_errors_that_leave_nothing(self):
         cases = [

@@ -11,6 +11,7 @@ EventFileTest still checks every record's framing and checksums with a CRC-32C o
 import glob
 import os
 import struct
+import subprocess
 import sys
 import unittest
 
@@ -180,6 +181,23 @@ class EventFileTest(CliTestCase):
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
         self.assertIn("--no-tensorboard: removed the run's 1 TensorBoard event file", resumed.stderr)
         self.assertEqual(event_files(other), [])
+
+    def test_an_older_event_file_that_cannot_be_removed_is_said(self):
+        # Issue 59 item 19: it carried on silently, and TensorBoard showed the steps twice.
+        run_dir = self.path("immutable")
+        run("train", *MLP, "--epochs", "1", "--checkpoint-every", "1e", "--out", run_dir, check=True)
+        (older,) = event_files(run_dir)
+        made = subprocess.run(["chattr", "+i", older], capture_output=True)
+        if made.returncode != 0:
+            self.skipTest("this file system cannot make a file immutable (chattr +i)")
+        try:
+            resumed = run("train", "--resume", run_dir, "--epochs", "2")
+        finally:
+            subprocess.run(["chattr", "-i", older], check=True)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn(f"warning: could not remove the older TensorBoard event file {older} (Operation not permitted): "
+                      "TensorBoard reads it beside the new one and shows its updates twice", resumed.stderr)
+        self.assertEqual(len(event_files(run_dir)), 2)
 
 
 if __name__ == "__main__":

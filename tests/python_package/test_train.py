@@ -472,6 +472,20 @@ except KeyboardInterrupt as stopped:
         batch_norm = bigbatch.verify(normed, data, global_batch=32, micro_batch=8, **QUIET)
         self.assertEqual(batch_norm["verdict"], "batch_norm", batch_norm["text"])
         self.assertIn("nn.GroupNorm", batch_norm["text"])
+        # Issue 59 item 3: dropout layers are found by type and turned off on every side (a
+        # split draws its masks in another order); the user's module keeps them on.
+        torch.manual_seed(1)
+        dropped = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Dropout(0.2), torch.nn.ReLU(),
+                                      torch.nn.Dropout(0.0), torch.nn.Linear(16, 5))
+        with_dropout = bigbatch.verify(dropped, data, global_batch=32, micro_batch=8, **QUIET)
+        self.assertEqual(with_dropout["verdict"], "exact", with_dropout["text"])
+        self.assertEqual(with_dropout["dropout_off"], ["1"])
+        self.assertIn("dropout turned off on both sides (1)", with_dropout["text"])
+        self.assertTrue(dropped.training and dropped[1].training)
+        # The float64 reference: each side's gradient against the same update in float64.
+        for row in exact["tensors"].values():
+            self.assertLess(row["accumulated_vs_float64"], 1e-5)
+            self.assertLess(row["whole_vs_float64"], 1e-5)
 
     def test_lr_find_reads_the_range_on_a_copy(self):
         generator = torch.Generator().manual_seed(8)

@@ -49,6 +49,26 @@ TEST(LrRange, ACurveThatNeverDivergesIsReadToItsEnd) {
   EXPECT_LT(reading.suggested_lr, 1e-1);
 }
 
+TEST(LrRange, ACurveThatBarelyFallsSuggestsNothing) {
+  // Issue 59 item 4: 1.437 -> 1.393 over six decades (3%), with noise: its steepest point
+  // (7.1e-06 once) is noise, not a rate.
+  std::vector<LrRangePoint> points;
+  for (int i = 0; i < 100; ++i) {
+    const double log_lr = -6 + 6.0 * i / 99;
+    const double noise = 0.01 * std::sin(7.0 * i);
+    points.push_back({std::pow(10.0, log_lr), 1.437 - 0.044 * i / 99 + noise});
+  }
+  const LrRangeReading flat = read_lr_range(points);
+  EXPECT_FALSE(flat.fell_clearly);
+  EXPECT_NEAR(flat.start_loss, 1.437 + 0.01 * std::sin(0.0), 1e-12);
+  EXPECT_GT(flat.fall, 0.0);
+  EXPECT_LT(flat.fall, kClearFall);
+  // A curve that falls by a quarter and more is a reading.
+  const LrRangeReading falls = read_lr_range(curve(/*centre=*/-3, /*explode=*/-1));
+  EXPECT_TRUE(falls.fell_clearly);
+  EXPECT_GT(falls.fall, 0.25);  // 2 towards 1, cut where it explodes
+}
+
 TEST(LrRange, NonFiniteLossesAreLeftOutAndTooFewPointsAreAnError) {
   std::vector<LrRangePoint> points = curve(-3, -1);
   points[40].loss = std::nan("");

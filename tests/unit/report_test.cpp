@@ -356,7 +356,15 @@ TEST_F(RunReportTest, ADivergedRunSaysSoAndChartsItsLossOnALogAxis) {
   const auto epochs = html.find("epochs = 5");
   EXPECT_GT(epochs, set);
   EXPECT_LT(epochs, kept);
-  EXPECT_GT(html.find("adam-beta1 = 0.9"), kept);
+  // An SGD run shows its momentum, not AdamW's settings (issue 59 item 6); an AdamW run the
+  // other way round.
+  EXPECT_GT(html.find("momentum = 0.9"), kept);
+  EXPECT_EQ(html.find("adam-"), std::string::npos);
+  config.optimizer = OptimizerKind::AdamW;
+  atomic_write_file((dir_ / "config.toml").string(), render_toml_config(config));
+  const std::string adamw = render_run_report(dir_.string());
+  EXPECT_NE(adamw.find("adam-beta1 = 0.9"), std::string::npos);
+  EXPECT_EQ(adamw.find("momentum = "), std::string::npos);
 }
 
 TEST(SweepReport, WithNoCellAtTheTargetTheBestSoFarLeads) {
@@ -404,6 +412,21 @@ TEST(SweepReport, WithNoCellAtTheTargetTheBestSoFarLeads) {
   EXPECT_NE(summary_csv(results).find(",2.31,val_bpb,"), std::string::npos);
 }
 
+TEST_F(RunReportTest, AShortLastWindowIsSaidBesideItsItems) {
+  // Issue 59 item 6: "items (last update) 608" under "global batch 1024" read as a contradiction.
+  const std::string path = (dir_ / "metrics.jsonl").string();
+  atomic_write_file(path,
+                    "{\"step\":1,\"samples_seen\":1024,\"loss\":2.0,\"items\":1024,"
+                    "\"global_batch\":1024}\n{\"step\":2,\"samples_seen\":1632,\"loss\":1.9,"
+                    "\"items\":608,\"global_batch\":1024}\n");
+  EXPECT_NE(render_run_report(dir_.string()).find("608 (a short last window of 608 samples)"),
+            std::string::npos);
+  atomic_write_file(path,
+                    "{\"step\":1,\"samples_seen\":1024,\"loss\":2.0,\"items\":1024,"
+                    "\"global_batch\":1024}\n");
+  EXPECT_EQ(render_run_report(dir_.string()).find("short last window"), std::string::npos);
+}
+
 TEST_F(RunReportTest, NoMetricsIsAClearError) {
   try {
     render_run_report(dir_.string());
@@ -413,28 +436,41 @@ TEST_F(RunReportTest, NoMetricsIsAClearError) {
   }
 }
 
-TEST_F(RunReportTest, WhatCannotBeARecordIsRefusedAndUnknownFieldsAreIgnored) {
+TEST_F(RunReportTest, WhatCannotBeARecordIsSkippedWithItsReasonAndUnknownFieldsAreIgnored) {
+  // Issue 59 item 17: one bad line skips that line, with its own reason, not the whole file.
   const std::string path = (dir_ / "metrics.jsonl").string();
-  const auto problem = [&](const std::string& text) -> std::string {
+  const auto skipped = [&](const std::string& text) {
     atomic_write_file(path, text);
-    try {
-      read_run_records(path);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return read_run_records(path).skipped;
   };
   const std::string good = "{\"step\":1,\"loss\":2.0}\n";
   // A newer version's field, even a string or a list: ignored.
-  EXPECT_EQ(problem(good + "{\"step\":2,\"loss\":1.5,\"optimizer_note\":\"x\",\"new\":[1]}\n"), "");
-  // The last line cut short by a crash: skipped.
-  EXPECT_EQ(problem(good + "{\"step\":2,\"lo"), "");
-  EXPECT_NE(problem("[1, 2]\n" + good).find("line 1 is a JSON array, not a record"),
+  EXPECT_TRUE(
+      skipped(good + "{\"step\":2,\"loss\":1.5,\"optimizer_note\":\"x\",\"new\":[1]}\n").empty());
+  // The last line cut short by a crash: skipped silently.
+  EXPECT_TRUE(skipped(good + "{\"step\":2,\"lo").empty());
+  const auto one = [&](const std::string& bad) {
+    const std::vector<std::string> lines = skipped(bad + good);
+    EXPECT_EQ(lines.size(), 1u) << bad;
+    EXPECT_EQ(read_run_records(path).updates.size(), 1u) << bad;  // the good line still read
+    return lines.empty() ? std::string() : lines[0];
+  };
+  EXPECT_EQ(one("[1, 2]\n"), "line 1: a JSON array, not a record");
+  EXPECT_NE(one("{\"step\":1,\"loss\":NaN}\n").find("(NaN and Infinity are not JSON numbers)"),
             std::string::npos);
-  EXPECT_NE(problem("{\"step\":1,\"loss\":NaN}\n" + good).find("line 1 is not JSON"),
-            std::string::npos);
-  EXPECT_NE(problem(good + "{\"step\":\"two\",\"loss\":1.0}\n").find("\"step\" is a string"),
-            std::string::npos);
+  const std::string overflow = one("{\"step\":1,\"loss\":1e400}\n");
+  EXPECT_NE(overflow.find("line 1: not JSON: number overflow"), std::string::npos) << overflow;
+  EXPECT_EQ(overflow.find("NaN"), std::string::npos) << overflow;
+  const std::string utf8 = one("{\"step\":1,\"loss\":2.0,\"event\":\"a\xff\"}\n");
+  EXPECT_NE(utf8.find("line 1: not JSON: "), std::string::npos) << utf8;
+  EXPECT_NE(utf8.find("UTF-8"), std::string::npos) << utf8;
+  EXPECT_EQ(one("{\"step\":\"two\",\"loss\":1.0}\n"), "line 1: \"step\" is a string, not a number");
+  // The report lists them on its page.
+  atomic_write_file(path, "[1, 2]\n" + good);
+  std::vector<std::string> listed;
+  const std::string page = render_run_report(dir_.string(), &listed);
+  EXPECT_EQ(listed, std::vector<std::string>{"line 1: a JSON array, not a record"});
+  EXPECT_NE(page.find("1 line(s) skipped"), std::string::npos);
 }
 
 }  // namespace
