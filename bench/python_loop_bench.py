@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """bigbatch.Accumulator and bigbatch.train against the hand-written PyTorch loop they replace
-(issue 55): the same module, micro-batches and accumulation, AdamW with clipping, in one
-process, the sides alternated round by round. The hand-written loop divides each micro-batch's
-summed loss by the window's items before its backward (the exact way to write it), clips and
-steps; the accumulator back-propagates the sums and makes the update in the engine; train()
-runs the whole loop in the engine (its records and run directory included), calling the module
-for each micro-batch. Samples per second of the steady updates, per side and round, and the
-ratios of the medians.
+and against Hugging Face Accelerate's accumulation (issue 55): the same module, micro-batches
+and accumulation, AdamW with clipping, in one process, the sides alternated round by round. The
+hand-written loop divides each micro-batch's summed loss by the window's items before its
+backward (the exact way to write it), clips and steps; Accelerate's loop is its documented one
+(`with accelerator.accumulate(model)`, the micro-batch's mean loss, `accelerator.backward`,
+clipping when the gradients sync; on the CPU), present when the environment has accelerate; the
+accumulator back-propagates the sums and makes the update in the engine; train() runs the whole
+loop in the engine (its records and run directory included), calling the module for each
+micro-batch. Samples per second of the steady updates, per side and round, and the ratios of
+the medians.
 
 Run with the Python the package is installed for, e.g.
   ~/.cache/bigbatch/python-debian/bin/python bench/python_loop_bench.py --rounds 3
@@ -87,6 +90,43 @@ def hand_written(make, data, summed_loss, global_batch, micro, updates):
     return (updates - 2) * global_batch / timed
 
 
+def accelerate_loop(make, data, summed_loss, global_batch, micro, updates):
+    """Accelerate's gradient accumulation as its documentation writes it: the micro-batch's
+    mean loss (its summed loss over its items), divided by the steps by accelerator.backward."""
+    from accelerate import Accelerator
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
+    accelerator = Accelerator(gradient_accumulation_steps=global_batch // micro, cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    x, y = data
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    timed = 0.0
+    for update in range(updates):
+        start = time.perf_counter()
+        window = order[(update * global_batch) % len(x):][:global_batch]
+        for begin in range(0, len(window), micro):
+            part = window[begin:begin + micro]
+            with accelerator.accumulate(model):
+                loss, items = summed_loss(model, x[part], y[part])
+                accelerator.backward(loss / items)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        if update >= 2:
+            timed += time.perf_counter() - start
+    accelerator.free_memory()
+    return (updates - 2) * global_batch / timed
+
+
+def has_accelerate():
+    try:
+        import accelerate  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
 def accumulator(make, data, summed_loss, global_batch, micro, updates):
     import bigbatch  # here: --help answers without the package
     model = make()
@@ -132,21 +172,24 @@ def main():
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.rounds} rounds of "
           f"{args.updates} updates, AdamW, clip 1.0")
+    loops = {"hand-written loop": hand_written}
+    if has_accelerate():
+        import accelerate
+        loops[f"Accelerate {accelerate.__version__}"] = accelerate_loop
+    else:
+        print("(no accelerate in this environment: its side is left out; pip install accelerate)")
+    loops.update({"bigbatch.Accumulator": accumulator, "bigbatch.train": engine_loop})
     for name, make, data, summed_loss, global_batch, micro in cells(4096):
-        sides = {"hand-written loop": [], "bigbatch.Accumulator": [], "bigbatch.train": []}
+        sides = {side: [] for side in loops}
         for _ in range(args.rounds):
-            sides["hand-written loop"].append(
-                hand_written(make, data, summed_loss, global_batch, micro, args.updates))
-            sides["bigbatch.Accumulator"].append(
-                accumulator(make, data, summed_loss, global_batch, micro, args.updates))
-            sides["bigbatch.train"].append(
-                engine_loop(make, data, summed_loss, global_batch, micro, args.updates))
+            for side, loop in loops.items():
+                sides[side].append(loop(make, data, summed_loss, global_batch, micro, args.updates))
         medians = {side: statistics.median(rates) for side, rates in sides.items()}
         print(f"\n{name}")
         for side, rates in sides.items():
             print(f"  {side:22s} {medians[side]:9.1f} samples/s  (rounds: "
                   + ", ".join(f"{r:.1f}" for r in rates) + ")")
-        for side in ("bigbatch.Accumulator", "bigbatch.train"):
+        for side in list(loops)[1:]:
             print(f"  {side} / hand-written {medians[side] / medians['hand-written loop']:.3f}x")
 
 

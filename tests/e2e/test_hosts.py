@@ -316,12 +316,17 @@ class HostEnvironmentErrorTest(HostsTestCase):
               f"{time.monotonic() - job.started:.1f} s")
         self.assertEqual(codes[1], 3, job.stderr())
         self.assertNotEqual(codes[0], 0, job.stderr())
-        for rank in (2, 3):
-            lines = job.error_lines(rank)
-            self.assertEqual(len(lines), 1, job.stderr(1))
-            for fragment in ("GLOO_SOCKET_IFNAME", "bbnosuch0", self.hosts.veth[1]):
-                self.assertIn(fragment, lines[0])
-            self.assertNotIn("check MASTER_ADDR", lines[0])
+        # The contract: the rank that fails first says why in one line; the launcher then stops
+        # its other ranks, which may or may not have reached their own line by then (issue 59
+        # item 22: rank 2 printed none when rank 3 failed first). Whichever printed, said it right.
+        said = {rank: job.error_lines(rank) for rank in (2, 3)}
+        self.assertTrue(any(said.values()), job.stderr(1))
+        for rank, lines in said.items():
+            self.assertLessEqual(len(lines), 1, job.stderr(1))
+            for line in lines:
+                for fragment in ("GLOO_SOCKET_IFNAME", "bbnosuch0", self.hosts.veth[1]):
+                    self.assertIn(fragment, line)
+                self.assertNotIn("check MASTER_ADDR", line)
 
     def test_without_gloo_socket_ifname_the_job_trains_or_says_to_set_it(self):
         # Without it, Gloo binds to the address the hostname resolves to, or loopback (here the
