@@ -34,7 +34,8 @@ RunEvent batch_change_event(const BatchChange& change, int64_t first_step, int64
        {"lr", change.lr}},
       {"global batch " + std::to_string(change.from_global_batch) + " -> " + plan.describe() +
        " at update " + std::to_string(first_step) + " (" + std::to_string(samples_seen) +
-       " samples seen); lr now " + format_significant(change.lr, 4)}};
+       " samples seen); lr now " + format_significant(change.lr, 4) +
+       (change.rate_factors.empty() ? std::string() : " = " + change.rate_factors)}};
   if (const auto& adam = change.adam) {
     event.record["adam_beta1"] = adam->beta1;
     event.record["adam_beta2"] = adam->beta2;

@@ -149,7 +149,7 @@ std::optional<BatchChange> RampSchedule::plan_update(const TrainingProgress& at)
   if (global == plan_.global_batch_size)
     return std::nullopt;
   BatchChange change{plan_.global_batch_size, plan_for(global), lr_at(at.samples_seen, global),
-                     lr_.adam_at(global)};
+                     rate_factors(at.samples_seen, global), lr_.adam_at(global)};
   replan(change.plan);
   return change;
 }
@@ -165,6 +165,16 @@ double RampSchedule::lr_at(int64_t samples_seen, int64_t global_batch) const {
   const double position = double(samples_seen) / double(reference_batch_);
   return lr_.lr_at_position(position) *
          scale_lr(1.0, reference_batch_, global_batch, lr_.config().scaling);
+}
+
+std::string RampSchedule::rate_factors(int64_t samples_seen, int64_t global_batch) const {
+  const double position = double(samples_seen) / double(reference_batch_);
+  const LrScaling scaling = lr_.config().scaling;
+  return format_significant(lr_.lr_at_position(position), 4) + " (the schedule at batch " +
+         std::to_string(reference_batch_) + ") x " +
+         format_significant(scale_lr(1.0, reference_batch_, global_batch, scaling), 4) + " (" +
+         to_string(scaling) + " rule, " + std::to_string(global_batch) + " / " +
+         std::to_string(reference_batch_) + ")";
 }
 
 double RampSchedule::doubling_rate_factor(int64_t global_batch) const {

@@ -74,6 +74,9 @@ struct BatchChange {
   int64_t from_global_batch = 0;
   BatchPlan plan;
   double lr = 0;
+  // lr's factors, so that a rate that falls as the batch grows reads as the schedule's decay
+  // times the rule's rise: "0.1092 (the schedule at batch 64) x 0.7071 (sqrt rule, 32 / 64)".
+  std::string rate_factors = {};
   std::optional<AdamHyperparameters> adam = std::nullopt;  // --adam-sqrt-adjust: the new batch's
 };
 
@@ -192,6 +195,8 @@ class RampSchedule : public RunSchedule {
  protected:
   // The rate of an update at `global_batch` that starts after `samples_seen` samples.
   double lr_at(int64_t samples_seen, int64_t global_batch) const;
+  // lr_at's two factors in words (BatchChange::rate_factors).
+  std::string rate_factors(int64_t samples_seen, int64_t global_batch) const;
   // What the rate is multiplied by when the batch goes from `global_batch` to twice it.
   double doubling_rate_factor(int64_t global_batch) const;
   BatchPlan plan_for(int64_t global_batch) const;

@@ -277,7 +277,8 @@ class AutoBatchTest(CliTestCase):
             self.assertAlmostEqual(change["adam_beta2"], 1 - kappa * 0.001, places=12)
             self.assertAlmostEqual(change["adam_eps"] / (1e-8 / kappa ** 0.5), 1, places=12)
         self.assertRegex(result.stderr, r"global batch 32 -> 64 = micro 16 x accumulation 4 x world 1 at update \d+ "
-                                        r"\(\d+ samples seen\); lr now [0-9.]+, beta1 0\.8, beta2 0\.998, eps 7\.07107e-09")
+                                        r"\(\d+ samples seen\); lr now [0-9.]+ = [0-9.]+ \(the schedule at batch 32\) x "
+                                        r"1\.414 \(sqrt rule, 64 / 32\), beta1 0\.8, beta2 0\.998, eps 7\.07107e-09")
         self.assertLessEqual(max(r["global_batch"] for r in update_records(out)), 256)
         summary = [line for line in result.stderr.splitlines() if line.startswith("automatic batch: 32 -> ")][-1]
         replay = REPLAY.search(summary).group(1)

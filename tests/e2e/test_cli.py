@@ -352,6 +352,11 @@ class TrainTest(CliTestCase):
             self.assertAlmostEqual(r["lr"], 0.05 * r["global_batch"] / 128 * min(1.0, curve), places=12)
             seen += r["items"]
         self.assertIn("global batch 128 -> 512 = micro 64 x accumulation 8 x world 1 at update 25", result.stderr)
+        # The rate's factors at the switch (issue 59 item 5): the curve at the reference batch times the rule's.
+        switch = re.search(r"at update 25 \(\d+ samples seen\); lr now ([0-9.e-]+) = ([0-9.e-]+) \(the schedule at "
+                           r"batch 128\) x 4 \(linear rule, 512 / 128\)", result.stderr)
+        self.assertIsNotNone(switch, result.stderr)
+        self.assertAlmostEqual(float(switch.group(1)), 4 * float(switch.group(2)), delta=1e-3 * float(switch.group(1)))
         plan = json.loads(run("plan", "--dataset-size", "2048", "--micro-batch", "64", "--global-batch-schedule", ramp,
                               "--epochs", "4", "--json", check=True).stdout)
         self.assertEqual([(p["global_batch"], p["updates"]) for p in plan["ramp_phases"]],
