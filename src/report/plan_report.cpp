@@ -9,6 +9,35 @@
 namespace bigbatch {
 
 namespace {
+
+// "warning: TEXT" broken between words at kPlanWidth columns, continued under the text: the plan
+// is a table to read, in a terminal or plan.txt, and a warning of several hundred characters
+// wrapped by the terminal breaks its words.
+constexpr size_t kPlanWidth = 100;
+std::string wrapped_warning(const std::string& text) {
+  const std::string first = "warning: ";
+  const std::string indent(first.size(), ' ');
+  std::string out = first;
+  size_t column = first.size();
+  bool line_empty = true;
+  for (const std::string& word : split(text, ' ')) {
+    if (word.empty())
+      continue;
+    if (!line_empty && column + 1 + word.size() > kPlanWidth) {
+      out += "\n" + indent;
+      column = indent.size();
+      line_empty = true;
+    }
+    if (!line_empty) {
+      out += " ";
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    line_empty = false;
+  }
+  return out + "\n";
+}
 std::string derived_note(const BatchPlan& plan, const char* field) {
   return plan.derived == field ? "   (derived)" : "";
 }
@@ -231,9 +260,9 @@ std::string format_plan_text(const ResolvedRun& run) {
                                            std::to_string(run.epochs) + " epochs)"));
   }
   for (const auto& w : e.warnings)
-    out += "warning: " + w + "\n";
+    out += wrapped_warning(w);
   for (const auto& w : run.schedule.warnings())
-    out += "warning: " + w + "\n";
+    out += wrapped_warning(w);
   return out;
 }
 

@@ -209,7 +209,10 @@ class TrainTest(CliTestCase):
         default = run("plan", "--global-batch", "4096", "--micro-batch", "64", check=True)
         self.assertIn("lr 0.05 @ 256 (the default rate's batch) -> 0.2 @ 4096 (sqrt)", default.stdout)
         self.assertIn("past 4x no rule beat the unscaled rate for the built-in image models with SGD here",
-                      default.stdout + default.stderr)
+                      " ".join((default.stdout + default.stderr).split()))
+        # Its warning is broken between words at 100 columns, under the text (issue 59 item 6).
+        self.assertLessEqual(max(len(line) for line in default.stdout.splitlines()), 100, default.stdout)
+        self.assertRegex(default.stdout, r"\nwarning: .*\n {9}\S")
         scaled = run("train", *SMALL, "--global-batch", "2048", "--lr-ref-batch", "64", "--lr-scaling",
                      "linear", "--max-updates", "0", "--out", self.path("scaled"), check=True)
         self.assertIn("past ~1024", scaled.stderr)
