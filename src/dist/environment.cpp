@@ -68,6 +68,7 @@ std::optional<DistEnvironment> read_dist_environment(const EnvironmentLookup& lo
 
   DistEnvironment env;
   env.source = launcher->source;
+  env.relaunch = lookup("BIGBATCH_RELAUNCH").value_or("");
   env.rank = read_integer(lookup, launcher->rank, 0, /*required=*/true);
   env.world_size = read_integer(lookup, launcher->world_size, 1, /*required=*/true);
   env.local_rank = read_integer(lookup, launcher->local_rank, env.rank, /*required=*/false);

@@ -25,6 +25,9 @@ struct DistEnvironment {
   // torchrun's agent already serves the rendezvous store at MASTER_ADDR:MASTER_PORT
   // (TORCHELASTIC_USE_AGENT_STORE=True): every rank is its client, rank 0 included.
   bool agent_store = false;
+  // `bigbatch launch`'s command up to its `--` (BIGBATCH_RELAUNCH), to say how the job starts
+  // again; empty under other launchers.
+  std::string relaunch;
 };
 
 // Looks a variable up; std::nullopt when unset.

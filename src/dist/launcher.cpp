@@ -154,6 +154,8 @@ pid_t spawn(const LaunchOptions& options, Worker& worker, int64_t threads_per_wo
     // Workers sharing a machine share its cores: without this, 4 workers x 2 threads fight
     // over 2 cores.
     ::setenv("OMP_NUM_THREADS", std::to_string(threads_per_worker).c_str(), /*overwrite=*/0);
+    // How this job is started again, for a worker's "continue with" line after Ctrl-C.
+    ::setenv(kRelaunchVariable, relaunch_prefix(options).c_str(), 1);
     std::vector<char*> argv;
     for (const auto& arg : options.command)
       argv.push_back(const_cast<char*>(arg.c_str()));
@@ -181,6 +183,16 @@ void signal_all(std::vector<Worker>& workers, int signal_number) {
 }
 
 }  // namespace
+
+std::string relaunch_prefix(const LaunchOptions& options) {
+  std::string prefix = "bigbatch launch --nproc " + std::to_string(options.nproc);
+  if (options.nnodes > 1) {
+    prefix += " --nnodes " + std::to_string(options.nnodes) + " --node-rank " +
+              std::to_string(options.node_rank) + " --master-addr " + options.master_addr +
+              " --master-port " + std::to_string(options.master_port);
+  }
+  return prefix;
+}
 
 int run_launcher(const LaunchOptions& given) {
   given.validate();

@@ -34,4 +34,10 @@ struct LaunchOptions {
 // Runs the job; returns the exit code for the launcher (0, or the first failing worker's).
 int run_launcher(const LaunchOptions& options);
 
+// The variable the launcher sets in its workers: the launch command that starts the job again,
+// up to its `--` ("bigbatch launch --nproc 2"; with the hosts' flags for several), so a worker
+// stopped by Ctrl-C can say how to resume it (DistEnvironment::relaunch).
+inline constexpr const char* kRelaunchVariable = "BIGBATCH_RELAUNCH";
+std::string relaunch_prefix(const LaunchOptions& options);
+
 }  // namespace bigbatch

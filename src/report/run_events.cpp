@@ -209,13 +209,14 @@ nlohmann::json evaluation_record(const TrainingProgress& at, double epoch, doubl
 }
 
 std::string stopped_by_signal_line(int signal_number, const TrainingProgress& at, StopPoint where,
-                                   const std::string& run_dir) {
+                                   const std::string& run_dir, const std::string& relaunch) {
   const std::string point = where == StopPoint::InsideUpdate
                                 ? "inside update " + std::to_string(at.step + 1) +
                                       " after micro-step " + std::to_string(at.micro_step)
                                 : "after update " + std::to_string(at.step);
   return "stopped by signal " + std::to_string(signal_number) + " " + point +
-         "; checkpoint written, continue with: bigbatch train --resume " + run_dir;
+         "; checkpoint written, continue with: " + (relaunch.empty() ? "" : relaunch + " -- ") +
+         "bigbatch train --resume " + run_dir;
 }
 
 std::string batch_size_verdict(const NoiseScaleTracker& noise, int64_t global_batch,

@@ -95,10 +95,11 @@ nlohmann::json epoch_record(const TrainingProgress& at, const NoiseScaleTracker&
 nlohmann::json evaluation_record(const TrainingProgress& at, double epoch, double wall_s);
 
 // A signal's stop, where a resume continues: after update at.step, or inside the update after
-// it (after micro-step at.micro_step, the open window in the checkpoint).
+// it (after micro-step at.micro_step, the open window in the checkpoint). `relaunch`: the launch
+// command a resume goes under ("bigbatch launch --nproc 2"), empty for one process.
 enum class StopPoint { AfterUpdate, InsideUpdate };
 std::string stopped_by_signal_line(int signal_number, const TrainingProgress& at, StopPoint where,
-                                   const std::string& run_dir);
+                                   const std::string& run_dir, const std::string& relaunch = "");
 
 // The run's last word on its batch size: the critical-batch verdict from the noise scale (of
 // `global_batch` samples, or of tokens when items_per_sample > 0: a language model's mean is

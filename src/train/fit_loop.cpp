@@ -162,7 +162,7 @@ std::optional<FitLoop::TrainedUpdate> FitLoop::train_update(const std::vector<in
       return std::nullopt;
     }
     console_.say(stopped_by_signal_line(interrupts_.signal_number(), at, StopPoint::InsideUpdate,
-                                        run_.run_dir));
+                                        run_.run_dir, relaunch_command()));
     throw Interrupted(interrupts_.signal_number(),
                       "training interrupted inside update " + std::to_string(at.step + 1));
   }
@@ -421,10 +421,14 @@ void FitLoop::start_next_epoch() {
   at.epoch_counts = Counts{};
 }
 
+std::string FitLoop::relaunch_command() const {
+  return run_.job.env ? run_.job.env->relaunch : std::string();
+}
+
 void FitLoop::stop_after_update() const {
   const int signal_number = interrupts_.requested() ? interrupts_.signal_number() : SIGTERM;
-  console_.say(
-      stopped_by_signal_line(signal_number, state_.at, StopPoint::AfterUpdate, run_.run_dir));
+  console_.say(stopped_by_signal_line(signal_number, state_.at, StopPoint::AfterUpdate,
+                                      run_.run_dir, relaunch_command()));
   throw Interrupted(signal_number,
                     "training interrupted at update " + std::to_string(state_.at.step));
 }

@@ -69,6 +69,8 @@ class FitLoop {
   void check_divergence();
   void back_off(const c10::OutOfMemoryError& oom);
   void announce_batch_change(const BatchChange& change);
+  // The launch command a resume of this job goes under; empty for one process.
+  std::string relaunch_command() const;
   // Tells the observers (metrics.jsonl, the terminal) of an event.
   void tell(const RunEvent& event) { observers_.event(run_, event); }
   // The epoch's record with its evaluation; ends_inside: the run ends inside the epoch.

@@ -276,9 +276,12 @@ class CommunicationTest(DistributedTestCase):
 class LauncherTest(DistributedTestCase):
     def test_prefixes_output_with_the_rank(self):
         result = run("launch", "--nproc", "2", "--", "/bin/sh", "-c",
-                     'echo "out $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_PORT"; echo "err $RANK" >&2')
+                     'echo "out $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_PORT"; echo "err $RANK" >&2; '
+                     'echo "again: $BIGBATCH_RELAUNCH"')
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("[rank 0] out 0/2 0 29500", result.stdout)
+        # How a worker says to resume the job after Ctrl-C (issue 59 item 12).
+        self.assertIn("[rank 1] again: bigbatch launch --nproc 2\n", result.stdout)
         self.assertIn("[rank 1] out 1/2 1 29500", result.stdout)
         self.assertIn("[rank 1] err 1", result.stderr)
 

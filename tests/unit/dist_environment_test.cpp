@@ -5,6 +5,8 @@
 #include <map>
 
 #include "core/error.h"
+#include "dist/launcher.h"
+#include "report/run_events.h"
 
 namespace bigbatch {
 namespace {
@@ -46,6 +48,36 @@ TEST(DistEnvironment, TorchrunVariables) {
   EXPECT_EQ(env->master_port, 29511);
   EXPECT_EQ(env->source, "torchrun");
   EXPECT_FALSE(env->agent_store);  // bigbatch launch: rank 0 serves the store itself
+  EXPECT_EQ(env->relaunch, "");    // not started by bigbatch launch
+}
+
+TEST(DistEnvironment, BigbatchLaunchSaysHowToStartTheJobAgain) {
+  // Issue 59 item 12: after Ctrl-C of a launch, the resume command is the launch command.
+  const auto env =
+      read_dist_environment(fake({{"RANK", "1"},
+                                  {"WORLD_SIZE", "2"},
+                                  {"MASTER_ADDR", "127.0.0.1"},
+                                  {"MASTER_PORT", "29511"},
+                                  {"BIGBATCH_RELAUNCH", "bigbatch launch --nproc 2"}}));
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->relaunch, "bigbatch launch --nproc 2");
+  LaunchOptions two_hosts;
+  two_hosts.nproc = 2;
+  two_hosts.nnodes = 2;
+  two_hosts.node_rank = 1;
+  two_hosts.master_addr = "10.0.0.1";
+  two_hosts.master_port = 29600;
+  EXPECT_EQ(relaunch_prefix(two_hosts),
+            "bigbatch launch --nproc 2 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 "
+            "--master-port 29600");
+  TrainingProgress at;
+  at.step = 7;
+  EXPECT_EQ(stopped_by_signal_line(2, at, StopPoint::AfterUpdate, "runs/a", env->relaunch),
+            "stopped by signal 2 after update 7; checkpoint written, continue with: bigbatch "
+            "launch --nproc 2 -- bigbatch train --resume runs/a");
+  EXPECT_EQ(stopped_by_signal_line(2, at, StopPoint::AfterUpdate, "runs/a"),
+            "stopped by signal 2 after update 7; checkpoint written, continue with: bigbatch "
+            "train --resume runs/a");
 }
 
 TEST(DistEnvironment, UnderTorchrunsAgentEveryRankIsAStoreClient) {
