@@ -68,15 +68,26 @@ def cells(samples):
             ("gpt shape (4 x 128, seq 128), 32 = 8 x 4", Lm, text, lm, 32, 8)]
 
 
-def hand_written(make, data, summed_loss, global_batch, micro, updates):
-    model = make()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
-    x, y = data
+def timed_updates(data, global_batch, updates, one_update):
+    """Samples per second of `one_update(window)` (a window: the sample indices of one update)
+    over the steady updates; the first two warm the allocator and the kernels."""
+    x, _ = data
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     timed = 0.0
     for update in range(updates):
         start = time.perf_counter()
-        window = order[(update * global_batch) % len(x):][:global_batch]
+        one_update(order[(update * global_batch) % len(x):][:global_batch])
+        if update >= 2:
+            timed += time.perf_counter() - start
+    return (updates - 2) * global_batch / timed
+
+
+def hand_written(make, data, summed_loss, global_batch, micro, updates):
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=5e-4)
+    x, y = data
+
+    def one_update(window):
         items = y[window].numel()
         for begin in range(0, len(window), micro):
             part = window[begin:begin + micro]
@@ -85,9 +96,8 @@ def hand_written(make, data, summed_loss, global_batch, micro, updates):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if update >= 2:  # the first updates warm the allocator and the kernels
-            timed += time.perf_counter() - start
-    return (updates - 2) * global_batch / timed
+
+    return timed_updates(data, global_batch, updates, one_update)
 
 
 def accelerate_loop(make, data, summed_loss, global_batch, micro, updates):
@@ -99,11 +109,8 @@ def accelerate_loop(make, data, summed_loss, global_batch, micro, updates):
     accelerator = Accelerator(gradient_accumulation_steps=global_batch // micro, cpu=True)
     model, optimizer = accelerator.prepare(model, optimizer)
     x, y = data
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    timed = 0.0
-    for update in range(updates):
-        start = time.perf_counter()
-        window = order[(update * global_batch) % len(x):][:global_batch]
+
+    def one_update(window):
         for begin in range(0, len(window), micro):
             part = window[begin:begin + micro]
             with accelerator.accumulate(model):
@@ -113,10 +120,10 @@ def accelerate_loop(make, data, summed_loss, global_batch, micro, updates):
                     accelerator.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-        if update >= 2:
-            timed += time.perf_counter() - start
+
+    rate = timed_updates(data, global_batch, updates, one_update)
     accelerator.free_memory()
-    return (updates - 2) * global_batch / timed
+    return rate
 
 
 def has_accelerate():

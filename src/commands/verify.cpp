@@ -149,7 +149,7 @@ struct TokenCut {
 VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                            const UpdateWindow& window, double lr, const Side& accumulated,
                            Side& whole, const Float64Reference& reference,
-                           const std::vector<std::string>& dropout_off, const TokenCut& token_cut) {
+                           const TokenCut& token_cut) {
   // fp32: a sum of a few hundred terms in another order differs in the last bits, which
   // convolutions and normalisation layers amplify to up to ~5e-5 of a small tensor's norm
   // (cnn-gn's biases); BatchNorm's per-micro-batch statistics and a per-micro-batch mean are
@@ -166,9 +166,9 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
                      : plan.describe()) +
                 " against one batch of the same " + std::to_string(window.size) +
                 " samples, at lr " + format_significant(lr) + "\n";
-  report.dropout_off = dropout_off;
-  if (!dropout_off.empty()) {
-    report.text += "dropout turned off on both sides (" + join(dropout_off, ", ") +
+  report.dropout_off = accumulated.dropout_off;
+  if (!report.dropout_off.empty()) {
+    report.text += "dropout turned off on both sides (" + join(report.dropout_off, ", ") +
                    "): its masks are random draws, which micro-batches draw in another order "
                    "than one batch, so with it on no split could equal one batch; training keeps "
                    "it on\n";
@@ -197,7 +197,6 @@ VerifyReport compare_sides(const TrainConfig& config, const BatchPlan& plan,
   }
   report.largest_relative = worst;
   if (reference.gradients.empty()) {
-    report.no_float64_reason = reference.failure;
     report.text +=
         "float64 reference: not computed (the model did not run in float64: " + reference.failure +
         ")\n";
@@ -334,8 +333,7 @@ VerifyReport run_verify(const TrainConfig& given, bool break_normalisation_for_t
   }
   const Float64Reference reference =
       float64_reference(config, data.train, run.plan, device, problem, order, window, lr);
-  return compare_sides(config, run.plan, window, lr, accumulated, whole, reference,
-                       accumulated.dropout_off, token_cut);
+  return compare_sides(config, run.plan, window, lr, accumulated, whole, reference, token_cut);
 }
 
 }  // namespace bigbatch

@@ -34,9 +34,6 @@ struct VerifyReport {
   std::vector<VerifyDifference> differences;  // per parameter, in the model's order
   double largest_relative = 0;
   std::vector<std::string> dropout_off;  // dropout layers turned off for the comparison
-  // Why there is no float64 reference (a module that does not run in float64); empty when
-  // there is one.
-  std::string no_float64_reason;
 };
 
 struct CustomProblem;  // train/custom_problem.h

@@ -39,29 +39,23 @@ std::string record_problem(const nlohmann::json& record) {
   return "";
 }
 
-// Why a line is not JSON, in the parser's words without its prefix ("[json.exception...] parse
+// Why a line is not JSON: the parser's `what` without its prefix ("[json.exception...] parse
 // error at line 1, column 22: syntax error while parsing value - invalid string: ill-formed
 // UTF-8 byte; last read: ..."), said plainly where the cause is a known one.
-std::string json_problem(const std::string& line) {
-  try {
-    (void)nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for 1e400
-    std::string what = e.what();
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
-      what = what.substr(what.find("] ") + 2);
-    const size_t reason = what.find(" - ");
-    if (reason != std::string::npos)
-      what = what.substr(reason + 3);
-    const size_t read = what.find("; last read:");
-    if (read != std::string::npos)
-      what = what.substr(0, read);
-    if (line.find("NaN") != std::string::npos || line.find("Infinity") != std::string::npos)
-      what += " (NaN and Infinity are not JSON numbers)";
-    else if (what.find("number overflow") != std::string::npos)
-      what += " (a number beyond a double's range)";
-    return "not JSON: " + what;
-  }
-  return "not JSON";
+std::string json_problem(const std::string& line, std::string what) {
+  if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+    what = what.substr(what.find("] ") + 2);
+  const size_t reason = what.find(" - ");
+  if (reason != std::string::npos)
+    what = what.substr(reason + 3);
+  const size_t read = what.find("; last read:");
+  if (read != std::string::npos)
+    what = what.substr(0, read);
+  if (line.find("NaN") != std::string::npos || line.find("Infinity") != std::string::npos)
+    what += " (NaN and Infinity are not JSON numbers)";
+  else if (what.find("number overflow") != std::string::npos)
+    what += " (a number beyond a double's range)";
+  return "not JSON: " + what;
 }
 
 }  // namespace
@@ -88,10 +82,17 @@ RunRecords read_run_records(const std::string& metrics_path) {
     const std::string& line = lines[number - 1];
     if (trim(line).empty())
       continue;
-    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() && number == last)
-      continue;  // the last line, cut short by a crash
-    const std::string problem = record.is_discarded() ? json_problem(line) : record_problem(record);
+    nlohmann::json record;
+    std::string problem;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for 1e400
+      if (number == last)
+        continue;  // the last line, cut short by a crash
+      problem = json_problem(line, e.what());
+    }
+    if (problem.empty())
+      problem = record_problem(record);
     if (!problem.empty()) {
       records.skipped.push_back("line " + std::to_string(number) + ": " + problem);
       continue;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "report/run_records.h"
+#include "report/tensorboard_log.h"
 
 namespace bigbatch {
 
@@ -46,7 +47,7 @@ std::string set_stopped_run_aside(const std::string& dir) {
                                            "report.html", "best.safetensors"};
     const bool record =
         std::find(std::begin(kRecords), std::end(kRecords), name) != std::end(kRecords) ||
-        name.rfind("events.out.tfevents.", 0) == 0;
+        is_bigbatch_event_file(name);
     if (record)
       records.push_back(entry.path().string());
   }
