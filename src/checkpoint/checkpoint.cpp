@@ -711,24 +711,6 @@ TrainingProgress progress_from_json(const nlohmann::json& json, const std::strin
   return progress_from(json, source);
 }
 
-std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
-}
-
-void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
-                                const torch::Device& device) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size(), device);
-  optimizer.load(archive);
-}
-
 TrainingSnapshot TrainingSnapshot::take(torch::nn::Module& model,
                                         torch::optim::Optimizer& optimizer,
                                         const TrainingProgress& at) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_paths.h"
+#include "optim/optimizer.h"  // optimizer_state_bytes
 #include "state/training_progress.h"
 
 namespace bigbatch {
@@ -69,11 +70,6 @@ TrainingProgress read_checkpoint(const std::string& checkpoint_dir, const nlohma
 // state (train/user_loop.h).
 nlohmann::json progress_to_json(const TrainingProgress& progress);
 TrainingProgress progress_from_json(const nlohmann::json& json, const std::string& source);
-
-// The optimizer's state in torch's archive format, and back onto `device`.
-std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
-void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
-                                const torch::Device& device);
 
 // A checkpoint in memory: the weights and buffers, the optimizer's state, the random generators
 // and the progress, put back exactly (a branch test trains twice from one point). Gradients are

@@ -706,6 +706,17 @@ std::vector<OptionSpec> build_table() {
   t.push_back(double_option("bucket-mb",
                             "gradient all-reduce bucket size in MiB (data parallelism)",
                             &TrainConfig::bucket_mb));
+  t.push_back(switch_option("shard-optimizer",
+                            "data parallelism: each rank keeps the optimizer state (momentum, "
+                            "adam's moments) of its share of the parameters and steps them, then "
+                            "sends the new values to the others: the state's memory over the "
+                            "ranks, the same weights bit for bit",
+                            &TrainConfig::shard_optimizer, true));
+  t.push_back(switch_option("no-shard-optimizer",
+                            "every rank keeps the whole optimizer state (the default; a resume "
+                            "of a sharded run may drop the sharding)",
+                            &TrainConfig::shard_optimizer, false));
+  t.back().negates_another = true;
   return t;
 }
 

@@ -215,6 +215,9 @@ struct TrainConfig {
   // Data parallelism (ranks come from the launcher's environment, see dist/environment.h).
   double dist_timeout = 300;  // seconds: rendezvous and every collective
   double bucket_mb = 25;      // gradient all-reduce bucket size
+  // Each rank keeps and steps the optimizer state of its share of the parameters, then the
+  // owners broadcast the new values (optim/optimizer_shards.h): bit for bit the unsharded run.
+  bool shard_optimizer = false;
 
   // Throws bigbatch::Error (Config) on values that cannot work, naming the fix.
   void validate() const;

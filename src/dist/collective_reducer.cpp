@@ -235,11 +235,8 @@ class CollectiveReducer final : public GradientReducer {
       store_->set(joined_key(env.rank), std::vector<uint8_t>{1});
       if (env.rank == 0)
         wait_for_every_rank();
-      auto gloo_options =
-          c10d::ProcessGroupGloo::Options::create(to_milliseconds(options.timeout_seconds));
-      gloo_options->devices.push_back(device);
-      gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          store_, static_cast<int>(env.rank), static_cast<int>(env.world_size), gloo_options);
+      gloo_device_ = device;
+      gloo_ = make_gloo_group(store_);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -484,6 +481,48 @@ class CollectiveReducer final : public GradientReducer {
     }
   }
 
+  void broadcast_from(std::vector<at::Tensor>& tensors, int64_t root) override {
+    broadcast_on(gloo_.get(), tensors, root,
+                 "broadcast of rank " + std::to_string(root) + "'s parameters (--shard-optimizer)");
+  }
+
+  void open_side_channel() override {
+    if (side_)
+      return;
+    try {
+      side_ = make_gloo_group(c10::make_intrusive<c10d::PrefixStore>("side", store_));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      peer_failed("opening the second channel (--shard-optimizer)", e);
+    }
+  }
+
+  void broadcast_aside(std::vector<at::Tensor>& tensors, int64_t root) override {
+    BB_INTERNAL_ASSERT(side_, "broadcast_aside() before open_side_channel()");
+    // Through host memory: the side channel is Gloo's (a device's backend orders its calls
+    // with the gradients').
+    std::vector<at::Tensor> host;
+    for (const auto& t : tensors)
+      host.push_back(t.is_cuda() ? t.cpu() : t);
+    broadcast_on(side_.get(), host, root,
+                 "broadcast of rank " + std::to_string(root) +
+                     "'s optimizer preconditioner (--shard-optimizer)");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].is_cuda())
+        tensors[i].copy_(host[i]);
+    }
+  }
+
+  std::vector<size_t> reduction_order() const override {
+    std::vector<size_t> order;
+    for (const auto& slices : slices_) {
+      for (const BucketSlice& slice : slices)
+        order.push_back(slice.parameter);
+    }
+    return order;
+  }
+
   void sum_over_ranks(at::Tensor& tensor) override {
     try {
       std::vector<at::Tensor> one{tensor};
@@ -529,8 +568,35 @@ class CollectiveReducer final : public GradientReducer {
                                          local.small_inverse_items};
     totals().copy_(torch::from_blob(const_cast<double*>(values), {kTotalsSlots}, torch::kFloat64));
     pre_reduction_norm_scale_ = local.pre_reduction_norm_scale;
-    pre_reduction_norm_weights_ = local.pre_reduction_norm_weights;
+    pre_reduction_norm_weight_ = local.pre_reduction_norm_weight;
     local_sq_norm_ = 0;
+  }
+
+  // A Gloo group over this job's ranks, its keys in `store`.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo_group(
+      const c10::intrusive_ptr<c10d::Store>& store) const {
+    auto gloo_options =
+        c10d::ProcessGroupGloo::Options::create(to_milliseconds(options_.timeout_seconds));
+    gloo_options->devices.push_back(gloo_device_);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store, static_cast<int>(env_.rank), static_cast<int>(env_.world_size), gloo_options);
+  }
+
+  // Host tensors on `group`; a device's on its own backend.
+  void broadcast_on(CollectiveBackend* group, std::vector<at::Tensor>& tensors, int64_t root,
+                    const std::string& what) {
+    try {
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      for (auto& t : tensors) {
+        std::vector<at::Tensor> one{t};
+        (t.is_cuda() ? group_for(t) : group)->broadcast(one, options)->wait();
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      peer_failed(what, e);
+    }
   }
 
   // Issues one bucket's all-reduce without waiting for it.
@@ -541,10 +607,10 @@ class CollectiveReducer final : public GradientReducer {
       // device they are queued ahead of the collective on the same stream).
       const auto& flat = buckets_[bucket];
       const int64_t gradients = flat.numel() - (last ? kTotalsSlots : 0);
-      if (pre_reduction_norm_weights_) {
+      if (pre_reduction_norm_weight_) {
         auto sum = torch::zeros({}, flat.options().dtype(torch::kFloat64));
         for (const BucketSlice& slice : slices_[bucket]) {
-          const auto& weight = (*pre_reduction_norm_weights_)[slice.parameter];
+          const at::Tensor weight = pre_reduction_norm_weight_(slice.parameter);
           sum += (flat.narrow(0, slice.offset, slice.numel) * weight.reshape({-1}))
                      .to(torch::kFloat64)
                      .pow(2)
@@ -593,7 +659,9 @@ class CollectiveReducer final : public GradientReducer {
   DistEnvironment env_;
   CollectiveOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<::gloo::transport::Device> gloo_device_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> side_;  // open_side_channel()
 #ifdef USE_C10D_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
 #endif
@@ -613,7 +681,7 @@ class CollectiveReducer final : public GradientReducer {
   std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
   int64_t calls_ = 0;
   double pre_reduction_norm_scale_ = 0;  // > 0: measure local_sq_norm_ (WindowTotals)
-  const std::vector<at::Tensor>* pre_reduction_norm_weights_ = nullptr;
+  std::function<at::Tensor(size_t)> pre_reduction_norm_weight_;
   double local_sq_norm_ = 0;  // this rank's gradients before the all-reduce, squared
 };
 

@@ -9,6 +9,7 @@
 //   reducer.attach(parameters);                       // once: may lay gradients out in buckets
 //   WindowTotals global = reducer.reduce(gradients, local);
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "state/counts.h"
@@ -36,9 +37,11 @@ struct WindowTotals {
   // gradient's squared norm, multiplies it by this factor (the mean's scale) and adds it to
   // small_sq_norm. A single process ignores it: its window is the big batch.
   double pre_reduction_norm_scale = 0;
-  // Set: that norm is of the gradients times these (one per parameter, in attach()'s order):
-  // the optimizer's preconditioner (train/accumulation_engine.h, precondition_noise).
-  const std::vector<at::Tensor>* pre_reduction_norm_weights = nullptr;
+  // Set: that norm is of the gradients times these, asked for by parameter (its index in
+  // attach()'s order) in reduction_order(): the optimizer's preconditioner
+  // (train/accumulation_engine.h, precondition_noise), which a sharded optimizer streams from
+  // each parameter's owner (optim/optimizer_shards.h).
+  std::function<at::Tensor(size_t parameter)> pre_reduction_norm_weight;
 };
 
 class GradientReducer {
@@ -55,6 +58,16 @@ class GradientReducer {
   virtual void broadcast_from_first_rank(std::vector<at::Tensor>& /*tensors*/) {}
   // Replaces `tensor` by its sum over the ranks (set-up checks; not counted in calls()).
   virtual void sum_over_ranks(at::Tensor& /*tensor*/) {}
+  // Makes every rank hold rank `root`'s values (--shard-optimizer: each owner's new parameters).
+  virtual void broadcast_from(std::vector<at::Tensor>& /*tensors*/, int64_t /*root*/) {}
+  // The same on a second channel whose calls are ordered among themselves only, not with the
+  // gradients' all-reduces: ranks may call it at different points of a window (inside the
+  // last backward pass on one rank, after the first micro-step on another), as long as each
+  // makes the same calls in the same order. open_side_channel() (every rank, at set-up) first.
+  virtual void open_side_channel() {}
+  virtual void broadcast_aside(std::vector<at::Tensor>& /*tensors*/, int64_t /*root*/) {}
+  // The parameters (indices in attach()'s order) in the order reduce() reads their gradients.
+  virtual std::vector<size_t> reduction_order() const { return {}; }
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }

@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
@@ -108,34 +109,78 @@ torch::Tensor preconditioner_of(const torch::Tensor& exp_avg_sq, int64_t step, d
 
 }  // namespace
 
-std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
-                                               const std::vector<torch::Tensor>& parameters) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// What AdamW's and LAMB's preconditioner is made of, for one parameter.
+struct SecondMoment {
+  torch::Tensor exp_avg_sq;
+  int64_t step = 0;
+  double beta2 = 0;
+  double eps = 0;
+};
+
+std::optional<SecondMoment> second_moment_of(torch::optim::Optimizer& optimizer,
+                                             const torch::Tensor& parameter) {
   auto& state = optimizer.state();
   const auto& groups = optimizer.param_groups();
-  if (groups.empty())
-    return {};
+  const auto slot = state.find(optimizer_state_key(parameter));
+  if (groups.empty() || slot == state.end() || !slot->second)
+    return std::nullopt;  // not stepped yet (or a parameter it does not update)
+  // One group per optimizer here (make_optimizer): its options hold beta2 and eps.
+  if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot->second.get())) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(groups.front().options());
+    return SecondMoment{adamw->exp_avg_sq(), adamw->step(), std::get<1>(o.betas()), o.eps()};
+  }
+  if (auto* lamb = dynamic_cast<LambParamState*>(slot->second.get())) {
+    const auto& o = static_cast<const LambOptions&>(groups.front().options());
+    return SecondMoment{lamb->exp_avg_sq(), lamb->step(), o.beta2(), o.eps()};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+torch::Tensor adam_preconditioner_of(torch::optim::Optimizer& optimizer,
+                                     const torch::Tensor& parameter) {
+  torch::NoGradGuard no_grad;
+  const auto moment = second_moment_of(optimizer, parameter);
+  return moment ? preconditioner_of(moment->exp_avg_sq, moment->step, moment->beta2, moment->eps)
+                : torch::Tensor();
+}
+
+int64_t adam_steps_of(torch::optim::Optimizer& optimizer, const torch::Tensor& parameter) {
+  const auto moment = second_moment_of(optimizer, parameter);
+  return moment ? moment->step : 0;
+}
+
+std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
+                                               const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> weights;
   weights.reserve(parameters.size());
   for (const auto& p : parameters) {
-    const auto slot = state.find(optimizer_state_key(p));
-    if (slot == state.end() || !slot->second)
-      return {};  // not stepped yet (or a parameter it does not update): no preconditioner
-    // One group per optimizer here (make_optimizer): its options hold beta2 and eps.
-    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot->second.get())) {
-      const auto& o = static_cast<const torch::optim::AdamWOptions&>(groups.front().options());
-      weights.push_back(
-          preconditioner_of(adamw->exp_avg_sq(), adamw->step(), std::get<1>(o.betas()), o.eps()));
-    } else if (auto* lamb = dynamic_cast<LambParamState*>(slot->second.get())) {
-      const auto& o = static_cast<const LambOptions&>(groups.front().options());
-      weights.push_back(preconditioner_of(lamb->exp_avg_sq(), lamb->step(), o.beta2(), o.eps()));
-    } else {
-      return {};
-    }
+    weights.push_back(adam_preconditioner_of(optimizer, p));
     if (!weights.back().defined())
       return {};
   }
   return weights;
+}
+
+std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                                const torch::Device& device) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size(), device);
+  optimizer.load(archive);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -53,6 +53,16 @@ void set_adam_hyperparameters(torch::optim::Optimizer& optimizer, const AdamHype
 inline constexpr int64_t kPreconditionerSettleSteps = 10;
 std::vector<torch::Tensor> adam_preconditioner(torch::optim::Optimizer& optimizer,
                                                const std::vector<torch::Tensor>& parameters);
+// One parameter's (undefined as above); and the steps its moments have taken (0: none).
+torch::Tensor adam_preconditioner_of(torch::optim::Optimizer& optimizer,
+                                     const torch::Tensor& parameter);
+int64_t adam_steps_of(torch::optim::Optimizer& optimizer, const torch::Tensor& parameter);
+
+// The optimizer's state in torch's archive format (checkpoints, snapshots, the ranks' shares
+// of a sharded state), and back onto `device`.
+std::string optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+void load_optimizer_state_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                                const torch::Device& device);
 
 // The key of a parameter's entry in a libtorch optimizer's state, as libtorch's own optimizers
 // write it (so checkpoints hold our optimizers' state the same way): the address of its

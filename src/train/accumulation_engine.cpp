@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/accumulating_linear.h"
 #include "optim/optimizer.h"
+#include "optim/optimizer_shards.h"
 
 namespace bigbatch {
 
@@ -55,7 +56,8 @@ void AccumulationEngine::backward_micro_batch(const torch::Tensor& loss, int64_t
   items_ += items;
   ++micro_steps_;
   // The optimizer's state does not change inside a window: its preconditioner is read once.
-  if (options_.measure_noise && options_.precondition_noise && micro_steps_ == 1)
+  if (options_.measure_noise && options_.precondition_noise && !options_.shards &&
+      micro_steps_ == 1)
     noise_weights_ = adam_preconditioner(optimizer_, parameters_);
   if (kind == MicroStep::Last)
     reducer_.begin_last_backward(local_totals());
@@ -94,10 +96,41 @@ void AccumulationEngine::read_first_gradient(int64_t items) {
   const double scale =
       expected_items_ > 0 ? double(expected_items_) / double(items) : 1.0 / double(items);
   first_items_ = items;
-  first_sq_norm_ = noise_sq_norm(gradients) * scale * scale;
+  first_sq_norm_ = noise_sq_norm(gradients, /*whole=*/false) * scale * scale;
 }
 
-double AccumulationEngine::noise_sq_norm(const std::vector<torch::Tensor>& gradients) const {
+bool AccumulationEngine::noise_measurable() const {
+  if (!options_.precondition_noise)
+    return true;
+  return options_.shards ? options_.shards->preconditioner_settled() : !noise_weights_.empty();
+}
+
+double AccumulationEngine::noise_sq_norm(const std::vector<torch::Tensor>& gradients,
+                                         bool whole) const {
+  if (preconditioned_and_sharded()) {
+    // The same per-tensor norms as below, then the same norm of them: bit for bit unsharded.
+    torch::Tensor norms;
+    if (whole) {
+      norms = options_.shards->preconditioned_norms(gradients);
+    } else {
+      std::vector<torch::Tensor> measured(gradients.size());
+      for (const size_t i : reducer_.reduction_order()) {
+        const torch::Tensor weight = options_.shards->next_preconditioner(i);
+        if (gradients[i].defined())
+          measured[i] = at::_foreach_norm({gradients[i] * weight}).front();
+      }
+      std::vector<torch::Tensor> defined;
+      for (const auto& norm : measured) {
+        if (norm.defined())
+          defined.push_back(norm);
+      }
+      if (defined.empty())
+        return 0;
+      norms = torch::stack(defined);
+    }
+    const double norm = norms.norm().item<double>();
+    return norm * norm;
+  }
   std::vector<torch::Tensor> measured;
   measured.reserve(gradients.size());
   for (size_t i = 0; i < gradients.size(); ++i) {
@@ -140,8 +173,15 @@ WindowTotals AccumulationEngine::local_totals() const {
     local.small_batches = 1;
     local.small_inverse_items = 1.0 / double(items_);
     local.pre_reduction_norm_scale = scale * scale;
-    if (options_.precondition_noise)
-      local.pre_reduction_norm_weights = &noise_weights_;
+    if (preconditioned_and_sharded()) {
+      local.pre_reduction_norm_weight = [shards = options_.shards](size_t parameter) {
+        return shards->next_preconditioner(parameter);
+      };
+    } else if (options_.precondition_noise) {
+      local.pre_reduction_norm_weight = [this](size_t parameter) {
+        return noise_weights_[parameter];
+      };
+    }
   }
   return local;
 }
@@ -157,7 +197,16 @@ UpdateStats AccumulationEngine::finish_gradients() {
     gradients.push_back(p.grad());
   }
   const WindowTotals local = local_totals();
+  // Every rank takes the whole window's preconditioner stream, used or not, and before it waits
+  // for the all-reduce: a rank whose gradients the reducer reads before their all-reduce takes
+  // it bucket by bucket (inside its last backward pass, or inside reduce()), and the others'
+  // shares of it must not wait behind that all-reduce.
+  const bool streams = options_.measure_noise && preconditioned_and_sharded();
+  if (streams && !local.pre_reduction_norm_weight)
+    options_.shards->finish_preconditioner_stream();
   const WindowTotals global = reducer_.reduce(gradients, local);
+  if (streams)
+    options_.shards->finish_preconditioner_stream();
   const Counts& counts = global.counts;
   if (task_.computes_own_loss() && counts.items == 0) {
     throw Error(ErrorKind::Model,
@@ -199,13 +248,14 @@ UpdateStats AccumulationEngine::finish_gradients() {
       gradients.empty() ? 0.0 : torch::stack(at::_foreach_norm(gradients)).norm().item<double>();
   // A rank without samples in a short window read no preconditioner; every rank reads the
   // same (the optimizer's state is the same everywhere), so all judge the update alike.
-  if (options_.measure_noise && options_.precondition_noise && noise_weights_.empty())
+  if (options_.measure_noise && options_.precondition_noise && !options_.shards &&
+      noise_weights_.empty())
     noise_weights_ = adam_preconditioner(optimizer_, parameters_);
   if (!noise_measurable())
     stats.small_batch = 0;  // preconditioned, before the optimizer's first step
   if (stats.small_batch > 0) {
-    stats.big_batch_sq_norm =
-        options_.precondition_noise ? noise_sq_norm(gradients) : stats.grad_norm * stats.grad_norm;
+    stats.big_batch_sq_norm = options_.precondition_noise ? noise_sq_norm(gradients, true)
+                                                          : stats.grad_norm * stats.grad_norm;
   }
   // Both are global (reduced) values, so every rank reaches the same verdict.
   stats.non_finite = !std::isfinite(stats.loss()) || !std::isfinite(stats.grad_norm);
@@ -235,6 +285,8 @@ void AccumulationEngine::apply(double lr, const std::optional<AdamHyperparameter
   if (adam)
     set_adam_hyperparameters(optimizer_, *adam);
   optimizer_.step();
+  if (options_.shards)
+    options_.shards->share_updated_parameters();
   discard();
 }
 
@@ -260,7 +312,7 @@ void AccumulationEngine::restore_window(const WindowState& state,
   items_ = state.counts.items;
   first_items_ = state.first_items;
   first_sq_norm_ = state.first_sq_norm;
-  if (options_.measure_noise && options_.precondition_noise)
+  if (options_.measure_noise && options_.precondition_noise && !options_.shards)
     noise_weights_ = adam_preconditioner(optimizer_, parameters_);
   tally_.reset(state.counts.loss_sum, state.counts.correct);
 }
@@ -284,6 +336,8 @@ void AccumulationEngine::discard() {
   first_items_ = 0;
   first_sq_norm_ = 0;
   noise_weights_.clear();
+  if (options_.shards)
+    options_.shards->reset_preconditioner_stream();
 }
 
 bool run_micro_steps(AccumulationEngine& engine, BatchAssembler& assembler,

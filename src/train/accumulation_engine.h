@@ -39,6 +39,8 @@
 
 namespace bigbatch {
 
+class OptimizerShards;
+
 struct EngineOptions {
   double clip_norm = 0.0;  // 0: no clipping
   // Reads the squared norm of the first micro-step's gradient (one pass over the gradients,
@@ -62,6 +64,10 @@ struct EngineOptions {
   // What the model learns (task/task.h): Task::of(model, data) for a run. Unset: the module's
   // own loss when it computes one, else classification.
   std::optional<Task> task;
+  // --shard-optimizer: the optimizer steps this rank's parameters only; after its step the
+  // owners' new values are shared, and the preconditioned noise reads the owners' state
+  // (optim/optimizer_shards.h). Unset: the optimizer steps every parameter.
+  OptimizerShards* shards = nullptr;
 };
 
 struct UpdateStats {
@@ -152,11 +158,17 @@ class AccumulationEngine {
   WindowTotals local_totals() const;
   void read_first_gradient(int64_t items);
   // Whether this window's gradients can be measured for the noise scale: always for the raw
-  // gradient; with the preconditioner once it exists (read at the window's first micro-step).
-  bool noise_measurable() const { return !options_.precondition_noise || !noise_weights_.empty(); }
-  // The squared norm of `gradients` as the noise scale measures it (times noise_weights_ when
-  // preconditioned); gradients in parameter order.
-  double noise_sq_norm(const std::vector<torch::Tensor>& gradients) const;
+  // gradient; with the preconditioner once it exists (read at the window's first micro-step,
+  // or asked of its owners when sharded).
+  bool noise_measurable() const;
+  bool preconditioned_and_sharded() const {
+    return options_.precondition_noise && options_.shards != nullptr;
+  }
+  // The squared norm of `gradients` as the noise scale measures it (times the preconditioner
+  // when preconditioned); gradients in parameter order, undefined ones left out. `whole`: the
+  // update's reduced gradients, whose preconditioned norms the owners compute when sharded;
+  // else a rank's own, whose preconditioner is streamed from the owners.
+  double noise_sq_norm(const std::vector<torch::Tensor>& gradients, bool whole) const;
 
   torch::nn::Sequential model_;
   torch::optim::Optimizer& optimizer_;
@@ -179,7 +191,8 @@ class AccumulationEngine {
   bool local_norm_available_ = false;  // the reducer reads this rank's pre-reduction norm
   int64_t first_items_ = 0;  // the first micro-step's items, when its gradient norm was read
   double first_sq_norm_ = 0;
-  // The optimizer's preconditioner for this window (precondition_noise), in parameter order.
+  // The optimizer's preconditioner for this window (precondition_noise, unsharded), in
+  // parameter order.
   std::vector<torch::Tensor> noise_weights_;
 };
 

@@ -52,8 +52,17 @@ void Checkpointer::flush_metrics() {
 
 void Checkpointer::write() {
   flush_metrics();
+  torch::optim::Optimizer* optimizer = run_.optimizer.get();
+  std::unique_ptr<torch::optim::Optimizer> whole;
+  if (run_.shards) {
+    // Every rank sends its share; rank 0 writes the whole state, the same layout as unsharded.
+    if (run_.job.is_main())
+      whole = run_.shards->make_whole_optimizer();
+    run_.shards->gather_whole(whole.get());
+    optimizer = whole.get();
+  }
   if (run_.job.is_main()) {
-    write_checkpoint(run_.run_dir, run_.state.at, run_.identity, *run_.model, *run_.optimizer,
+    write_checkpoint(run_.run_dir, run_.state.at, run_.identity, *run_.model, *optimizer,
                      run_.config.keep_checkpoints, plan_json(run_.resolved_now()));
   }
   last_step_ = run_.state.at.step;

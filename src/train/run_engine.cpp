@@ -68,7 +68,7 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
       "; 'bigbatch fit' shows the table)");
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, Console& console) {
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(TrainingRun& r, Console& console) {
   OptimizerSettings settings = OptimizerSettings::from(r.config);
   if (const auto& adam = r.resolved.adam) {
     settings.adam_beta1 = adam->beta1;
@@ -83,6 +83,20 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, C
                 (r.resolved.ramp ? " at the starting batch; each batch trains at its own" : ""));
   }
   console.say("optimizer: " + settings.describe());
+  if (r.config.shard_optimizer) {
+    if (r.reducer->world_size() > 1) {
+      r.shards =
+          std::make_unique<OptimizerShards>(r.model->parameters(), settings, *r.reducer,
+                                            static_cast<int64_t>(r.config.bucket_mb * 1024 * 1024));
+      console.say(
+          "optimizer state sharded over " + std::to_string(r.reducer->world_size()) +
+          " ranks (--shard-optimizer), whole parameters by size: " + r.shards->owners().describe());
+      return r.shards->make_owned_optimizer();
+    }
+    console.say(
+        "note: --shard-optimizer with one process: nothing to shard, the state stays "
+        "whole (launch ranks with bigbatch launch --nproc N)");
+  }
   return make_optimizer(settings, r.model->parameters());
 }
 
@@ -101,6 +115,7 @@ void build_engine(TrainingRun& r, const PartialWindow& partial, Console& console
   engine_options.precondition_noise = r.config.preconditioned_noise();
   engine_options.precision = r.precision;
   engine_options.task = r.task();
+  engine_options.shards = r.shards.get();
   r.engine =
       std::make_unique<AccumulationEngine>(r.model, *r.optimizer, *r.reducer, engine_options);
   if (r.config.bn_mode == BatchNormMode::Window && uses_batch_statistics(*r.model))

@@ -30,8 +30,8 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
                         GradientReducer& reducer, Console& console, const ModelFactory& make_model);
 
 // The configured optimizer over the run's model (adamw's betas as the batch regime resolved
-// them), announced.
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const TrainingRun& r, Console& console);
+// them), announced; under --shard-optimizer over ranks, this rank's share (r.shards).
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(TrainingRun& r, Console& console);
 
 // The engine (and --bn-mode window's statistics pass) over the model and optimizer, with a
 // window restored from a mid-window checkpoint.

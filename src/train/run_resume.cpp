@@ -171,7 +171,14 @@ void resume_from_checkpoint(TrainingRun& r, PartialWindow& partial, Console& con
   const TrainConfig& config = r.config;
   RunSchedule& schedule = *r.state.schedule;
   TrainingProgress& at = r.state.at;
-  at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &partial);
+  if (r.shards) {
+    // The checkpoint holds the whole state (whatever sharding wrote it): read whole, then cut.
+    auto whole = r.shards->make_whole_optimizer();
+    at = read_checkpoint(config.resume, r.identity, *r.model, *whole, &partial);
+    r.shards->adopt_whole(*whole);
+  } else {
+    at = read_checkpoint(config.resume, r.identity, *r.model, *r.optimizer, &partial);
+  }
   if (schedule.restore(at))
     prepare_for_training(r.model, config, schedule.plan().accumulation_steps);
   console.say("resumed from " + config.resume + " at update " + std::to_string(at.step) +

@@ -28,6 +28,7 @@
 #include "data/dataset.h"
 #include "device/precision.h"
 #include "dist/gradient_reducer.h"
+#include "optim/optimizer_shards.h"
 #include "report/metrics_writer.h"
 #include "report/tensorboard_log.h"
 #include "schedule/run_schedule.h"
@@ -92,7 +93,8 @@ struct TrainingRun {
 
   std::unique_ptr<GradientReducer> reducer;
   torch::nn::Sequential model{nullptr};
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;  // this rank's share under `shards`
+  std::unique_ptr<OptimizerShards> shards;             // --shard-optimizer over ranks
   std::unique_ptr<AccumulationEngine> engine;
   // --bn-mode window on a model with BatchNorm: each window's statistics pass.
   std::unique_ptr<WindowBatchNorm> window_bn;

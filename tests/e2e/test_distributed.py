@@ -3,6 +3,7 @@
 on loopback only. Usage: test_distributed.py BIGBATCH_BINARY [unittest arguments]."""
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,6 +255,94 @@ class LanguageModelRanksTest(DistributedTestCase):
         reached = [r for r in records if r.get("event") == "target_reached"]
         self.assertEqual([r["step"] for r in reached], [stop])
         self.assertEqual(max(r["step"] for r in records if "loss" in r and "event" not in r), stop)
+
+
+def comparable(records):
+    """The records but the machine's measurements (time, memory): results, bit for bit."""
+    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
+
+
+def args_of(optimizer, *extra):
+    """train_args' run over 3 epochs (24 updates) with `optimizer`, its --out left to the caller."""
+    args = train_args("mlp", None, "--optimizer", optimizer, *extra)
+    out = args.index("--out")
+    args = args[:out] + args[out + 2:]
+    args[args.index("--epochs") + 1] = "3"
+    return args
+
+
+class ShardedOptimizerTest(DistributedTestCase):
+    """--shard-optimizer: each rank steps its share of the parameters and sends the new values,
+    which is the unsharded run bit for bit: the weights, every loss and norm, and the noise scale
+    (AdamW's and LAMB's preconditioned, whose state lives with the owners)."""
+
+    def sharded_and_not(self, nproc, tag, args):
+        outs = []
+        for sharded in [False, True]:
+            out = self.path(f"{tag}-{'sharded' if sharded else 'whole'}")
+            result = self.launch(nproc, *args, *(["--shard-optimizer"] if sharded else []), "--out", out)
+            outs.append(out)
+        self.assertIn(f"optimizer state sharded over {nproc} ranks", result.stderr)
+        whole, sharded = outs
+        self.assertEqual(read(os.path.join(sharded, "weights.safetensors"), "rb"),
+                         read(os.path.join(whole, "weights.safetensors"), "rb"), tag)
+        self.assertEqual(comparable(metrics(sharded)), comparable(metrics(whole)), tag)
+        return whole, sharded
+
+    def test_every_optimizer_is_bit_identical_sharded(self):
+        # 3 epochs of 1000 at 128: 24 updates, a short window of 104 in each epoch; clipping on.
+        cases = [
+            ("sgd", 2, ["--micro-batch", "32", "--clip-norm", "0.5"]),
+            ("sgd", 4, ["--micro-batch", "16", "--no-nesterov"]),
+            # One micro-step per rank: each rank's gradient times the preconditioner is read before
+            # its all-reduce, the preconditioner streamed from the owners bucket by bucket.
+            ("adamw", 2, ["--micro-batch", "64", "--lr", "0.001", "--clip-norm", "1", "--bucket-mb", "0.05"]),
+            ("adamw", 4, ["--micro-batch", "16", "--lr", "0.001"]),
+            ("lars", 2, ["--micro-batch", "32", "--lr", "1", "--clip-norm", "1"]),
+            ("lamb", 4, ["--micro-batch", "32", "--lr", "0.01"]),
+        ]
+        for optimizer, nproc, extra in cases:
+            tag = f"{optimizer}-{nproc}-{extra[1]}"
+            whole, _ = self.sharded_and_not(nproc, tag, args_of(optimizer, *extra))
+            updates = [r for r in metrics(whole) if "loss" in r]
+            self.assertEqual(len(updates), 24, tag)
+            self.assertEqual(updates[7]["items"], 104, tag)
+            # AdamW's and LAMB's preconditioner settles after 10 updates: the noise is measured from there.
+            self.assertGreater(sum(r["grad_noise_scale"] is not None for r in updates), 10, tag)
+
+    def test_a_ramp_of_batches_is_bit_identical_sharded(self):
+        args = ["train", "--model", "mlp", "--hidden", "64", "--train-subset", "1000", "--global-batch-schedule",
+                "0:64 1e:128", "--micro-batch", "16", "--epochs", "2", "--optimizer", "adamw", "--lr", "0.001",
+                "--progress", "off", "--dist-timeout", "30"]
+        self.sharded_and_not(2, "ramp", args)
+
+    def test_a_sharded_checkpoint_holds_the_whole_state_and_resumes_at_any_world_size(self):
+        # Saved at 4 ranks, sharded or not; resumed at 1 and 2 ranks (sharded, or not): the same
+        # weights as the unsharded run's checkpoint resumed alike, bit for bit.
+        args = args_of("adamw", "--lr", "0.001", "--micro-batch", "16", "--checkpoint-every", "4u",
+                       "--keep-checkpoints", "10")
+        whole, sharded = self.sharded_and_not(4, "saved", args)
+
+        def resumed(source, name, nproc, *extra):
+            run_dir = self.path(name)
+            shutil.copytree(source, run_dir)
+            for checkpoint in os.listdir(os.path.join(run_dir, "checkpoints")):
+                if checkpoint != "step_000012":
+                    shutil.rmtree(os.path.join(run_dir, "checkpoints", checkpoint))
+            os.remove(os.path.join(run_dir, "weights.safetensors"))
+            if nproc == 1:
+                result = run("train", "--resume", run_dir, *extra)
+                self.assertEqual(result.returncode, 0, result.stderr)
+            else:
+                self.launch(nproc, "train", "--resume", run_dir, *extra)
+            return read(os.path.join(run_dir, "weights.safetensors"), "rb")
+
+        self.assertEqual(resumed(sharded, "sharded-at-1", 1), resumed(whole, "whole-at-1", 1))
+        at_two = resumed(whole, "whole-at-2", 2)
+        self.assertEqual(resumed(sharded, "sharded-at-2", 2), at_two)
+        self.assertEqual(resumed(sharded, "sharded-at-2-unsharded", 2, "--no-shard-optimizer"), at_two)
+        self.assertEqual(resumed(whole, "whole-at-2-sharded", 2, "--shard-optimizer"), at_two)
 
 
 class CommunicationTest(DistributedTestCase):

@@ -420,8 +420,8 @@ class TwoRankReducer final : public GradientReducer {
     WindowTotals global = local;
     if (local.pre_reduction_norm_scale > 0) {
       for (size_t i = 0; i < gradients.size(); ++i) {
-        const auto g = local.pre_reduction_norm_weights
-                           ? gradients[i] * (*local.pre_reduction_norm_weights)[i]
+        const auto g = local.pre_reduction_norm_weight
+                           ? gradients[i] * local.pre_reduction_norm_weight(i)
                            : gradients[i];
         global.small_sq_norm += g.pow(2).sum().item<double>() * local.pre_reduction_norm_scale;
       }
