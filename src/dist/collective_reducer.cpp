@@ -514,13 +514,14 @@ class CollectiveReducer final : public GradientReducer {
     }
   }
 
-  std::vector<size_t> reduction_order() const override {
-    std::vector<size_t> order;
+  std::vector<std::vector<size_t>> reduction_buckets() const override {
+    std::vector<std::vector<size_t>> buckets;
     for (const auto& slices : slices_) {
+      buckets.emplace_back();
       for (const BucketSlice& slice : slices)
-        order.push_back(slice.parameter);
+        buckets.back().push_back(slice.parameter);
     }
-    return order;
+    return buckets;
   }
 
   void sum_over_ranks(at::Tensor& tensor) override {

@@ -38,7 +38,7 @@ struct WindowTotals {
   // small_sq_norm. A single process ignores it: its window is the big batch.
   double pre_reduction_norm_scale = 0;
   // Set: that norm is of the gradients times these, asked for by parameter (its index in
-  // attach()'s order) in reduction_order(): the optimizer's preconditioner
+  // attach()'s order) in reduction_buckets()' order: the optimizer's preconditioner
   // (train/accumulation_engine.h, precondition_noise), which a sharded optimizer streams from
   // each parameter's owner (optim/optimizer_shards.h).
   std::function<at::Tensor(size_t parameter)> pre_reduction_norm_weight;
@@ -66,8 +66,9 @@ class GradientReducer {
   // makes the same calls in the same order. open_side_channel() (every rank, at set-up) first.
   virtual void open_side_channel() {}
   virtual void broadcast_aside(std::vector<at::Tensor>& /*tensors*/, int64_t /*root*/) {}
-  // The parameters (indices in attach()'s order) in the order reduce() reads their gradients.
-  virtual std::vector<size_t> reduction_order() const { return {}; }
+  // The parameters (indices in attach()'s order) in the order reduce() reads their gradients,
+  // bucket by bucket.
+  virtual std::vector<std::vector<size_t>> reduction_buckets() const { return {}; }
   // True when the reducer owns the gradients' memory (they are views into its buckets): the
   // engine then zeroes them between windows instead of releasing them.
   virtual bool keeps_gradient_storage() const { return false; }

@@ -1,6 +1,7 @@
 #include "optim/optimizer_shards.h"
 
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "core/error.h"
@@ -45,6 +46,42 @@ std::vector<torch::Tensor> trainable(const std::vector<torch::Tensor>& parameter
   }
   return kept;
 }
+using Broadcast = std::function<void(std::vector<torch::Tensor>&, int64_t root)>;
+
+// One broadcast of `values` from `owner`, flat: the owner passes its tensors, the other ranks
+// tensors of the same shapes and options (only those are read). Returns the flat buffer, which
+// then holds the owner's values in order on every rank.
+torch::Tensor broadcast_flat(const std::vector<torch::Tensor>& values, int64_t owner, int64_t rank,
+                             const Broadcast& broadcast) {
+  torch::Tensor flat;
+  if (owner == rank) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& v : values)
+      pieces.push_back(v.reshape({-1}));
+    flat = torch::cat(pieces);
+  } else {
+    int64_t numel = 0;
+    for (const auto& v : values)
+      numel += v.numel();
+    flat = torch::empty({numel}, values.front().options());
+  }
+  std::vector<torch::Tensor> one{flat};
+  broadcast(one, owner);
+  return flat;
+}
+
+// broadcast_flat's buffer as tensors shaped like `like` (views).
+std::vector<torch::Tensor> split_flat(const torch::Tensor& flat,
+                                      const std::vector<torch::Tensor>& like) {
+  std::vector<torch::Tensor> parts;
+  int64_t offset = 0;
+  for (const auto& t : like) {
+    parts.push_back(flat.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+  return parts;
+}
+
 }  // namespace
 
 OptimizerShards::OptimizerShards(std::vector<torch::Tensor> parameters, OptimizerSettings settings,
@@ -80,40 +117,21 @@ std::unique_ptr<torch::optim::Optimizer> OptimizerShards::make_whole_optimizer()
 
 void OptimizerShards::share_updated_parameters() {
   torch::NoGradGuard no_grad;
-  std::vector<size_t> bucket;
+  const Broadcast broadcast = [this](std::vector<torch::Tensor>& tensors, int64_t root) {
+    reducer_.broadcast_from(tensors, root);
+  };
+  std::vector<torch::Tensor> bucket;
   int64_t bucket_bytes = 0;
   const auto send = [&](int64_t owner) {
-    if (bucket.empty())
-      return;
-    const torch::Tensor& first = parameters_[bucket.front()];
-    if (bucket.size() == 1 && first.is_contiguous()) {
+    if (bucket.size() == 1 && bucket.front().is_contiguous()) {
       // A tensor alone (one at least the bucket's size): sent and received in place, no copy.
-      std::vector<torch::Tensor> one{first};
-      reducer_.broadcast_from(one, owner);
-      bucket.clear();
-      bucket_bytes = 0;
-      return;
-    }
-    torch::Tensor flat;
-    if (owner == reducer_.rank()) {
-      std::vector<torch::Tensor> pieces;
-      for (const size_t i : bucket)
-        pieces.push_back(parameters_[i].reshape({-1}));
-      flat = torch::cat(pieces);
-    } else {
-      int64_t numel = 0;
-      for (const size_t i : bucket)
-        numel += parameters_[i].numel();
-      flat = torch::empty({numel}, first.options());
-    }
-    std::vector<torch::Tensor> one{flat};
-    reducer_.broadcast_from(one, owner);
-    if (owner != reducer_.rank()) {
-      int64_t offset = 0;
-      for (const size_t i : bucket) {
-        torch::Tensor& p = parameters_[i];
-        p.copy_(flat.narrow(0, offset, p.numel()).view_as(p));
-        offset += p.numel();
+      broadcast(bucket, owner);
+    } else if (!bucket.empty()) {
+      const torch::Tensor flat = broadcast_flat(bucket, owner, reducer_.rank(), broadcast);
+      if (owner != reducer_.rank()) {
+        const std::vector<torch::Tensor> values = split_flat(flat, bucket);
+        for (size_t i = 0; i < bucket.size(); ++i)
+          bucket[i].copy_(values[i]);
       }
     }
     bucket.clear();
@@ -127,9 +145,9 @@ void OptimizerShards::share_updated_parameters() {
       const int64_t bytes = static_cast<int64_t>(p.nbytes());
       // One dtype and device per broadcast; at most bucket_bytes_ unless one tensor is larger.
       if (!bucket.empty() && (bucket_bytes + bytes > bucket_bytes_ ||
-                              !p.options().type_equal(parameters_[bucket.front()].options())))
+                              !p.options().type_equal(bucket.front().options())))
         send(owner);
-      bucket.push_back(i);
+      bucket.push_back(p);
       bucket_bytes += bytes;
     }
     send(owner);
@@ -137,14 +155,17 @@ void OptimizerShards::share_updated_parameters() {
 }
 
 bool OptimizerShards::preconditioner_settled() {
-  if (stream_order_.empty()) {
+  if (stream_buckets_.empty()) {
     // Known once the engine attached the parameters to the reducer.
-    stream_order_ = reducer_.reduction_order();
-    BB_INTERNAL_ASSERT(stream_order_.size() == parameters_.size(),
+    stream_buckets_ = reducer_.reduction_buckets();
+    size_t parameters = 0;
+    for (const auto& bucket : stream_buckets_)
+      parameters += bucket.size();
+    BB_INTERNAL_ASSERT(parameters == parameters_.size() && !stream_buckets_.front().empty(),
                        "the reducer reads other parameters than the optimizer steps");
   }
   if (stream_steps_ < 0) {
-    const size_t first = stream_order_.front();
+    const size_t first = stream_buckets_.front().front();
     torch::Tensor steps = torch::zeros({1}, torch::kInt64);
     if (owns(first))
       steps[0] = adam_steps_of(*owned_, parameters_[first]);
@@ -155,30 +176,63 @@ bool OptimizerShards::preconditioner_settled() {
   return stream_steps_ >= kPreconditionerSettleSteps;
 }
 
+void OptimizerShards::receive_next_bucket() {
+  BB_INTERNAL_ASSERT(buckets_streamed_ < stream_buckets_.size(),
+                     "more of the preconditioner asked for than there is");
+  const std::vector<size_t>& bucket = stream_buckets_[buckets_streamed_++];
+  torch::NoGradGuard no_grad;
+  const Broadcast broadcast = [this](std::vector<torch::Tensor>& tensors, int64_t root) {
+    reducer_.broadcast_aside(tensors, root);
+  };
+  bucket_weights_.assign(bucket.size(), torch::Tensor());
+  bucket_position_ = 0;
+  for (int64_t owner = 0; owner < world_size(); ++owner) {
+    std::vector<size_t> positions;  // of the owner's parameters in the bucket
+    std::vector<torch::Tensor> like, values;
+    for (size_t k = 0; k < bucket.size(); ++k) {
+      if (owners_.owner[bucket[k]] != owner)
+        continue;
+      const torch::Tensor& p = parameters_[bucket[k]];
+      positions.push_back(k);
+      like.push_back(p);
+      if (owner == reducer_.rank()) {
+        values.push_back(adam_preconditioner_of(*owned_, p));
+        BB_INTERNAL_ASSERT(values.back().defined(),
+                           "an owner without the preconditioner its step count says");
+      }
+    }
+    if (positions.empty())
+      continue;
+    const torch::Tensor flat =
+        broadcast_flat(owner == reducer_.rank() ? values : like, owner, reducer_.rank(), broadcast);
+    const std::vector<torch::Tensor> weights = split_flat(flat, like);
+    for (size_t j = 0; j < positions.size(); ++j)
+      bucket_weights_[positions[j]] = weights[j];
+  }
+}
+
 torch::Tensor OptimizerShards::next_preconditioner(size_t parameter) {
   BB_INTERNAL_ASSERT(preconditioner_settled(), "the preconditioner asked for before it settled");
-  BB_INTERNAL_ASSERT(streamed_ < stream_order_.size() && stream_order_[streamed_] == parameter,
+  if (bucket_position_ == bucket_weights_.size())
+    receive_next_bucket();
+  BB_INTERNAL_ASSERT(stream_buckets_[buckets_streamed_ - 1][bucket_position_] == parameter,
                      "the preconditioner asked for out of the reducer's order");
-  ++streamed_;
-  torch::NoGradGuard no_grad;
-  const torch::Tensor& p = parameters_[parameter];
-  torch::Tensor weight =
-      owns(parameter) ? adam_preconditioner_of(*owned_, p) : torch::empty_like(p);
-  BB_INTERNAL_ASSERT(weight.defined(), "an owner without the preconditioner its step count says");
-  std::vector<torch::Tensor> one{weight};
-  reducer_.broadcast_aside(one, owners_.owner[parameter]);
-  return weight;
+  return bucket_weights_[bucket_position_++];
 }
 
 void OptimizerShards::finish_preconditioner_stream() {
   if (!preconditioner_settled())
     return;
-  while (streamed_ < stream_order_.size())
-    next_preconditioner(stream_order_[streamed_]);
+  while (buckets_streamed_ < stream_buckets_.size())
+    receive_next_bucket();
+  bucket_weights_.clear();
+  bucket_position_ = 0;
 }
 
 void OptimizerShards::reset_preconditioner_stream() {
-  streamed_ = 0;
+  buckets_streamed_ = 0;
+  bucket_weights_.clear();
+  bucket_position_ = 0;
   stream_steps_ = -1;
 }
 

@@ -9,9 +9,9 @@
 //  - the preconditioned noise scale (AdamW, LAMB): the update's gradient times the
 //    preconditioner, as per-tensor norms computed by the owners and summed over the ranks (one
 //    non-zero addend each, so exact); a rank's own gradients (its first micro-step's, or its
-//    window's before the all-reduce) times the preconditioner, streamed one parameter at a
-//    time on the reducer's side channel (GradientReducer::broadcast_aside), in the order the
-//    reducer reads them, so a rank never holds more than one parameter's preconditioner;
+//    window's before the all-reduce) times the preconditioner, streamed from the owners one
+//    bucket at a time on the reducer's side channel (GradientReducer::broadcast_aside), in the
+//    order the reducer reads them, so a rank holds at most one bucket of it;
 //  - checkpoints, whose format does not depend on the sharding: the owners' shares gathered to
 //    rank 0 into the unsharded layout (make_whole_optimizer + gather_whole), and a checkpoint
 //    loaded whole and cut to this rank's share (adopt_whole).
@@ -84,9 +84,17 @@ class OptimizerShards {
   int64_t bucket_bytes_;
   ParameterOwners owners_;
   torch::optim::Optimizer* owned_ = nullptr;  // make_owned_optimizer()'s
-  std::vector<size_t> stream_order_;          // the reducer's reading order (from the first use)
-  size_t streamed_ = 0;                       // parameters of stream_order_ consumed
-  int64_t stream_steps_ = -1;                 // the stream's header; -1: not read yet
+  // Takes the preconditioner of the next of the reducer's buckets: one broadcast per owner of
+  // its parameters, each owner's tensors flat in one.
+  void receive_next_bucket();
+
+  // The reducer's buckets (from the first use: known once the engine attached the parameters),
+  // which the stream follows: at most one bucket's preconditioner is held at a time.
+  std::vector<std::vector<size_t>> stream_buckets_;
+  size_t buckets_streamed_ = 0;
+  std::vector<torch::Tensor> bucket_weights_;  // the current bucket's, in its order
+  size_t bucket_position_ = 0;                 // of the next parameter asked for in it
+  int64_t stream_steps_ = -1;                  // the stream's header; -1: not read yet
 };
 
 }  // namespace bigbatch

@@ -114,10 +114,12 @@ double AccumulationEngine::noise_sq_norm(const std::vector<torch::Tensor>& gradi
       norms = options_.shards->preconditioned_norms(gradients);
     } else {
       std::vector<torch::Tensor> measured(gradients.size());
-      for (const size_t i : reducer_.reduction_order()) {
-        const torch::Tensor weight = options_.shards->next_preconditioner(i);
-        if (gradients[i].defined())
-          measured[i] = at::_foreach_norm({gradients[i] * weight}).front();
+      for (const auto& bucket : reducer_.reduction_buckets()) {
+        for (const size_t i : bucket) {
+          const torch::Tensor weight = options_.shards->next_preconditioner(i);
+          if (gradients[i].defined())
+            measured[i] = at::_foreach_norm({gradients[i] * weight}).front();
+        }
       }
       std::vector<torch::Tensor> defined;
       for (const auto& norm : measured) {

@@ -344,6 +344,28 @@ class ShardedOptimizerTest(DistributedTestCase):
         self.assertEqual(resumed(sharded, "sharded-at-2-unsharded", 2, "--no-shard-optimizer"), at_two)
         self.assertEqual(resumed(whole, "whole-at-2-sharded", 2, "--shard-optimizer"), at_two)
 
+    def test_a_sharded_job_killed_mid_run_resumes_bit_for_bit(self):
+        # kill -9 of a worker (the launcher stops the other); the resume gathers nothing from a
+        # dead job: each rank reads the whole state and keeps its share.
+        args = ["train", "--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "16",
+                "--epochs", "2", "--optimizer", "adamw", "--lr", "0.001", "--checkpoint-every", "3u",
+                "--progress", "off", "--dist-timeout", "10", "--shard-optimizer"]
+        reference = self.path("uninterrupted")
+        self.launch(2, *args, "--out", reference)
+        out = self.path("killed")
+        launcher = start("launch", "--nproc", "2", "--master-port", str(free_port()), "--grace-seconds", "3", "--",
+                         e2e_common.BINARY, *args, "--out", out)
+        self.assertTrue(e2e_common.wait_for_checkpoint(out, launcher), "no checkpoint before the job ended")
+        workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+        self.assertEqual(len(workers), 2)
+        os.kill(int(workers[-1]), signal.SIGKILL)
+        launcher.communicate(timeout=60)
+        self.assertNotEqual(launcher.returncode, 0)
+        self.assertFalse(os.path.exists(os.path.join(out, "weights.safetensors")))
+        self.launch(2, "train", "--resume", out)
+        self.assertEqual(read(os.path.join(out, "weights.safetensors"), "rb"),
+                         read(os.path.join(reference, "weights.safetensors"), "rb"))
+
 
 class CommunicationTest(DistributedTestCase):
     def test_one_allreduce_per_bucket_per_update_whatever_the_accumulation(self):

@@ -192,6 +192,23 @@ class TwoHostsTest(HostsTestCase):
               f"({sent / 1e6:.1f} MB sent by host A)")
         self.assertLess(diff, 1e-5)
 
+    def test_four_ranks_on_two_hosts_with_the_optimizer_sharded_are_the_unsharded_run_bit_for_bit(self):
+        # AdamW over 3 epochs (15 updates): its preconditioner settles at update 10, so the noise
+        # scale reads the owners' state across the link too.
+        weights, noise = {}, {}
+        for sharded in [False, True]:
+            out = self.path(f"adamw-{sharded}")
+            args = mlp_args(out, "--micro-batch", "16", "--optimizer", "adamw", "--lr", "0.001")
+            args[args.index("--epochs") + 1] = "3"
+            job = self.run_job(f"adamw-{sharded}", args + (["--shard-optimizer"] if sharded else []))
+            if sharded:
+                self.assertIn("optimizer state sharded over 4 ranks", job.stderr(0))
+            weights[sharded] = read(os.path.join(out, "weights.safetensors"), "rb")
+            noise[sharded] = [r["grad_noise_scale"] for r in update_records(out)]
+        self.assertEqual(weights[True], weights[False])
+        self.assertEqual(noise[True], noise[False])
+        self.assertGreater(sum(n is not None for n in noise[True]), 3)
+
     def test_a_slow_link_changes_the_time_not_the_weights(self):
         why_not = self.hosts.slow_link("10mbit")
         if why_not:
