@@ -255,6 +255,12 @@ std::vector<OptionSpec> build_table() {
                          train_and_fit));
   t.push_back(double_option("dropout", "gpt: dropout probability in training",
                             &TrainConfig::dropout, train_and_fit));
+  t.push_back(switch_option("recompute",
+                            "gpt: keep only each block's input in the forward pass and recompute "
+                            "the block in the backward (activation checkpointing): less memory "
+                            "per micro-batch for one more forward pass, the same weights bit for "
+                            "bit",
+                            &TrainConfig::recompute, true, train_and_fit));
   t.push_back(int_option("train-subset", "train on the first N training samples only (0: all)",
                          &TrainConfig::train_subset, data));
   t.push_back(int_option("val-size",

@@ -303,6 +303,10 @@ void TrainConfig::validate() const {
                "--d-model " + std::to_string(d_model) + " does not split into --heads " +
                    std::to_string(heads),
                "give a --d-model that --heads divides, e.g. --d-model 128 --heads 4");
+  check_config(!recompute || model == "gpt",
+               "--recompute recomputes the gpt's blocks; model '" + model +
+                   "' has none it can recompute yet",
+               "drop --recompute, or lower --micro-batch to fit the memory");
   check_config(dropout >= 0 && dropout < 1,
                "--dropout must be in [0, 1), got " + format_double(dropout), "e.g. --dropout 0.1");
   check_config(train_subset >= 0, "--train-subset must be zero (all) or positive",

@@ -68,6 +68,8 @@ struct TrainConfig {
   int64_t d_model = 128;
   int64_t heads = 4;
   double dropout = 0.0;
+  // The blocks' activations recomputed in the backward pass instead of kept (models/recompute.h).
+  bool recompute = false;
   int64_t train_subset = 0;  // 0: the whole training set
   int64_t val_size = 0;      // held out from the end of the training set
 

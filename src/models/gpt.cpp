@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/causal_attention.h"
+#include "models/recompute.h"
 
 namespace bigbatch {
 
@@ -41,6 +42,10 @@ void GptBlockImpl::reset() {
 }
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
+  return options.recompute && recomputable(x) ? recomputed(this, x) : compute(x);
+}
+
+torch::Tensor GptBlockImpl::compute(const torch::Tensor& x) {
   // Dropout only when asked for: at p = 0 it would still cost a pass per call.
   // The dropout layer's own mode: verify turns it off alone (models.h, turn_off_dropout).
   const bool dropout_due = options.dropout > 0 && dropout->is_training();

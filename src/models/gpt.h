@@ -31,14 +31,18 @@ struct GptOptions {
   int64_t d_model = 128;
   int64_t heads = 4;
   double dropout = 0.0;
+  // Each block's activations recomputed in the backward pass (models/recompute.h).
+  bool recompute = false;
 };
 
 class GptBlockImpl : public torch::nn::Cloneable<GptBlockImpl> {
  public:
   explicit GptBlockImpl(const GptOptions& options);
   void reset() override;
-  // x [B, T, d] -> [B, T, d]
+  // x [B, T, d] -> [B, T, d]; recomputed in the backward pass under options.recompute.
   torch::Tensor forward(const torch::Tensor& x);
+  // The block itself (what forward runs, and what recomputation runs again).
+  torch::Tensor compute(const torch::Tensor& x);
 
   GptOptions options;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};

@@ -32,6 +32,7 @@ ModelSpec model_spec(const TrainConfig& config, const TensorDataset& data) {
     spec.gpt.d_model = config.d_model;
     spec.gpt.heads = config.heads;
     spec.gpt.dropout = config.dropout;
+    spec.gpt.recompute = config.recompute;
     return spec;
   }
   // [N, C, H, W] images, or [N, F] rows of features (numpy): one channel of one row.
