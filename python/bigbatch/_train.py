@@ -203,6 +203,11 @@ def _program(function, model, data, validation, test, loss, options, collate=Non
             raise Error("usage", "the model is wrapped in DistributedDataParallel, whose "
                         "gradients would be reduced twice (by it and by the engine)",
                         "pass the module itself (model.module)")
+        if options.get("recompute"):
+            raise Error("usage", "recompute= recomputes the built-in gpt's blocks; your "
+                        f"{type(model).__name__} recomputes its own where its forward says so",
+                        "drop recompute=, and call torch.utils.checkpoint.checkpoint(block, x, "
+                        "use_reentrant=False) around the blocks in its forward")
         given = [k for k in _BUILTIN_MODEL_KEYWORDS if k in options]
         if given:
             raise Error("usage", f"{given[0]}= shapes a built-in model, and this model is your "

@@ -305,7 +305,8 @@ void TrainConfig::validate() const {
                "give a --d-model that --heads divides, e.g. --d-model 128 --heads 4");
   check_config(!recompute || model == "gpt",
                "--recompute recomputes the gpt's blocks; model '" + model +
-                   "' has none it can recompute yet",
+                   "' has none that would save memory (an image model's peak is its first "
+                   "layers' activations, made in either case)",
                "drop --recompute, or lower --micro-batch to fit the memory");
   check_config(dropout >= 0 && dropout < 1,
                "--dropout must be in [0, 1), got " + format_double(dropout), "e.g. --dropout 0.1");

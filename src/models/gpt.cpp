@@ -42,7 +42,7 @@ void GptBlockImpl::reset() {
 }
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
-  return options.recompute && recomputable(x) ? recomputed(this, x) : compute(x);
+  return options.recompute ? recomputed(this, x) : compute(x);
 }
 
 torch::Tensor GptBlockImpl::compute(const torch::Tensor& x) {

@@ -55,6 +55,13 @@ def records(run_dir):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def comparable(records):
+    """Everything but wall-clock and memory figures (measurements of the process, not results;
+    a resumed process starts with other allocations), and the process starts."""
+    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
+
+
 def update_records(run_dir):
     return [r for r in records(run_dir) if "loss" in r and "event" not in r]
 

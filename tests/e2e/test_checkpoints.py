@@ -15,7 +15,7 @@ import tempfile
 import time
 
 import e2e_common
-from e2e_common import CliTestCase, checkpoints, free_port, kill_and_resume, main, read, start
+from e2e_common import CliTestCase, checkpoints, comparable, free_port, kill_and_resume, main, read, start
 from e2e_common import records as metrics
 
 # cnn on 4000 samples at 128: 31 full updates and one of 32 per epoch, ~5 s of training.
@@ -23,13 +23,6 @@ RUN = ["--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--m
        "--threads", "1", "--progress", "off", "--checkpoint-every", "4u", "--keep-checkpoints", "3"]
 # Commands wait as long as they take, but where a limit is given.
 run = functools.partial(e2e_common.run, timeout=None)
-
-
-def comparable(records):
-    """Everything but wall-clock and memory figures (measurements of the process, not results;
-    a resumed process starts with other allocations)."""
-    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes"}
-    return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
 
 
 COMPARE_RUNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "compare_runs.py")

@@ -14,7 +14,7 @@ import torch  # Debian's python3-torch: to compare weight files, and as the AdaS
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import bigbatch_oracle  # noqa: E402  (the sampler, data and mlp as bigbatch has them)
 import e2e_common  # noqa: E402
-from e2e_common import CliTestCase, free_port, main, max_relative_difference, read, read_weights, start  # noqa: E402
+from e2e_common import CliTestCase, comparable, free_port, main, max_relative_difference, read, read_weights, start  # noqa: E402
 from e2e_common import records as metrics  # noqa: E402
 
 run = functools.partial(e2e_common.run, timeout=300)  # this module's limit on a command, where none is given
@@ -270,12 +270,6 @@ class LanguageModelRanksTest(DistributedTestCase):
         reached = [r for r in records if r.get("event") == "target_reached"]
         self.assertEqual([r["step"] for r in reached], [stop])
         self.assertEqual(max(r["step"] for r in records if "loss" in r and "event" not in r), stop)
-
-
-def comparable(records):
-    """The records but the machine's measurements (time, memory): results, bit for bit."""
-    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes"}
-    return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
 
 
 def args_of(optimizer, *extra):

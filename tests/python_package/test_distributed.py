@@ -39,7 +39,8 @@ x, y = torch.randn(100, 12, generator=generator), torch.randint(0, 5, (100,), ge
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
 run = bigbatch.train(model, (x, y), global_batch=32, micro_batch=8, optimizer="adamw", lr=0.01,
-                     clip_norm=0.5, max_updates=8, progress="off", threads=1, out=sys.argv[2])
+                     clip_norm=0.5, max_updates=8, progress="off", threads=1, out=sys.argv[2],
+                     shard_optimizer=len(sys.argv) > 3)  # any third argument: sharded
 if run["main_rank"]:
     torch.save({"weights": model.state_dict(), "updates": run["updates"]}, sys.argv[1])
 '''
@@ -87,6 +88,23 @@ class DataParallelTest(unittest.TestCase):
         for name, weight in alone["weights"].items():
             difference = (weight - ranks["weights"][name]).abs().max().item() / weight.abs().max().item()
             self.assertLess(difference, 1e-5, name)
+
+    def test_bigbatch_train_with_the_optimizer_sharded_is_the_unsharded_run_bit_for_bit(self):
+        script = os.path.join(self.dir, "engine.py")
+        with open(script, "w") as f:
+            f.write(TRAIN_SCRIPT)
+        weights = []
+        for sharded in [False, True]:
+            saved = os.path.join(self.dir, f"sharded-{sharded}.pt")
+            result = subprocess.run([BINARY, "launch", "--nproc", "2", "--", sys.executable, script, saved,
+                                     os.path.join(self.dir, f"run-{sharded}"), *(["shard"] if sharded else [])],
+                                    capture_output=True, text=True, timeout=300)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            if sharded:
+                self.assertIn("optimizer state sharded over 2 ranks", result.stdout + result.stderr)
+            weights.append(torch.load(saved)["weights"])
+        for name, weight in weights[0].items():
+            self.assertTrue(torch.equal(weight, weights[1][name]), name)
 
     @unittest.skipIf(int(torch.__version__.split(".")[0]) < 2,
                      "torch 1.13's torchrun cannot start workers on Python 3.11 (its Std enum "

@@ -548,6 +548,8 @@ except KeyboardInterrupt as stopped:
                                                        **common))
         self.assert_refused("usage", "layers=", lambda out: bigbatch.train(
             mlp(), data, layers=2, out=out, **common))
+        self.assert_refused("usage", "torch.utils.checkpoint.checkpoint", lambda out: bigbatch.train(
+            mlp(), data, recompute=True, out=out, **common))
 
 
 if __name__ == "__main__":
