@@ -43,11 +43,32 @@ std::function<void(int64_t, bool)> probe_progress(ProgressMode mode) {
 }
 
 size_t rounds_of(const FitResult& fit, int64_t micro_batch) {
-  for (const FitProbe& row : fit.table) {
-    if (row.micro_batch == micro_batch)
-      return row.rounds.size();
+  const FitProbe* row = fit.row(micro_batch);
+  return row ? row->rounds.size() : 0;
+}
+
+// What recomputation buys here, and whether the fit takes it.
+std::string recompute_verdict(const FitChoice& choice) {
+  const FitResult& plain = choice.plain;
+  const FitResult& recomputed = *choice.recomputed;
+  if (recomputed.max_micro_batch == 0)
+    return "recomputing: no micro-batch fits either";
+  std::string text =
+      "recomputing: micro-batches up to " + std::to_string(recomputed.max_micro_batch) + " fit (" +
+      (plain.max_micro_batch > 0 ? std::to_string(plain.max_micro_batch) + " without)"
+                                 : std::string("none without)"));
+  const FitProbe* fast = recomputed.row(recomputed.fastest_micro_batch);
+  const FitProbe* base = plain.row(plain.fastest_micro_batch);
+  if (fast && base && fast->samples_per_s > 0 && base->samples_per_s > 0) {
+    text += ", at " + format_fixed(fast->samples_per_s / base->samples_per_s, 2) +
+            "x the samples/s of the fastest without";
   }
-  return 0;
+  return text +
+         (choice.recompute
+              ? (plain.max_micro_batch == 0 ? ": the only way to fit, so the fit takes it"
+                                            : ": faster beyond the noise, so the fit takes it")
+              : ": not taken (accumulation trains the same update at the smaller "
+                "micro-batch, for less compute)");
 }
 
 }  // namespace
@@ -68,12 +89,19 @@ FitReport run_fit(const TrainConfig& config, int64_t world_size) {
   const int64_t useful = largest_useful_micro_batch(config, world_size);
   const int64_t cap = std::min({kLargestProbe, useful, data.train.size()});
   const auto progress = probe_progress(config.progress);
-  const FitResult fit = measure_micro_batch_fit(config, data.train, cap, progress);
+  const FitChoice choice =
+      measure_fit_choice(config, data.train, cap, RecomputeProbe::Always, progress);
+  const FitResult& fit = choice.chosen();
   if (progress && config.progress != ProgressMode::Lines)
     std::fprintf(stderr, "\r\x1b[K");
   FitReport report;
   report.max_micro_batch = fit.max_micro_batch;
-  report.json = fit.to_json().dump(2);
+  nlohmann::json json = choice.plain.to_json();
+  if (choice.recomputed) {
+    json["recomputed"] = choice.recomputed->to_json();
+    json["recompute"] = choice.recompute;
+  }
+  report.json = json.dump(2);
   const std::string budget_source = config.memory_budget > 0 ? ""
                                     : device.is_cuda()       ? ", the device's free memory"
                                                              : ", the memory available now";
@@ -97,13 +125,20 @@ FitReport run_fit(const TrainConfig& config, int64_t world_size) {
     report.text += "each size probed at the longest rows (" + std::to_string(fit.probe_row_tokens) +
                    " target tokens, the widest micro-batch a window can hold)\n";
   }
-  report.text += fit.to_text();
+  report.text += choice.plain.to_text();
+  if (choice.recomputed) {
+    report.text +=
+        "with --recompute (each block recomputed in the backward: the same weights, "
+        "one more forward pass):\n" +
+        choice.recomputed->to_text() + recompute_verdict(choice) + "\n";
+  }
   if (fit.max_micro_batch == 0) {
     report.text += "not even a micro-batch of 1 fits: raise --memory-budget\n";
   } else {
     const std::string given =
         flags_set_in(config, {"global-batch", "micro-batch", "accum-steps", "micro-batch-tokens",
-                              "memory-budget", "fit-margin", "out", "progress"});
+                              "memory-budget", "fit-margin", "out", "progress"}) +
+        (choice.recompute ? " --recompute" : "");
     const std::string global_flag =
         config.global_batch ? std::to_string(*config.global_batch) : std::string("G");
     std::string as_fast;

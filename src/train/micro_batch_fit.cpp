@@ -209,6 +209,14 @@ double FitProbe::spread() const {
   return (*fastest - *slowest) / median(rounds);
 }
 
+const FitProbe* FitResult::row(int64_t micro_batch) const {
+  for (const FitProbe& probe : table) {
+    if (probe.micro_batch == micro_batch)
+      return &probe;
+  }
+  return nullptr;
+}
+
 nlohmann::json FitResult::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : table) {

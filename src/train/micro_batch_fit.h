@@ -73,6 +73,8 @@ struct FitResult {
   // take the longest rows first: the worst micro-batch a window can hold); 0 for samples.
   int64_t probe_row_tokens = 0;
 
+  // The probe of `micro_batch`, or nullptr when it was not probed.
+  const FitProbe* row(int64_t micro_batch) const;
   nlohmann::json to_json() const;
   std::string to_text() const;
 };

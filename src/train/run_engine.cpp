@@ -30,12 +30,15 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
                         GradientReducer& reducer, Console& console,
                         const ModelFactory& make_model) {
   const int64_t per_rank = largest_useful_micro_batch(config, job.world_size);
-  const FitResult fit = measure_micro_batch_fit(config, train, per_rank, {}, make_model);
+  const FitChoice choice =
+      measure_fit_choice(config, train, per_rank, RecomputeProbe::WhenNothingFits, {}, make_model);
+  const FitResult& fit = choice.chosen();
   if (fit.max_micro_batch == 0) {
     throw Error(ErrorKind::Memory,
                 "not even a micro-batch of 1 fits the memory budget of " +
                     human_bytes(double(fit.budget_bytes)) + " (with the " +
-                    format_double(100 * config.fit_margin) + "% margin) for " + config.model,
+                    format_double(100 * config.fit_margin) + "% margin) for " + config.model +
+                    (choice.recomputed ? ", even with its blocks recomputed" : ""),
                 "raise --memory-budget, or lower --fit-margin");
   }
   const int64_t fastest =
@@ -54,10 +57,20 @@ void choose_micro_batch(TrainConfig& config, const TensorDataset& train, const J
       picked = even;
     }
   }
-  std::vector<torch::Tensor> choice = {torch::tensor({picked})};
-  reducer.broadcast_from_first_rank(choice);
-  config.micro_batch = choice[0].item<int64_t>();
+  // Rank 0's choice is every rank's (timings differ between processes).
+  std::vector<torch::Tensor> chosen = {torch::tensor({picked, int64_t(choice.recompute)})};
+  reducer.broadcast_from_first_rank(chosen);
+  config.micro_batch = chosen[0][0].item<int64_t>();
   config.micro_batch_auto = false;
+  if (chosen[0][1].item<int64_t>() != 0) {
+    config.recompute = true;  // config.toml records it: a rerun or resume recomputes too
+    console.say(
+        "micro-batch auto: not even a micro-batch of 1 fits without --recompute; with "
+        "it, micro-batches up to " +
+        std::to_string(fit.max_micro_batch) +
+        " do: the gpt's blocks are recomputed in the backward (the same weights, one "
+        "more forward pass)");
+  }
   console.say(
       "micro-batch auto: " + std::to_string(*config.micro_batch) + " (the fastest size that fits " +
       human_bytes(double(fit.usable_bytes)) + " = budget " + human_bytes(double(fit.budget_bytes)) +

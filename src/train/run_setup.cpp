@@ -406,4 +406,37 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
   return fit_micro_batch(factory, OptimizerSettings::from(config), data, options);
 }
 
+namespace {
+
+// Whether `candidate`'s fastest size beats `current`'s by more than their noise.
+bool clearly_faster(const FitResult& candidate, const FitResult& current) {
+  const FitProbe* a = candidate.row(candidate.fastest_micro_batch);
+  const FitProbe* b = current.row(current.fastest_micro_batch);
+  if (!a || !b || a->samples_per_s <= 0 || b->samples_per_s <= 0)
+    return false;
+  const double noise = std::max({0.03, a->spread(), b->spread()});
+  return a->samples_per_s > b->samples_per_s * (1 + noise);
+}
+
+}  // namespace
+
+FitChoice measure_fit_choice(const TrainConfig& config, const TensorDataset& data,
+                             int64_t max_micro_batch, RecomputeProbe when,
+                             const std::function<void(int64_t, bool)>& on_probe,
+                             const ModelFactory& make_model) {
+  FitChoice choice;
+  choice.plain = measure_micro_batch_fit(config, data, max_micro_batch, on_probe, make_model);
+  const bool recomputable = config.model == "gpt" && !config.recompute && !make_model;
+  if (!recomputable ||
+      (when == RecomputeProbe::WhenNothingFits && choice.plain.max_micro_batch > 0))
+    return choice;
+  TrainConfig recomputing = config;
+  recomputing.recompute = true;
+  choice.recomputed = measure_micro_batch_fit(recomputing, data, max_micro_batch, on_probe);
+  const FitResult& r = *choice.recomputed;
+  choice.recompute = r.max_micro_batch > 0 &&
+                     (choice.plain.max_micro_batch == 0 || clearly_faster(r, choice.plain));
+  return choice;
+}
+
 }  // namespace bigbatch

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "config/train_config.h"
@@ -83,5 +84,26 @@ FitResult measure_micro_batch_fit(const TrainConfig& config, const TensorDataset
                                   int64_t max_micro_batch,
                                   const std::function<void(int64_t, bool)>& on_probe = {},
                                   const ModelFactory& make_model = {});
+
+// The gpt's blocks can be recomputed (--recompute): more micro-batch for the same memory, the
+// same weights, about 1.3x the compute. A fit chooses it when it is the only way any micro-batch
+// fits, or when its fastest size is faster than the fastest without it by more than both
+// measurements' noise (at least 3%): never for nothing.
+struct FitChoice {
+  FitResult plain;                      // as configured
+  std::optional<FitResult> recomputed;  // with --recompute, when measured
+  bool recompute = false;               // the choice: train with --recompute
+  const FitResult& chosen() const { return recompute ? *recomputed : plain; }
+};
+enum class RecomputeProbe {
+  Always,           // `bigbatch fit`: both tables, to compare
+  WhenNothingFits,  // --micro-batch auto: only when the plain search finds no size
+};
+// measure_micro_batch_fit as configured, and for a gpt not yet recomputing, with --recompute as
+// `when` says.
+FitChoice measure_fit_choice(const TrainConfig& config, const TensorDataset& data,
+                             int64_t max_micro_batch, RecomputeProbe when,
+                             const std::function<void(int64_t, bool)>& on_probe = {},
+                             const ModelFactory& make_model = {});
 
 }  // namespace bigbatch

@@ -236,6 +236,41 @@ class AutoTest(MemoryTestCase):
         self.assertEqual([m for m in metrics(out) if m.get("event") == "oom_backoff"], [])
 
 
+class RecomputeChoiceTest(MemoryTestCase):
+    GPT = ["--dataset", "text:/usr/share/games/fortunes", "--model", "gpt", "--layers", "2", "--d-model", "64",
+           "--heads", "2", "--seq-len", "64", "--optimizer", "adamw", "--threads", "1", "--progress", "off"]
+
+    def test_fit_weighs_recomputing_the_gpts_blocks_and_takes_it_only_where_nothing_fits_without(self):
+        result = run("fit", *self.GPT, "--memory-budget", "24MiB", "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        fit = json.loads(result.stdout)
+        plain, recomputed = fit["table"], fit["recomputed"]["table"]
+        # More micro-batch in the same memory; not taken while a size fits without (less compute).
+        self.assertGreater(fit["recomputed"]["max_micro_batch"], fit["max_micro_batch"])
+        self.assertFalse(fit["recompute"])
+        peak = {name: next(r["peak_bytes"] for r in rows if r["micro_batch"] == 1)
+                for name, rows in (("plain", plain), ("recomputed", recomputed))}
+        self.assertLess(peak["recomputed"], peak["plain"])
+        text = run("fit", *self.GPT, "--memory-budget", "24MiB")
+        self.assertIn("with --recompute (each block recomputed in the backward", text.stdout)
+        self.assertIn("not taken (accumulation trains the same update at the smaller micro-batch", text.stdout)
+        self.assertNotIn("--recompute --global-batch", text.stdout)
+        # A budget whose usable part (90%) lies between the two peaks of one sample: only recomputing fits.
+        budget = str(int((peak["plain"] + peak["recomputed"]) / 2 / 0.9)) + "B"
+        text = run("fit", *self.GPT, "--memory-budget", budget)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("(none without): the only way to fit, so the fit takes it", text.stdout)
+        self.assertIn(" --recompute --global-batch G --micro-batch 1", text.stdout)
+        # --micro-batch auto takes it too, says so, and records it for a rerun or resume.
+        out = os.path.join(self.dir, "auto-recompute")
+        trained = run("train", *self.GPT, "--memory-budget", budget, "--micro-batch", "auto", "--global-batch",
+                      "4", "--max-updates", "3", "--out", out)
+        self.assertEqual(trained.returncode, 0, trained.stderr)
+        self.assertIn("not even a micro-batch of 1 fits without --recompute; with it", trained.stderr)
+        with open(os.path.join(out, "config.toml")) as f:
+            self.assertIn("recompute = true\n", f.read())
+
+
 class MetricsTest(MemoryTestCase):
     def test_memory_figures_are_in_metrics_and_progress(self):
         result, out = self.train("metrics", "--global-batch", "1024", "--micro-batch", "256", "--epochs", "1",
