@@ -51,7 +51,7 @@ std::string help_group(const std::string& name) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"Model",
        {"model", "hidden", "bn-mode", "norm", "no-bn-momentum-correction", "layers", "d-model",
-        "heads", "dropout", "init-weights", "precision"}},
+        "heads", "dropout", "recompute", "init-weights", "precision"}},
       {"Data",
        {"dataset", "task", "doc-separator", "text-field", "sequences", "tokenizer", "token-dtype",
         "vocab-size", "eot-id", "pixel-mean", "pixel-std", "seq-len", "train-subset", "val-size",
@@ -81,7 +81,7 @@ std::string help_group(const std::string& name) {
        {"device", "memory-budget", "fit-margin", "threads", "keep-denormals"}},
       {"Checkpoints and resume",
        {"checkpoint-every", "keep-checkpoints", "resume", "discard-newer"}},
-      {"Distributed", {"dist-timeout", "bucket-mb"}},
+      {"Distributed", {"dist-timeout", "bucket-mb", "shard-optimizer", "no-shard-optimizer"}},
       {"Output",
        {"out", "save-weights", "keep-best", "progress", "no-noise-scale", "noise-gradient",
         "no-tensorboard"}},

@@ -28,11 +28,27 @@ class VerifyCommand final : public Subcommand {
     // One update is verified, in memory: flags about the run's length, its outputs and its
     // resumption change nothing here, and are said so (--resume would otherwise seem to verify
     // that run).
-    static const char* const kRunOnly[] = {
-        "out",          "resume",          "discard-newer",    "epochs",       "max-updates",
-        "target",       "target-accuracy", "checkpoint-every", "eval-every",   "keep-checkpoints",
-        "save-weights", "progress",        "max-bad-updates",  "dist-timeout", "bucket-mb",
-        "strict-batch", "no-noise-scale",  "noise-gradient",   "spike-factor"};
+    static const char* const kRunOnly[] = {"out",
+                                           "resume",
+                                           "discard-newer",
+                                           "epochs",
+                                           "max-updates",
+                                           "target",
+                                           "target-accuracy",
+                                           "checkpoint-every",
+                                           "eval-every",
+                                           "keep-checkpoints",
+                                           "save-weights",
+                                           "progress",
+                                           "max-bad-updates",
+                                           "dist-timeout",
+                                           "bucket-mb",
+                                           "strict-batch",
+                                           "no-noise-scale",
+                                           "noise-gradient",
+                                           "spike-factor",
+                                           "shard-optimizer",
+                                           "no-shard-optimizer"};
     for (const char* name : kRunOnly) {
       if (flags_.given(name))
         std::fprintf(stderr, "verify: --%s does not change what is verified (ignored)\n", name);

@@ -58,7 +58,8 @@ def records(run_dir):
 def comparable(records):
     """Everything but wall-clock and memory figures (measurements of the process, not results;
     a resumed process starts with other allocations), and the process starts."""
-    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes"}
+    drop = {"time", "samples_per_s", "updates_per_s", "wall_s", "train_seconds", "peak_bytes", "rss_peak_bytes",
+            "extra_seconds"}
     return [{k: v for k, v in r.items() if k not in drop} for r in records if r.get("event") != "train_start"]
 
 

@@ -326,6 +326,17 @@ class ShardedOptimizerTest(DistributedTestCase):
                 "--progress", "off", "--dist-timeout", "30"]
         self.sharded_and_not(2, "ramp", args)
 
+    def test_the_automatic_batch_with_branch_tests_is_bit_identical_sharded(self):
+        # Its decisions read the preconditioned noise scale, and each branch test snapshots and
+        # restores the optimizer (each rank its own share): a given update cost makes them
+        # depend on the noise alone, so both runs take the same batches at the same updates.
+        args = ["train", "--model", "mlp", "--hidden", "64", "--train-subset", "2048", "--micro-batch", "16",
+                "--epochs", "2", "--optimizer", "adamw", "--lr", "0.002", "--lr-scaling", "sqrt",
+                "--global-batch", "auto", "--growth-test-budget", "1", "--update-cost", "2000",
+                "--progress", "off", "--dist-timeout", "30"]
+        whole, _ = self.sharded_and_not(2, "auto", args)
+        self.assertTrue([r for r in metrics(whole) if r.get("event") == "batch_test"])
+
     def test_a_sharded_checkpoint_holds_the_whole_state_and_resumes_at_any_world_size(self):
         # Saved at 4 ranks, sharded or not; resumed at 1 and 2 ranks (sharded, or not): the same
         # weights as the unsharded run's checkpoint resumed alike, bit for bit.
