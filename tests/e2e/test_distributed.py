@@ -273,12 +273,10 @@ class LanguageModelRanksTest(DistributedTestCase):
 
 
 def args_of(optimizer, *extra):
-    """train_args' run over 3 epochs (24 updates) with `optimizer`, its --out left to the caller."""
+    """train_args' run (2 epochs, 16 updates) with `optimizer`, its --out left to the caller."""
     args = train_args("mlp", None, "--optimizer", optimizer, *extra)
     out = args.index("--out")
-    args = args[:out] + args[out + 2:]
-    args[args.index("--epochs") + 1] = "3"
-    return args
+    return args[:out] + args[out + 2:]
 
 
 class ShardedOptimizerTest(DistributedTestCase):
@@ -300,7 +298,7 @@ class ShardedOptimizerTest(DistributedTestCase):
         return whole, sharded
 
     def test_every_optimizer_is_bit_identical_sharded(self):
-        # 3 epochs of 1000 at 128: 24 updates, a short window of 104 in each epoch; clipping on.
+        # 2 epochs of 1000 at 128: 16 updates, a short window of 104 in each epoch; clipping on.
         cases = [
             ("sgd", 2, ["--micro-batch", "32", "--clip-norm", "0.5"]),
             ("sgd", 4, ["--micro-batch", "16", "--no-nesterov"]),
@@ -315,10 +313,10 @@ class ShardedOptimizerTest(DistributedTestCase):
             tag = f"{optimizer}-{nproc}-{extra[1]}"
             whole, _ = self.sharded_and_not(nproc, tag, args_of(optimizer, *extra))
             updates = [r for r in metrics(whole) if "loss" in r]
-            self.assertEqual(len(updates), 24, tag)
+            self.assertEqual(len(updates), 16, tag)
             self.assertEqual(updates[7]["items"], 104, tag)
             # AdamW's and LAMB's preconditioner settles after 10 updates: the noise is measured from there.
-            self.assertGreater(sum(r["grad_noise_scale"] is not None for r in updates), 10, tag)
+            self.assertGreaterEqual(sum(r["grad_noise_scale"] is not None for r in updates), 5, tag)
 
     def test_a_ramp_of_batches_is_bit_identical_sharded(self):
         args = ["train", "--model", "mlp", "--hidden", "64", "--train-subset", "1000", "--global-batch-schedule",
@@ -367,8 +365,8 @@ class ShardedOptimizerTest(DistributedTestCase):
     def test_a_sharded_job_killed_mid_run_resumes_bit_for_bit(self):
         # kill -9 of a worker (the launcher stops the other); the resume gathers nothing from a
         # dead job: each rank reads the whole state and keeps its share.
-        args = ["train", "--model", "cnn", "--train-subset", "4000", "--global-batch", "128", "--micro-batch", "16",
-                "--epochs", "2", "--optimizer", "adamw", "--lr", "0.001", "--checkpoint-every", "3u",
+        args = ["train", "--model", "cnn", "--train-subset", "3000", "--global-batch", "128", "--micro-batch", "16",
+                "--epochs", "1", "--optimizer", "adamw", "--lr", "0.001", "--checkpoint-every", "3u",
                 "--progress", "off", "--dist-timeout", "10", "--shard-optimizer"]
         reference = self.path("uninterrupted")
         self.launch(2, *args, "--out", reference)
