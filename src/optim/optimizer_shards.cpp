@@ -35,9 +35,6 @@ void copy_group_options(const torch::optim::Optimizer& from, torch::optim::Optim
   to.param_groups().front().set_options(from.param_groups().front().options().clone());
 }
 
-}  // namespace
-
-namespace {
 std::vector<torch::Tensor> trainable(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> kept;
   for (const auto& p : parameters) {
@@ -46,6 +43,7 @@ std::vector<torch::Tensor> trainable(const std::vector<torch::Tensor>& parameter
   }
   return kept;
 }
+
 using Broadcast = std::function<void(std::vector<torch::Tensor>&, int64_t root)>;
 
 // One broadcast of `values` from `owner`, flat: the owner passes its tensors, the other ranks
@@ -218,6 +216,27 @@ torch::Tensor OptimizerShards::next_preconditioner(size_t parameter) {
   BB_INTERNAL_ASSERT(stream_buckets_[buckets_streamed_ - 1][bucket_position_] == parameter,
                      "the preconditioner asked for out of the reducer's order");
   return bucket_weights_[bucket_position_++];
+}
+
+torch::Tensor OptimizerShards::streamed_preconditioned_norms(
+    const std::vector<torch::Tensor>& gradients) {
+  BB_INTERNAL_ASSERT(gradients.size() == parameters_.size(), "gradients of other parameters");
+  torch::NoGradGuard no_grad;
+  preconditioner_settled();  // knows the reducer's buckets from here
+  std::vector<torch::Tensor> norms(gradients.size());
+  for (const auto& bucket : stream_buckets_) {
+    for (const size_t i : bucket) {
+      const torch::Tensor weight = next_preconditioner(i);
+      if (gradients[i].defined())
+        norms[i] = at::_foreach_norm({gradients[i] * weight}).front();
+    }
+  }
+  std::vector<torch::Tensor> defined;
+  for (const auto& norm : norms) {
+    if (norm.defined())
+      defined.push_back(norm);
+  }
+  return defined.empty() ? torch::Tensor() : torch::stack(defined);
 }
 
 void OptimizerShards::finish_preconditioner_stream() {

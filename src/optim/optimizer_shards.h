@@ -66,6 +66,10 @@ class OptimizerShards {
   // The norm of gradients[i] times the preconditioner, per parameter, on every rank (float32,
   // in parameter order): each owner's own, summed over the ranks. Only once settled.
   torch::Tensor preconditioned_norms(const std::vector<torch::Tensor>& gradients);
+  // The same of this rank's own gradients (its first micro-step's), the preconditioner streamed
+  // from the owners (the whole window's stream): the defined gradients' norms in parameter
+  // order, stacked; undefined when none is. Only once settled.
+  torch::Tensor streamed_preconditioned_norms(const std::vector<torch::Tensor>& gradients);
 
   // Every rank: rank 0 gets the owners' states in `whole` (make_whole_optimizer's); the other
   // ranks send theirs and leave `whole` untouched (they may pass nullptr).

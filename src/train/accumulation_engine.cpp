@@ -109,27 +109,10 @@ double AccumulationEngine::noise_sq_norm(const std::vector<torch::Tensor>& gradi
                                          bool whole) const {
   if (preconditioned_and_sharded()) {
     // The same per-tensor norms as below, then the same norm of them: bit for bit unsharded.
-    torch::Tensor norms;
-    if (whole) {
-      norms = options_.shards->preconditioned_norms(gradients);
-    } else {
-      std::vector<torch::Tensor> measured(gradients.size());
-      for (const auto& bucket : reducer_.reduction_buckets()) {
-        for (const size_t i : bucket) {
-          const torch::Tensor weight = options_.shards->next_preconditioner(i);
-          if (gradients[i].defined())
-            measured[i] = at::_foreach_norm({gradients[i] * weight}).front();
-        }
-      }
-      std::vector<torch::Tensor> defined;
-      for (const auto& norm : measured) {
-        if (norm.defined())
-          defined.push_back(norm);
-      }
-      if (defined.empty())
-        return 0;
-      norms = torch::stack(defined);
-    }
+    const torch::Tensor norms = whole ? options_.shards->preconditioned_norms(gradients)
+                                      : options_.shards->streamed_preconditioned_norms(gradients);
+    if (!norms.defined())
+      return 0;
     const double norm = norms.norm().item<double>();
     return norm * norm;
   }
